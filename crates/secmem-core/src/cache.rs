@@ -1,0 +1,373 @@
+//! A set-associative cache of 64 B lines: real sets, real ways, real victims.
+//!
+//! One type serves the L1/L2/LLC data caches and the counter/MAC/tree metadata caches of the
+//! memory controller. It stores tags (line indices), dirty bits and replacement state in flat
+//! arrays (one row of `ways` per set) so a lookup touches one or two host cache lines. Line
+//! *contents* are kept only when asked (`with_data`), for functional mode and for traces that
+//! carry data.
+
+use crate::config_enum;
+use crate::config_section;
+use crate::error::{ensure, ConfigError};
+
+config_enum! {
+    /// Victim selection within a set.
+    pub enum Replacement {
+        Lru => "lru": "least recently used way is evicted",
+        Fifo => "fifo": "oldest filled way is evicted",
+        Random => "random": "a pseudo-random way is evicted (seeded, deterministic)"
+    }
+}
+
+config_enum! {
+    /// What a store does beyond this cache.
+    pub enum WritePolicy {
+        WriteBack => "write-back": "stores stay in the cache until the line is evicted",
+        WriteThrough => "write-through": "every store is also sent to the next level at once (strict persistency)"
+    }
+}
+
+config_section! {
+    /// One cache: geometry, latency and policies.
+    pub struct CacheConfig {
+        size_kib: u64 = 64 => "Capacity in KiB (64 B lines)";
+        ways: u32 = 8 => "Associativity (ways per set); ways * 64 B * sets = size";
+        latency_cycles: u64 = 2 => "Hit latency in CPU cycles";
+        replacement: Replacement = Replacement::Lru => "Replacement policy: lru, fifo or random";
+        write_policy: WritePolicy = WritePolicy::WriteBack => "write-back or write-through";
+    }
+}
+
+impl CacheConfig {
+    pub fn new(size_kib: u64, ways: u32, latency_cycles: u64) -> Self {
+        CacheConfig { size_kib, ways, latency_cycles, ..Default::default() }
+    }
+    pub fn lines(&self) -> u64 { self.size_kib * 1024 / 64 }
+    pub fn sets(&self) -> u64 { self.lines() / self.ways.max(1) as u64 }
+
+    /// Rejects geometries no cache can have, naming `path.field`.
+    pub fn validate(&self, path: &str) -> Result<(), ConfigError> {
+        ensure(self.size_kib > 0, &format!("{path}.size_kib"), || "must be > 0".into())?;
+        ensure(self.ways > 0, &format!("{path}.ways"), || "must be > 0".into())?;
+        let lines = self.lines();
+        ensure(self.size_kib * 1024 % 64 == 0 && lines >= self.ways as u64, &format!("{path}.size_kib"), || {
+            format!("{} KiB holds {} lines, fewer than one set of {} ways", self.size_kib, lines, self.ways)
+        })?;
+        ensure(lines % self.ways as u64 == 0, &format!("{path}.ways"), || {
+            format!("{} lines do not divide into sets of {} ways", lines, self.ways)
+        })?;
+        Ok(())
+    }
+}
+
+const INVALID: u64 = u64::MAX;
+
+/// A line pushed out of the cache to make room.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub struct Victim {
+    pub line: u64,
+    pub dirty: bool,
+    /// Slot it occupied (its data, if kept, is still readable there until overwritten).
+    pub slot: usize,
+}
+
+/// Hit/miss/eviction counters.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize)]
+pub struct CacheStats {
+    pub hits: u64,
+    pub misses: u64,
+    pub evictions: u64,
+    pub dirty_evictions: u64,
+}
+
+impl CacheStats {
+    pub fn hit_rate(&self) -> f64 {
+        let total = self.hits + self.misses;
+        if total == 0 { 0.0 } else { self.hits as f64 / total as f64 }
+    }
+    pub fn since(&self, s: &CacheStats) -> CacheStats {
+        CacheStats {
+            hits: self.hits - s.hits,
+            misses: self.misses - s.misses,
+            evictions: self.evictions - s.evictions,
+            dirty_evictions: self.dirty_evictions - s.dirty_evictions,
+        }
+    }
+}
+
+#[derive(Clone)]
+pub struct SetAssocCache {
+    ways: usize,
+    sets: u64,
+    set_mask: Option<u64>,
+    tags: Vec<u64>,
+    dirty: Vec<bool>,
+    /// LRU: last-use stamp; FIFO: fill stamp.
+    stamp: Vec<u64>,
+    clock: u64,
+    rng_state: u64,
+    replacement: Replacement,
+    data: Option<Vec<[u8; 64]>>,
+    pub stats: CacheStats,
+}
+
+impl SetAssocCache {
+    /// Builds a cache; the config must have passed `validate`.
+    pub fn new(cfg: &CacheConfig) -> Self {
+        let ways = cfg.ways as usize;
+        let sets = cfg.sets();
+        let n = sets as usize * ways;
+        SetAssocCache {
+            ways,
+            sets,
+            set_mask: sets.is_power_of_two().then(|| sets - 1),
+            tags: vec![INVALID; n],
+            dirty: vec![false; n],
+            stamp: vec![0; n],
+            clock: 0,
+            rng_state: 0x9E37_79B9_7F4A_7C15,
+            replacement: cfg.replacement,
+            data: None,
+            stats: CacheStats::default(),
+        }
+    }
+
+    /// Also keep the 64 B content of every line.
+    pub fn with_data(mut self) -> Self {
+        self.data = Some(vec![[0u8; 64]; self.tags.len()]);
+        self
+    }
+
+    pub fn ways(&self) -> usize { self.ways }
+    pub fn sets(&self) -> u64 { self.sets }
+    pub fn capacity_lines(&self) -> usize { self.tags.len() }
+    pub fn keeps_data(&self) -> bool { self.data.is_some() }
+
+    #[inline]
+    fn set_of(&self, line: u64) -> usize {
+        match self.set_mask {
+            Some(m) => (line & m) as usize,
+            None => (line % self.sets) as usize,
+        }
+    }
+
+    #[inline]
+    fn find(&self, line: u64) -> Option<usize> {
+        let base = self.set_of(line) * self.ways;
+        self.tags[base..base + self.ways].iter().position(|&t| t == line).map(|w| base + w)
+    }
+
+    /// Looks up `line` without changing any state.
+    #[inline]
+    pub fn probe(&self, line: u64) -> Option<usize> { self.find(line) }
+
+    /// Looks up `line`; on a hit updates replacement state, sets dirty if `write`, counts a hit.
+    /// On a miss counts a miss and changes nothing else (the caller decides whether to fill).
+    #[inline]
+    pub fn lookup(&mut self, line: u64, write: bool) -> Option<usize> {
+        match self.find(line) {
+            Some(slot) => {
+                self.stats.hits += 1;
+                if self.replacement == Replacement::Lru {
+                    self.clock += 1;
+                    self.stamp[slot] = self.clock;
+                }
+                if write {
+                    self.dirty[slot] = true;
+                }
+                Some(slot)
+            }
+            None => {
+                self.stats.misses += 1;
+                None
+            }
+        }
+    }
+
+    /// Fills `line` (which must be absent) and returns its slot and the victim, if a valid line
+    /// had to leave.
+    pub fn fill(&mut self, line: u64, dirty: bool) -> (usize, Option<Victim>) {
+        debug_assert!(self.find(line).is_none(), "fill of a line already present");
+        let base = self.set_of(line) * self.ways;
+        let row = &self.tags[base..base + self.ways];
+        let way = match row.iter().position(|&t| t == INVALID) {
+            Some(w) => w,
+            None => match self.replacement {
+                Replacement::Lru | Replacement::Fifo => {
+                    let stamps = &self.stamp[base..base + self.ways];
+                    let mut best = 0;
+                    for w in 1..self.ways {
+                        if stamps[w] < stamps[best] {
+                            best = w;
+                        }
+                    }
+                    best
+                }
+                Replacement::Random => {
+                    // xorshift64*: deterministic, no seed needed beyond the fixed start state.
+                    let mut x = self.rng_state;
+                    x ^= x >> 12;
+                    x ^= x << 25;
+                    x ^= x >> 27;
+                    self.rng_state = x;
+                    (x.wrapping_mul(0x2545_F491_4F6C_DD1D) % self.ways as u64) as usize
+                }
+            },
+        };
+        let slot = base + way;
+        let victim = (self.tags[slot] != INVALID).then(|| {
+            self.stats.evictions += 1;
+            if self.dirty[slot] {
+                self.stats.dirty_evictions += 1;
+            }
+            Victim { line: self.tags[slot], dirty: self.dirty[slot], slot }
+        });
+        self.clock += 1;
+        self.tags[slot] = line;
+        self.dirty[slot] = dirty;
+        self.stamp[slot] = self.clock;
+        (slot, victim)
+    }
+
+    /// Removes `line` if present; returns whether it was dirty (and its slot for reading data).
+    pub fn invalidate(&mut self, line: u64) -> Option<(bool, usize)> {
+        let slot = self.find(line)?;
+        let d = self.dirty[slot];
+        self.tags[slot] = INVALID;
+        self.dirty[slot] = false;
+        Some((d, slot))
+    }
+
+    #[inline]
+    pub fn is_dirty(&self, slot: usize) -> bool { self.dirty[slot] }
+    #[inline]
+    pub fn set_dirty(&mut self, slot: usize, dirty: bool) { self.dirty[slot] = dirty; }
+    #[inline]
+    pub fn line_at(&self, slot: usize) -> Option<u64> {
+        let t = self.tags[slot];
+        (t != INVALID).then_some(t)
+    }
+
+    pub fn data(&self, slot: usize) -> Option<&[u8; 64]> { self.data.as_ref().map(|d| &d[slot]) }
+    pub fn data_mut(&mut self, slot: usize) -> Option<&mut [u8; 64]> { self.data.as_mut().map(|d| &mut d[slot]) }
+
+    /// Every valid line as (line, dirty, slot), in slot order (set by set).
+    pub fn valid_lines(&self) -> impl Iterator<Item = (u64, bool, usize)> + '_ {
+        self.tags
+            .iter()
+            .enumerate()
+            .filter(|(_, &t)| t != INVALID)
+            .map(|(s, &t)| (t, self.dirty[s], s))
+    }
+
+    pub fn dirty_count(&self) -> usize {
+        self.tags.iter().zip(&self.dirty).filter(|(&t, &d)| t != INVALID && d).count()
+    }
+
+    /// Drops every line (a crash, for a volatile cache).
+    pub fn clear(&mut self) {
+        self.tags.fill(INVALID);
+        self.dirty.fill(false);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn tiny(ways: u32, sets: u64, r: Replacement) -> SetAssocCache {
+        let mut c = CacheConfig::new(sets * ways as u64 * 64 / 1024, ways, 1);
+        c.replacement = r;
+        // Sub-KiB sizes are not expressible in KiB, so build the tiny geometry directly.
+        let mut cache = SetAssocCache::new(&CacheConfig { size_kib: 1, ..c.clone() });
+        cache.sets = sets;
+        cache.set_mask = sets.is_power_of_two().then(|| sets - 1);
+        let n = (sets as usize) * ways as usize;
+        cache.tags = vec![INVALID; n];
+        cache.dirty = vec![false; n];
+        cache.stamp = vec![0; n];
+        cache
+    }
+
+    #[test]
+    fn geometry_of_table_i_llc() {
+        let c = CacheConfig::new(16 * 1024, 16, 32);
+        assert_eq!(c.lines(), 262_144);
+        assert_eq!(c.sets(), 16_384);
+        c.validate("llc").unwrap();
+    }
+
+    #[test]
+    fn cache_smaller_than_one_set_is_rejected_naming_the_field() {
+        let e = CacheConfig::new(1, 32, 1).validate("l1").unwrap_err(); // 16 lines < 32 ways
+        assert_eq!(e.field, "l1.size_kib");
+        let e = CacheConfig::new(64, 0, 1).validate("l2").unwrap_err();
+        assert_eq!(e.field, "l2.ways");
+        let e = CacheConfig::new(3, 5, 1).validate("llc").unwrap_err(); // 48 lines, 5 ways
+        assert_eq!(e.field, "llc.ways");
+    }
+
+    #[test]
+    fn lru_evicts_the_least_recently_used_way() {
+        let mut c = tiny(2, 1, Replacement::Lru);
+        assert!(c.lookup(1, false).is_none());
+        c.fill(1, false);
+        c.fill(2, true);
+        assert!(c.lookup(1, false).is_some()); // 1 is now most recent
+        let (_, v) = c.fill(3, false);
+        assert_eq!(v, Some(Victim { line: 2, dirty: true, slot: v.unwrap().slot }));
+        assert_eq!(c.stats.dirty_evictions, 1);
+        assert_eq!((c.stats.hits, c.stats.misses), (1, 1));
+    }
+
+    #[test]
+    fn fifo_ignores_hits_when_choosing_a_victim() {
+        let mut c = tiny(2, 1, Replacement::Fifo);
+        c.fill(1, false);
+        c.fill(2, false);
+        c.lookup(1, false);
+        let (_, v) = c.fill(3, false);
+        assert_eq!(v.unwrap().line, 1);
+    }
+
+    #[test]
+    fn lines_map_to_sets_by_low_bits() {
+        let mut c = tiny(1, 4, Replacement::Lru);
+        c.fill(0, false);
+        c.fill(1, false);
+        c.fill(2, false);
+        c.fill(3, false);
+        // 4 conflicts only with 0.
+        let (_, v) = c.fill(4, false);
+        assert_eq!(v.unwrap().line, 0);
+        assert!(c.probe(1).is_some());
+    }
+
+    #[test]
+    fn write_hit_sets_dirty_and_invalidate_reports_it() {
+        let mut c = tiny(4, 2, Replacement::Lru);
+        c.fill(8, false);
+        c.lookup(8, true);
+        assert_eq!(c.dirty_count(), 1);
+        assert_eq!(c.invalidate(8).map(|x| x.0), Some(true));
+        assert!(c.probe(8).is_none());
+        assert_eq!(c.invalidate(8), None);
+    }
+
+    #[test]
+    fn data_is_kept_per_slot_when_asked() {
+        let mut c = tiny(2, 1, Replacement::Lru).with_data();
+        let (s, _) = c.fill(5, true);
+        c.data_mut(s).unwrap()[0] = 0xAB;
+        assert_eq!(c.data(c.probe(5).unwrap()).unwrap()[0], 0xAB);
+    }
+
+    #[test]
+    fn random_replacement_is_deterministic() {
+        let run = || {
+            let mut c = tiny(4, 1, Replacement::Random);
+            (0..100u64).filter_map(|l| c.fill(l, false).1.map(|v| v.line)).collect::<Vec<_>>()
+        };
+        assert_eq!(run(), run());
+    }
+}

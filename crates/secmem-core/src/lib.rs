@@ -1,0 +1,25 @@
+//! secmem-core: the vocabulary every other secmem crate speaks.
+//!
+//! * [`time`] — `Cycle`, the one clock of the simulator (CPU cycles), and ns conversion.
+//! * [`addr`] — line/page arithmetic shared by caches, counters and media.
+//! * [`schema`] — the config-section macro: every field has a default and a description,
+//!   unknown keys are rejected, layers (defaults < preset < file < `-p`) merge field by field.
+//! * [`cache`] — a real set-associative cache with LRU and dirty bits (used for L1/L2/LLC and
+//!   for the counter/MAC/tree metadata caches).
+//! * [`counters`] — split counters (major + 64 minors per 4 KB page).
+//! * [`tree`] — Bonsai Merkle Tree geometry and the NVM region layout.
+//! * [`stats`] — latency histograms with percentiles; counters subtract for warm-up removal.
+//! * [`error`] — the typed configuration error that names the field.
+
+pub mod addr;
+pub mod cache;
+pub mod counters;
+pub mod error;
+pub mod schema;
+pub mod stats;
+pub mod time;
+pub mod tree;
+
+pub use addr::{LINE_BYTES, PAGE_BYTES, LINES_PER_PAGE};
+pub use error::ConfigError;
+pub use time::Cycle;

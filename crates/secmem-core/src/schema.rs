@@ -1,0 +1,299 @@
+//! Config schema: sections declared with [`config_section!`] carry a default and a description
+//! for every field. Configs are built in layers — built-in defaults, then a preset, then a user
+//! file, then `-p dotted.key=value` overrides — merged on the TOML tree, so that:
+//!
+//! * an unknown key in any layer is an error naming the full dotted path and the known keys;
+//! * a value of the wrong type is an error naming the field;
+//! * a field missing from a layer keeps the value of the layer below (never a silent default
+//!   of the wrong instance: L1 and LLC share `CacheConfig` but not its defaults).
+
+use crate::error::ConfigError;
+use serde::de::DeserializeOwned;
+use serde::Serialize;
+
+/// Documentation of one field of a section.
+#[derive(Clone, Debug)]
+pub struct FieldDoc {
+    pub name: &'static str,
+    pub description: &'static str,
+    /// Present when the field is itself a section (a TOML table).
+    pub children: Option<Vec<FieldDoc>>,
+}
+
+/// Implemented for every type that may appear as a config field. Sections return their field
+/// docs; scalars return `None`.
+pub trait DocNode {
+    fn children() -> Option<Vec<FieldDoc>> { None }
+}
+macro_rules! scalar_doc_node { ($($t:ty),*) => { $(impl DocNode for $t {})* } }
+scalar_doc_node!(u8, u16, u32, u64, usize, i32, i64, f32, f64, bool, String);
+impl<T> DocNode for Vec<T> {}
+
+/// A whole config tree: a section that can be loaded in layers.
+pub trait Section: Serialize + DeserializeOwned + Default + DocNode {
+    fn field_docs() -> Vec<FieldDoc> { Self::children().unwrap_or_default() }
+}
+
+/// Declares a config section. Syntax per field: `name: Type = default => "description";`.
+#[macro_export]
+macro_rules! config_section {
+    (
+        $(#[$meta:meta])*
+        pub struct $name:ident {
+            $( $field:ident : $ty:ty = $default:expr => $desc:literal ; )*
+        }
+    ) => {
+        $(#[$meta])*
+        #[derive(Clone, Debug, PartialEq, ::serde::Serialize, ::serde::Deserialize)]
+        #[serde(deny_unknown_fields)]
+        pub struct $name {
+            $( #[doc = $desc] pub $field : $ty, )*
+        }
+        impl ::core::default::Default for $name {
+            fn default() -> Self { $name { $( $field: $default, )* } }
+        }
+        impl $crate::schema::DocNode for $name {
+            fn children() -> Option<Vec<$crate::schema::FieldDoc>> {
+                Some(vec![ $( $crate::schema::FieldDoc {
+                    name: stringify!($field),
+                    description: $desc,
+                    children: <$ty as $crate::schema::DocNode>::children(),
+                }, )* ])
+            }
+        }
+        impl $crate::schema::Section for $name {}
+    };
+}
+
+/// Declares a closed enum used as a config value, spelled in kebab-case in files.
+/// Syntax: `pub enum Name { Variant => "spelling" : "description", ... }`.
+#[macro_export]
+macro_rules! config_enum {
+    (
+        $(#[$meta:meta])*
+        pub enum $name:ident { $( $variant:ident => $spelling:literal : $desc:literal ),* $(,)? }
+    ) => {
+        $(#[$meta])*
+        #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, ::serde::Serialize, ::serde::Deserialize)]
+        pub enum $name { $( #[serde(rename = $spelling)] #[doc = $desc] $variant, )* }
+        impl $name {
+            /// Every spelling accepted in config files, in declaration order.
+            pub const SPELLINGS: &'static [&'static str] = &[ $( $spelling ),* ];
+            pub fn as_str(self) -> &'static str { match self { $( $name::$variant => $spelling, )* } }
+        }
+        impl ::core::fmt::Display for $name {
+            fn fmt(&self, f: &mut ::core::fmt::Formatter<'_>) -> ::core::fmt::Result { f.write_str(self.as_str()) }
+        }
+        impl ::core::str::FromStr for $name {
+            type Err = String;
+            fn from_str(s: &str) -> Result<Self, String> {
+                match s { $( $spelling => Ok($name::$variant), )*
+                    _ => Err(format!("unknown value '{}'; known: {}", s, Self::SPELLINGS.join(", "))) }
+            }
+        }
+        impl $crate::schema::DocNode for $name {}
+    };
+}
+
+/// The fully-defaulted TOML tree of a section.
+pub fn default_tree<S: Section>() -> toml::Value {
+    toml::Value::try_from(S::default()).expect("config defaults always serialize to TOML")
+}
+
+fn kind(v: &toml::Value) -> &'static str {
+    match v {
+        toml::Value::String(_) => "a string",
+        toml::Value::Integer(_) => "an integer",
+        toml::Value::Float(_) => "a number",
+        toml::Value::Boolean(_) => "a boolean",
+        toml::Value::Datetime(_) => "a datetime",
+        toml::Value::Array(_) => "an array",
+        toml::Value::Table(_) => "a table",
+    }
+}
+
+fn join(prefix: &str, key: &str) -> String {
+    if prefix.is_empty() { key.to_string() } else { format!("{prefix}.{key}") }
+}
+
+/// Merges `layer` onto `base` key by key. Every key of `layer` must exist in `base`
+/// (base is always the complete default tree, so this is the unknown-key check).
+pub fn merge_layer(base: &mut toml::Value, layer: &toml::Value, prefix: &str) -> Result<(), ConfigError> {
+    let (toml::Value::Table(bt), toml::Value::Table(lt)) = (&mut *base, layer) else {
+        return Err(ConfigError::new(prefix, format!("expected a table, found {}", kind(layer))));
+    };
+    for (key, lv) in lt {
+        let path = join(prefix, key);
+        let Some(bv) = bt.get_mut(key) else {
+            let mut known: Vec<&str> = bt.keys().map(|s| s.as_str()).collect();
+            known.sort_unstable();
+            return Err(ConfigError::new(&path, format!("unknown key; known keys here: {}", known.join(", "))));
+        };
+        match (&mut *bv, lv) {
+            (toml::Value::Table(_), _) => merge_layer(bv, lv, &path)?,
+            // An integer where a number is expected is fine: `write_latency_ns = 500`.
+            (toml::Value::Float(_), toml::Value::Integer(i)) => *bv = toml::Value::Float(*i as f64),
+            (b, l) if std::mem::discriminant(b) == std::mem::discriminant(l) => *b = l.clone(),
+            (b, l) => {
+                return Err(ConfigError::new(&path, format!("expected {}, found {}", kind(b), kind(l))));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Parses one `dotted.key=value` override into a one-key layer. The value is read as a TOML
+/// value (`32768`, `true`, `1.5`, `"lru"`); a bare word that is not valid TOML is a string.
+pub fn parse_override(spec: &str) -> Result<toml::Value, ConfigError> {
+    let Some((key, raw)) = spec.split_once('=') else {
+        return Err(ConfigError::new("", format!("override '{spec}' is not of the form key=value")));
+    };
+    let key = key.trim();
+    if key.is_empty() || key.split('.').any(|p| p.is_empty()) {
+        return Err(ConfigError::new(key, format!("override '{spec}' has an empty key")));
+    }
+    let raw = raw.trim();
+    let value = match toml::from_str::<toml::Table>(&format!("v = {raw}")) {
+        Ok(mut t) => t.remove("v").expect("parsed table has key v"),
+        Err(_) => toml::Value::String(raw.to_string()),
+    };
+    let mut layer = value;
+    for part in key.rsplit('.') {
+        let mut t = toml::Table::new();
+        t.insert(part.to_string(), layer);
+        layer = toml::Value::Table(t);
+    }
+    Ok(layer)
+}
+
+/// Parses TOML text as a layer, naming `origin` (a file name or preset) in errors.
+pub fn parse_layer(text: &str, origin: &str) -> Result<toml::Value, ConfigError> {
+    text.parse::<toml::Table>()
+        .map(toml::Value::Table)
+        .map_err(|e| ConfigError::new("", format!("{origin}: invalid TOML: {e}")))
+}
+
+/// Turns a complete merged tree into the typed section, naming the field on any error.
+pub fn finish<S: Section>(tree: toml::Value) -> Result<S, ConfigError> {
+    serde_path_to_error::deserialize(tree).map_err(|e| {
+        let path = e.path().to_string();
+        ConfigError::new(if path == "." { String::new() } else { path }, e.inner().to_string())
+    })
+}
+
+/// Renders a config as TOML with every field preceded by its description, so a resolved config
+/// reads as its own documentation.
+pub fn render_commented<S: Section>(value: &S) -> String {
+    let tree = toml::Value::try_from(value).expect("config serializes");
+    let mut out = String::new();
+    render_table(&S::field_docs(), &tree, "", &mut out);
+    out
+}
+
+fn render_table(docs: &[FieldDoc], tree: &toml::Value, prefix: &str, out: &mut String) {
+    let toml::Value::Table(t) = tree else { return };
+    for d in docs.iter().filter(|d| d.children.is_none()) {
+        if let Some(v) = t.get(d.name) {
+            for line in d.description.lines() {
+                out.push_str("# ");
+                out.push_str(line);
+                out.push('\n');
+            }
+            out.push_str(&format!("{} = {}\n", d.name, v));
+        }
+    }
+    for d in docs.iter().filter(|d| d.children.is_some()) {
+        if let Some(v) = t.get(d.name) {
+            let path = join(prefix, d.name);
+            out.push_str(&format!("\n# {}\n[{}]\n", d.description, path));
+            render_table(d.children.as_ref().unwrap(), v, &path, out);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    config_enum! {
+        /// Test enum.
+        pub enum Policy { Lru => "lru": "least recently used", Random => "random": "random victim" }
+    }
+    config_section! {
+        /// Inner.
+        pub struct Inner {
+            size_kib: u64 = 64 => "Capacity in KiB";
+            policy: Policy = Policy::Lru => "Replacement policy";
+        }
+    }
+    config_section! {
+        /// Outer.
+        pub struct Outer {
+            freq_mhz: u64 = 4000 => "Core clock in MHz";
+            latency_ns: f64 = 1.5 => "A latency";
+            l1: Inner = Inner { size_kib: 32, policy: Policy::Lru } => "First level";
+            l2: Inner = Inner::default() => "Second level";
+        }
+    }
+
+    fn load(layers: &[&str]) -> Result<Outer, ConfigError> {
+        let mut tree = default_tree::<Outer>();
+        for l in layers {
+            merge_layer(&mut tree, &parse_layer(l, "test")?, "")?;
+        }
+        finish(tree)
+    }
+
+    #[test]
+    fn missing_fields_keep_the_instance_default_not_the_type_default() {
+        let c = load(&["[l1]\npolicy = \"random\""]).unwrap();
+        assert_eq!(c.l1.size_kib, 32);
+        assert_eq!(c.l1.policy, Policy::Random);
+        assert_eq!(c.l2.size_kib, 64);
+    }
+
+    #[test]
+    fn unknown_key_is_rejected_with_its_dotted_path() {
+        let e = load(&["[l1]\nsize_kb = 3"]).unwrap_err();
+        assert_eq!(e.field, "l1.size_kb");
+        assert!(e.message.contains("size_kib"), "{}", e.message);
+    }
+
+    #[test]
+    fn wrong_type_names_the_field() {
+        let e = load(&["freq_mhz = \"fast\""]).unwrap_err();
+        assert_eq!(e.field, "freq_mhz");
+    }
+
+    #[test]
+    fn unknown_enum_value_names_the_field() {
+        let e = load(&["[l2]\npolicy = \"fifo\""]).unwrap_err();
+        assert_eq!(e.field, "l2.policy");
+    }
+
+    #[test]
+    fn integer_is_accepted_for_a_float_field() {
+        assert_eq!(load(&["latency_ns = 3"]).unwrap().latency_ns, 3.0);
+    }
+
+    #[test]
+    fn dotted_override_sets_a_nested_field() {
+        let mut tree = default_tree::<Outer>();
+        merge_layer(&mut tree, &parse_override("l2.size_kib=32768").unwrap(), "").unwrap();
+        merge_layer(&mut tree, &parse_override("l2.policy=random").unwrap(), "").unwrap();
+        let c: Outer = finish(tree).unwrap();
+        assert_eq!(c.l2.size_kib, 32768);
+        assert_eq!(c.l2.policy, Policy::Random);
+        assert!(parse_override("novalue").is_err());
+        assert!(parse_override("a..b=1").is_err());
+    }
+
+    #[test]
+    fn rendered_config_has_descriptions_and_round_trips() {
+        let c = Outer::default();
+        let text = render_commented(&c);
+        assert!(text.contains("# Core clock in MHz\nfreq_mhz = 4000"));
+        assert!(text.contains("[l1]"));
+        assert_eq!(load(&[&text]).unwrap(), c);
+    }
+}

@@ -1,0 +1,114 @@
+//! secmem-media: the timing of memory devices behind one trait, [`MemoryPort`].
+//!
+//! The secure memory controller (secmem-schemes) never asks which device it talks to: it sends
+//! line-sized [`MemRequest`]s tagged with a [`TrafficClass`] and gets back the cycle at which each
+//! completes. Presets pick the device; adding an NVMe SSD later means a new file here, not a
+//! change in the controller (gem5's controller/media split).
+
+use secmem_core::Cycle;
+use serde::Serialize;
+
+pub mod pcm;
+
+/// What a request is for. Devices count traffic per class so that reports can split memory
+/// reads/writes into data, counter, MAC, tree and re-encryption traffic.
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Hash, Serialize)]
+#[repr(u8)]
+pub enum TrafficClass {
+    Data = 0,
+    Counter = 1,
+    Mac = 2,
+    Tree = 3,
+    /// Reads and writes done to re-encrypt a page after a minor-counter overflow.
+    Reencrypt = 4,
+    /// Design-specific regions (Horus vault, BMF roots, dedup tables, ...).
+    Design = 5,
+}
+
+impl TrafficClass {
+    pub const ALL: [TrafficClass; 6] = [
+        TrafficClass::Data,
+        TrafficClass::Counter,
+        TrafficClass::Mac,
+        TrafficClass::Tree,
+        TrafficClass::Reencrypt,
+        TrafficClass::Design,
+    ];
+    pub fn as_str(self) -> &'static str {
+        match self {
+            TrafficClass::Data => "data",
+            TrafficClass::Counter => "counter",
+            TrafficClass::Mac => "mac",
+            TrafficClass::Tree => "tree",
+            TrafficClass::Reencrypt => "reencrypt",
+            TrafficClass::Design => "design",
+        }
+    }
+}
+
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub enum AccessKind {
+    Read,
+    Write,
+}
+
+/// One line-sized (64 B) access to the device.
+#[derive(Copy, Clone, Debug)]
+pub struct MemRequest {
+    /// Device byte address, 64 B aligned, below `capacity_bytes()`.
+    pub addr: u64,
+    pub kind: AccessKind,
+    pub class: TrafficClass,
+    /// Cycle at which the controller hands the request to the device.
+    pub issue: Cycle,
+}
+
+/// Per-class read/write counts plus device-wide timing and energy figures.
+#[derive(Clone, Debug, Default, Serialize, PartialEq)]
+pub struct MediaStats {
+    /// Reads per traffic class, indexed by `TrafficClass as usize`.
+    pub reads_by_class: [u64; 6],
+    /// Writes per traffic class, indexed by `TrafficClass as usize`.
+    pub writes_by_class: [u64; 6],
+    /// Reads served from the write pending queue (read-after-write forwarding).
+    pub wpq_read_hits: u64,
+    /// Writes that found the write queue full and had to wait for a slot.
+    pub wpq_full_stalls: u64,
+    /// Total cycles requests spent waiting for a busy bank.
+    pub bank_conflict_cycles: u64,
+    /// Dynamic energy of array reads and writes, in nanojoules.
+    pub energy_nj: f64,
+}
+
+impl MediaStats {
+    pub fn reads(&self) -> u64 { self.reads_by_class.iter().sum() }
+    pub fn writes(&self) -> u64 { self.writes_by_class.iter().sum() }
+    /// `self - start`, for warm-up subtraction.
+    pub fn since(&self, start: &MediaStats) -> MediaStats {
+        let mut out = self.clone();
+        for i in 0..6 {
+            out.reads_by_class[i] -= start.reads_by_class[i];
+            out.writes_by_class[i] -= start.writes_by_class[i];
+        }
+        out.wpq_read_hits -= start.wpq_read_hits;
+        out.wpq_full_stalls -= start.wpq_full_stalls;
+        out.bank_conflict_cycles -= start.bank_conflict_cycles;
+        out.energy_nj -= start.energy_nj;
+        out
+    }
+}
+
+/// The one interface between a memory controller and a device.
+pub trait MemoryPort {
+    /// Performs one access. For a read, returns the cycle at which the data is back at the
+    /// controller. For a write, returns the cycle at which the write is *persistent*: accepted
+    /// into the write pending queue when that queue is in the persistence domain (ADR), or
+    /// written to the array otherwise. Requests must be issued in non-decreasing `issue` order
+    /// per caller thread of time; the device may reorder internally (reads before writes).
+    fn access(&mut self, req: MemRequest) -> Cycle;
+    /// Drains every pending write to the array; returns the cycle when the last one is done.
+    fn drain(&mut self, now: Cycle) -> Cycle;
+    /// Total addressable bytes.
+    fn capacity_bytes(&self) -> u64;
+    fn stats(&self) -> &MediaStats;
+}

@@ -1,0 +1,1 @@
+//! PCM DIMM timing: see the module docs (to be written).

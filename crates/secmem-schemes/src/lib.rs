@@ -1,0 +1,1 @@
+//! Secure memory controller and designs.
