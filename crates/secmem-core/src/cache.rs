@@ -19,14 +19,6 @@ config_enum! {
     }
 }
 
-config_enum! {
-    /// What a store does beyond this cache.
-    pub enum WritePolicy {
-        WriteBack => "write-back": "stores stay in the cache until the line is evicted",
-        WriteThrough => "write-through": "every store is also sent to the next level at once (strict persistency)"
-    }
-}
-
 config_section! {
     /// One cache: geometry, latency and policies.
     pub struct CacheConfig {
@@ -34,7 +26,6 @@ config_section! {
         ways: u32 = 8 => "Associativity (ways per set); ways * 64 B * sets = size";
         latency_cycles: u64 = 2 => "Hit latency in CPU cycles";
         replacement: Replacement = Replacement::Lru => "Replacement policy: lru, fifo or random";
-        write_policy: WritePolicy = WritePolicy::WriteBack => "write-back or write-through";
     }
 }
 

@@ -1,1 +1,15 @@
-//! Secure memory controller and designs.
+//! secmem-schemes: the secure memory controller every design shares, and the designs.
+//!
+//! * [`controller`] — counters, MACs, Bonsai Merkle Tree, metadata caches, lazy/eager update,
+//!   re-encryption on overflow; the baseline read/write paths.
+//! * [`design`] — the [`Design`](design::Design) trait (hooks with baseline defaults) and the
+//!   closed list of designs.
+//! * [`config`] — the config sections the controller reads.
+
+pub mod config;
+pub mod controller;
+pub mod design;
+pub mod testing;
+
+pub use controller::{McStats, SecureMc};
+pub use design::{Design, PageCommand};

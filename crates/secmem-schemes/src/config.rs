@@ -1,0 +1,80 @@
+//! Config sections the secure memory controller reads (two-phase: read, then `validate`).
+
+use secmem_core::cache::CacheConfig;
+use secmem_core::error::{ensure, ConfigError};
+use secmem_core::{config_enum, config_section};
+
+config_enum! {
+    /// When integrity-tree updates propagate (Horus section II-C).
+    pub enum TreeUpdate {
+        Lazy => "lazy": "a node's parent is updated only when the node is evicted from the metadata cache",
+        Eager => "eager": "every counter update recomputes the whole path up to the on-chip root"
+    }
+}
+
+config_enum! {
+    /// When security metadata reaches NVM.
+    pub enum MetadataPersistence {
+        WriteBack => "write-back": "metadata is written to NVM only when evicted from its cache (recovery-oblivious)",
+        Strict => "strict": "every counter, MAC and tree-node update is written through to NVM before the data write completes (recoverable, with eager update)"
+    }
+}
+
+config_section! {
+    /// Secure memory: encryption, authentication and their costs.
+    pub struct SecurityConfig {
+        enabled: bool = true => "Secure memory on (counter-mode encryption, per-line MACs, Bonsai Merkle Tree); false runs the same controller path with no security work, for comparison";
+        minor_counter_bits: u32 = 7 => "Bits per minor counter in a split counter block (64 minors + 64-bit major per 4 KB page; 7 fills 64 B exactly)";
+        mac_bits: u32 = 64 => "Width of each per-line MAC in bits (8 per 64 B MAC block at 64 bits)";
+        aes_latency_cycles: u64 = 40 => "Latency of one AES pad generation, CPU cycles (Horus Table I: 40)";
+        mac_latency_cycles: u64 = 160 => "Latency of one MAC computation over a data line, CPU cycles (Horus Table I single hash: 160)";
+        hash_latency_cycles: u64 = 160 => "Latency of one integrity-tree node hash, CPU cycles (Horus Table I: 160)";
+        verify_on_critical_path: bool = false => "Reads wait for MAC and tree verification; false overlaps verification with data use (speculative, as in BMF and Horus)";
+        metadata_persistence: MetadataPersistence = MetadataPersistence::WriteBack => "write-back (recovery-oblivious) or strict (write-through metadata, recoverable)";
+    }
+}
+
+config_section! {
+    /// The Bonsai Merkle Tree over counter blocks.
+    pub struct TreeConfig {
+        arity: u64 = 8 => "Children per tree node (8 x 64-bit hashes fill a 64 B node); height is derived from capacity";
+        update: TreeUpdate = TreeUpdate::Lazy => "lazy or eager tree update (Horus II-C)";
+    }
+}
+
+config_section! {
+    /// The memory controller's metadata caches (separate, as in Horus and BMF).
+    pub struct MetadataCachesConfig {
+        counter: CacheConfig = CacheConfig::new(256, 8, 2) => "Counter-block cache (Horus Table I: 256 kB, 8-way)";
+        mac: CacheConfig = CacheConfig::new(512, 8, 2) => "MAC-block cache (Horus Table I: 512 kB, 8-way)";
+        tree: CacheConfig = CacheConfig::new(256, 8, 2) => "Merkle-tree node cache (Horus Table I: 256 kB, 8-way)";
+    }
+}
+
+impl SecurityConfig {
+    pub fn validate(&self, path: &str) -> Result<(), ConfigError> {
+        ensure((1..=8).contains(&self.minor_counter_bits), &format!("{path}.minor_counter_bits"), || {
+            format!("must be 1..=8 (a 0-bit counter cannot count), got {}", self.minor_counter_bits)
+        })?;
+        ensure(matches!(self.mac_bits, 8 | 16 | 32 | 64), &format!("{path}.mac_bits"), || {
+            format!("must be 8, 16, 32 or 64, got {}", self.mac_bits)
+        })?;
+        Ok(())
+    }
+}
+
+impl TreeConfig {
+    pub fn validate(&self, path: &str) -> Result<(), ConfigError> {
+        ensure((2..=64).contains(&self.arity), &format!("{path}.arity"), || {
+            format!("must be 2..=64 (arity 0 or 1 gives no tree; 64 x 8 B hashes fill a node), got {}", self.arity)
+        })
+    }
+}
+
+impl MetadataCachesConfig {
+    pub fn validate(&self, path: &str) -> Result<(), ConfigError> {
+        self.counter.validate(&format!("{path}.counter"))?;
+        self.mac.validate(&format!("{path}.mac"))?;
+        self.tree.validate(&format!("{path}.tree"))
+    }
+}
