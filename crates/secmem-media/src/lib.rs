@@ -74,8 +74,18 @@ pub struct MediaStats {
     pub wpq_read_hits: u64,
     /// Writes that found the write queue full and had to wait for a slot.
     pub wpq_full_stalls: u64,
+    /// Writes merged into a write already pending in the write queue for the same line; they
+    /// are counted in `writes_by_class` but never reach the array.
+    pub wpq_coalesced: u64,
+    /// Reads that found the read queue full and waited for an in-flight read to complete.
+    pub read_queue_full_stalls: u64,
     /// Total cycles requests spent waiting for a busy bank.
     pub bank_conflict_cycles: u64,
+    /// Reads performed on the array (reads minus those forwarded from the write queue).
+    pub array_reads: u64,
+    /// Writes performed on the array (issued to a bank; excludes coalesced writes and writes
+    /// still waiting in the write queue).
+    pub array_writes: u64,
     /// Dynamic energy of array reads and writes, in nanojoules.
     pub energy_nj: f64,
 }
@@ -92,7 +102,11 @@ impl MediaStats {
         }
         out.wpq_read_hits -= start.wpq_read_hits;
         out.wpq_full_stalls -= start.wpq_full_stalls;
+        out.wpq_coalesced -= start.wpq_coalesced;
+        out.read_queue_full_stalls -= start.read_queue_full_stalls;
         out.bank_conflict_cycles -= start.bank_conflict_cycles;
+        out.array_reads -= start.array_reads;
+        out.array_writes -= start.array_writes;
         out.energy_nj -= start.energy_nj;
         out
     }

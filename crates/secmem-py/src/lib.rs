@@ -1,1 +1,174 @@
-//! Python bindings (to come).
+//! Python bindings: thin wrappers that pass JSON text across the boundary, so the Rust core
+//! stays free of Python and the Python side stays free of Rust types. Every engine error
+//! becomes a `ValueError` carrying the engine's message (which names the field, file, line or
+//! record).
+
+use pyo3::exceptions::PyValueError;
+use pyo3::prelude::*;
+use secmem_sim::config::Config;
+use secmem_sim::run::TraceInput;
+use std::path::{Path, PathBuf};
+
+fn err<E: std::fmt::Display>(e: E) -> PyErr { PyValueError::new_err(e.to_string()) }
+
+fn load(preset: Option<&str>, config: Option<&str>, overrides: Vec<String>) -> PyResult<Config> {
+    Config::load(preset, config.map(Path::new), &overrides).map_err(err)
+}
+
+/// `[{"name", "source"}]` for every preset.
+#[pyfunction]
+fn presets() -> String {
+    let v: Vec<_> = secmem_sim::presets::PRESETS
+        .iter()
+        .map(|p| serde_json::json!({"name": p.name, "source": p.source}))
+        .collect();
+    serde_json::to_string(&v).unwrap()
+}
+
+/// The resolved config as commented TOML.
+#[pyfunction]
+#[pyo3(signature = (preset=None, config=None, overrides=vec![]))]
+fn config_toml(preset: Option<&str>, config: Option<&str>, overrides: Vec<String>) -> PyResult<String> {
+    Ok(load(preset, config, overrides)?.to_commented_toml())
+}
+
+/// The resolved config as JSON.
+#[pyfunction]
+#[pyo3(signature = (preset=None, config=None, overrides=vec![]))]
+fn config_json(preset: Option<&str>, config: Option<&str>, overrides: Vec<String>) -> PyResult<String> {
+    Ok(load(preset, config, overrides)?.to_json().to_string())
+}
+
+/// Runs a simulation; returns the report as JSON. Writes `out/report.json` and
+/// `out/config.toml` when `out` is given. The GIL is released while simulating.
+#[pyfunction]
+#[pyo3(signature = (preset=None, config=None, overrides=vec![], trace=None, out=None))]
+fn run(
+    py: Python<'_>,
+    preset: Option<&str>,
+    config: Option<&str>,
+    overrides: Vec<String>,
+    trace: Option<String>,
+    out: Option<String>,
+) -> PyResult<String> {
+    let cfg = load(preset, config, overrides)?;
+    let input = trace.map_or(TraceInput::Workload, |t| TraceInput::File(PathBuf::from(t)));
+    let report = py
+        .allow_threads(|| match &out {
+            Some(dir) => secmem_sim::run_to_dir(&cfg, &input, Path::new(dir)),
+            None => secmem_sim::run(&cfg, &input),
+        })
+        .map_err(err)?;
+    Ok(report.to_string())
+}
+
+/// Writes a synthetic trace; returns the number of records.
+#[pyfunction]
+#[pyo3(signature = (pattern, requests, footprint_bytes, read_ratio, seed, out, format="binary", stride_bytes=4096, zipf_theta=0.99, inst_gap=10))]
+#[allow(clippy::too_many_arguments)]
+fn trace_gen(
+    py: Python<'_>,
+    pattern: &str,
+    requests: u64,
+    footprint_bytes: u64,
+    read_ratio: f64,
+    seed: u64,
+    out: &str,
+    format: &str,
+    stride_bytes: u64,
+    zipf_theta: f64,
+    inst_gap: u32,
+) -> PyResult<u64> {
+    let spec = secmem_trace::generate::GenSpec {
+        pattern: pattern.parse().map_err(err)?,
+        requests,
+        footprint_bytes,
+        read_ratio,
+        seed,
+        stride_bytes,
+        zipf_theta,
+        inst_gap,
+        base_addr: 0,
+    };
+    let format: secmem_trace::Format = format.parse().map_err(err)?;
+    let gen = secmem_trace::generate::Generator::new(&spec).map_err(err)?;
+    py.allow_threads(|| secmem_trace::write(Path::new(out), format, gen)).map_err(err)
+}
+
+/// Converts a trace between formats (input format detected unless given); returns records.
+#[pyfunction]
+#[pyo3(signature = (input, output, out_format="binary", in_format=None))]
+fn trace_convert(py: Python<'_>, input: &str, output: &str, out_format: &str, in_format: Option<&str>) -> PyResult<u64> {
+    let out_format: secmem_trace::Format = out_format.parse().map_err(err)?;
+    let reader = match in_format {
+        Some(f) => secmem_trace::open_as(Path::new(input), f.parse().map_err(err)?),
+        None => secmem_trace::open(Path::new(input)),
+    }
+    .map_err(err)?;
+    py.allow_threads(|| {
+        // Stop at the first bad record, naming it, rather than writing a partial trace silently.
+        let mut first_err = None;
+        let records = reader.map_while(|r| match r {
+            Ok(rec) => Some(rec),
+            Err(e) => {
+                first_err = Some(e);
+                None
+            }
+        });
+        let n = secmem_trace::write(Path::new(output), out_format, records)?;
+        match first_err {
+            Some(e) => Err(e),
+            None => Ok(n),
+        }
+    })
+    .map_err(err)
+}
+
+/// Summary of a trace as JSON.
+#[pyfunction]
+#[pyo3(signature = (path, format=None))]
+fn trace_info(py: Python<'_>, path: &str, format: Option<&str>) -> PyResult<String> {
+    let reader = match format {
+        Some(f) => secmem_trace::open_as(Path::new(path), f.parse().map_err(err)?),
+        None => secmem_trace::open(Path::new(path)),
+    }
+    .map_err(err)?;
+    let info = py.allow_threads(|| secmem_trace::info(reader)).map_err(err)?;
+    Ok(info.to_json())
+}
+
+/// `[{"name", "description"}]` of the bench scenarios.
+#[pyfunction]
+fn bench_scenarios() -> String {
+    let v: Vec<_> = secmem_sim::bench::SCENARIOS
+        .iter()
+        .map(|s| serde_json::json!({"name": s.name, "description": s.description}))
+        .collect();
+    serde_json::to_string(&v).unwrap()
+}
+
+/// Runs one bench scenario in this process; JSON {requests_per_s, peak_rss_bytes, ...}.
+#[pyfunction]
+#[pyo3(signature = (name, scale=1.0))]
+fn bench_run(py: Python<'_>, name: &str, scale: f64) -> PyResult<String> {
+    let r = py.allow_threads(|| secmem_sim::bench::run_scenario(name, scale)).map_err(err)?;
+    Ok(serde_json::to_string(&r).unwrap())
+}
+
+#[pyfunction]
+fn version() -> &'static str { env!("CARGO_PKG_VERSION") }
+
+#[pymodule]
+fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add_function(wrap_pyfunction!(presets, m)?)?;
+    m.add_function(wrap_pyfunction!(config_toml, m)?)?;
+    m.add_function(wrap_pyfunction!(config_json, m)?)?;
+    m.add_function(wrap_pyfunction!(run, m)?)?;
+    m.add_function(wrap_pyfunction!(trace_gen, m)?)?;
+    m.add_function(wrap_pyfunction!(trace_convert, m)?)?;
+    m.add_function(wrap_pyfunction!(trace_info, m)?)?;
+    m.add_function(wrap_pyfunction!(bench_scenarios, m)?)?;
+    m.add_function(wrap_pyfunction!(bench_run, m)?)?;
+    m.add_function(wrap_pyfunction!(version, m)?)?;
+    Ok(())
+}

@@ -1,1 +1,16 @@
-//! Engine.
+//! secmem-sim: the engine and everything around a run.
+//!
+//! Reading order: [`config`] (what can be set) -> [`hierarchy`] (L1/L2/LLC) -> [`engine`]
+//! (core model, drives a design on the secure controller) -> [`run`] (trace in, report out)
+//! -> [`report`] -> [`bench`].
+
+pub mod bench;
+pub mod config;
+pub mod engine;
+pub mod hierarchy;
+pub mod presets;
+pub mod report;
+pub mod run;
+
+pub use config::Config;
+pub use run::{run, run_to_dir, SimError, TraceInput};

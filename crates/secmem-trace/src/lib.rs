@@ -1,6 +1,36 @@
 //! secmem-trace: what a workload says to the memory system.
 //!
-//! A trace is a stream of [`Record`]s. Formats are documented in `docs/trace-format.md`.
+//! A trace is a stream of [`Record`]s. Formats are documented in `docs/trace-format.md`:
+//!
+//! * [`binary`]: the versioned secmem binary format (fast, compact, optional data payloads);
+//! * [`text`]: the secmem text form (human-readable, same information);
+//! * [`foreign`]: readers for Ramulator, DRAMSim3 and valgrind lackey traces;
+//! * [`generate`]: seeded synthetic workloads (sequential, random, stride, zipf).
+//!
+//! [`open`] auto-detects a file's format, [`open_as`] takes it explicitly, [`write`] writes
+//! binary or text, and [`info`] summarises a trace. Every error is a [`TraceError`] naming the
+//! file and the line or byte offset.
+
+pub mod binary;
+pub mod error;
+pub mod foreign;
+pub mod generate;
+mod lines;
+pub mod text;
+
+use std::collections::HashSet;
+use std::fmt;
+use std::fs::File;
+use std::hash::{BuildHasherDefault, Hasher};
+use std::io::{Cursor, Read};
+use std::path::Path;
+use std::str::FromStr;
+
+pub use binary::{BinaryHeader, BinaryReader, BinaryWriter};
+pub use error::{ErrorKind, Position, TraceError};
+pub use foreign::{Dramsim3Reader, LackeyReader, RamulatorReader};
+pub use generate::{GenSpec, Generator, Pattern};
+pub use text::{TextReader, TextWriter};
 
 /// The operation of one trace record.
 #[derive(Copy, Clone, Debug, PartialEq, Eq, Hash)]
@@ -16,9 +46,19 @@ pub enum Op {
     Flush = 3,
 }
 
+impl Op {
+    /// All ops, in code order.
+    pub const ALL: [Op; 4] = [Op::Read, Op::Write, Op::Fence, Op::Flush];
+
+    /// The op with binary code `code` (0=Read, 1=Write, 2=Fence, 3=Flush).
+    pub fn from_code(code: u8) -> Option<Op> {
+        Op::ALL.get(code as usize).copied()
+    }
+}
+
 /// One trace record. `inst_gap` is the number of non-memory instructions retired since the
 /// previous record (the core model turns it into cycles).
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct Record {
     pub op: Op,
     pub addr: u64,
@@ -34,5 +74,646 @@ impl Record {
     }
     pub fn write(addr: u64, inst_gap: u32) -> Record {
         Record { op: Op::Write, addr, size_bytes: 64, inst_gap, data: None }
+    }
+    /// A 64 B write carrying the line content after the write.
+    pub fn write_data(addr: u64, inst_gap: u32, data: [u8; 64]) -> Record {
+        Record { op: Op::Write, addr, size_bytes: 64, inst_gap, data: Some(data) }
+    }
+    /// A persist barrier (`addr` 0, `size_bytes` 0 by convention).
+    pub fn fence(inst_gap: u32) -> Record {
+        Record { op: Op::Fence, addr: 0, size_bytes: 0, inst_gap, data: None }
+    }
+    /// A write-back of the 64 B line holding `addr`.
+    pub fn flush(addr: u64, inst_gap: u32) -> Record {
+        Record { op: Op::Flush, addr, size_bytes: 64, inst_gap, data: None }
+    }
+}
+
+/// A boxed stream of records, as returned by [`open`] and [`open_as`].
+pub type RecordIter = Box<dyn Iterator<Item = Result<Record, TraceError>>>;
+
+/// A trace file format.
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Hash)]
+pub enum Format {
+    Binary,
+    Text,
+    Ramulator,
+    Dramsim3,
+    Lackey,
+}
+
+impl Format {
+    pub const ALL: [Format; 5] = [Format::Binary, Format::Text, Format::Ramulator, Format::Dramsim3, Format::Lackey];
+
+    /// The lower-case name accepted by `FromStr`.
+    pub fn name(self) -> &'static str {
+        match self {
+            Format::Binary => "binary",
+            Format::Text => "text",
+            Format::Ramulator => "ramulator",
+            Format::Dramsim3 => "dramsim3",
+            Format::Lackey => "lackey",
+        }
+    }
+
+    /// Whether [`write`] can produce this format.
+    pub fn is_writable(self) -> bool {
+        matches!(self, Format::Binary | Format::Text)
+    }
+}
+
+impl fmt::Display for Format {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl FromStr for Format {
+    type Err = String;
+    /// Accepts the names of [`Format::name`] in any case, plus `bin`, `txt` and `dramsim`.
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s.trim().to_ascii_lowercase().as_str() {
+            "binary" | "bin" => Ok(Format::Binary),
+            "text" | "txt" => Ok(Format::Text),
+            "ramulator" => Ok(Format::Ramulator),
+            "dramsim3" | "dramsim" => Ok(Format::Dramsim3),
+            "lackey" => Ok(Format::Lackey),
+            _ => Err(format!(
+                "unknown trace format '{s}' (expected one of: binary, text, ramulator, dramsim3, lackey)"
+            )),
+        }
+    }
+}
+
+/// How many leading bytes [`detect`] looks at.
+const SNIFF_BYTES: usize = 64 * 1024;
+/// How many significant lines the sniffer may look at.
+const SNIFF_LINES: usize = 64;
+
+fn path_name(path: &Path) -> String {
+    path.display().to_string()
+}
+
+/// Guesses the format from the first bytes of a trace; `None` when no format fits.
+///
+/// Binary: starts with the magic. Text: first line starts with `# secmem-trace`. Otherwise
+/// the first significant line (skipping blank lines, `#` comments and valgrind `==` lines)
+/// decides: `<I|L|S|M> <hex>,<size>` is lackey, `<addr> <READ|WRITE|P_MEM_*|P_FETCH> <cycle>`
+/// is DRAMSim3, `<addr> <R|W>` or 2-3 numbers is Ramulator. A file with only `==` lines is
+/// lackey output without accesses.
+pub fn detect_bytes(head: &[u8]) -> Option<Format> {
+    if head.starts_with(&binary::MAGIC[..7]) {
+        return Some(Format::Binary);
+    }
+    if head.starts_with(text::HEADER_PREFIX.as_bytes()) {
+        return Some(Format::Text);
+    }
+    let mut saw_valgrind = false;
+    // The last piece may be a line cut off by the sniff limit; skip it unless it is all there is.
+    let pieces: Vec<&[u8]> = head.split(|&b| b == b'\n').collect();
+    let complete = if head.len() >= SNIFF_BYTES && pieces.len() > 1 { pieces.len() - 1 } else { pieces.len() };
+    for raw in pieces.into_iter().take(complete).filter(|l| !l.is_empty()).take(SNIFF_LINES) {
+        let Ok(line) = std::str::from_utf8(raw) else { return None };
+        let t = line.trim();
+        if t.is_empty() || t.starts_with('#') {
+            continue;
+        }
+        if t.starts_with("==") {
+            saw_valgrind = true;
+            continue;
+        }
+        return classify_line(t);
+    }
+    saw_valgrind.then_some(Format::Lackey)
+}
+
+fn classify_line(t: &str) -> Option<Format> {
+    let toks: Vec<&str> = t.split_ascii_whitespace().take(4).collect();
+    let is_num = |s: &str| lines::parse_u64_auto(s).is_some();
+    match toks.as_slice() {
+        [op, arg] if matches!(*op, "I" | "L" | "S" | "M") && arg.contains(',') => Some(Format::Lackey),
+        [_, op, cyc]
+            if ["READ", "WRITE", "P_MEM_RD", "P_MEM_WR", "P_FETCH"].iter().any(|k| op.eq_ignore_ascii_case(k))
+                && lines::parse_dec(cyc).is_some() =>
+        {
+            Some(Format::Dramsim3)
+        }
+        [_, "R" | "W"] => Some(Format::Ramulator),
+        [a, b] if lines::parse_dec(a).is_some() && is_num(b) => Some(Format::Ramulator),
+        [a, b, c] if lines::parse_dec(a).is_some() && is_num(b) && is_num(c) => Some(Format::Ramulator),
+        _ => None,
+    }
+}
+
+/// Reads up to `SNIFF_BYTES` from `r` (fewer only at EOF).
+fn read_head(r: &mut impl Read, name: &str) -> Result<Vec<u8>, TraceError> {
+    let mut head = Vec::with_capacity(SNIFF_BYTES);
+    r.by_ref()
+        .take(SNIFF_BYTES as u64)
+        .read_to_end(&mut head)
+        .map_err(|e| TraceError::io(name, Position::File, e))?;
+    Ok(head)
+}
+
+fn open_file(path: &Path) -> Result<File, TraceError> {
+    File::open(path).map_err(|e| TraceError::io(path_name(path), Position::File, e))
+}
+
+/// Detects the format of the trace at `path` (see [`detect_bytes`]).
+pub fn detect(path: &Path) -> Result<Format, TraceError> {
+    let name = path_name(path);
+    let head = read_head(&mut open_file(path)?, &name)?;
+    detect_head(&head, &name)
+}
+
+fn detect_head(head: &[u8], name: &str) -> Result<Format, TraceError> {
+    if head.is_empty() {
+        return Err(TraceError::whole_file(
+            name,
+            ErrorKind::Format,
+            "empty file: cannot detect the trace format (give it explicitly)",
+        ));
+    }
+    detect_bytes(head).ok_or_else(|| {
+        TraceError::whole_file(
+            name,
+            ErrorKind::Format,
+            "cannot detect the trace format (expected a secmem binary or text trace, or a \
+             Ramulator, DRAMSim3 or lackey trace; give the format explicitly)",
+        )
+    })
+}
+
+/// Opens a trace, detecting its format (see [`detect_bytes`]).
+pub fn open(path: &Path) -> Result<Box<dyn Iterator<Item = Result<Record, TraceError>>>, TraceError> {
+    let name = path_name(path);
+    let mut f = open_file(path)?;
+    let head = read_head(&mut f, &name)?;
+    let format = detect_head(&head, &name)?;
+    reader_for(Cursor::new(head).chain(f), name, format)
+}
+
+/// Opens a trace in the given format.
+pub fn open_as(
+    path: &Path,
+    format: Format,
+) -> Result<Box<dyn Iterator<Item = Result<Record, TraceError>>>, TraceError> {
+    reader_for(open_file(path)?, path_name(path), format)
+}
+
+/// A boxed reader of `format` over any byte source; errors name `name`.
+pub fn reader_for<R: Read + 'static>(inner: R, name: String, format: Format) -> Result<RecordIter, TraceError> {
+    Ok(match format {
+        Format::Binary => Box::new(BinaryReader::with_name(inner, name)?),
+        Format::Text => Box::new(TextReader::with_name(inner, name)?),
+        Format::Ramulator => Box::new(RamulatorReader::with_name(inner, name)),
+        Format::Dramsim3 => Box::new(Dramsim3Reader::with_name(inner, name)),
+        Format::Lackey => Box::new(LackeyReader::with_name(inner, name)),
+    })
+}
+
+/// Writes `records` to `path` in `format` (binary or text); returns the record count.
+pub fn write(path: &Path, format: Format, records: impl IntoIterator<Item = Record>) -> Result<u64, TraceError> {
+    write_results(path, format, records.into_iter().map(Ok))
+}
+
+/// Like [`write`], but stops at (and returns) the first error of the input; the output file
+/// then holds the records before it.
+pub fn write_results(
+    path: &Path,
+    format: Format,
+    records: impl IntoIterator<Item = Result<Record, TraceError>>,
+) -> Result<u64, TraceError> {
+    let name = path_name(path);
+    if !format.is_writable() {
+        return Err(TraceError::whole_file(
+            name,
+            ErrorKind::Format,
+            format!("cannot write {format} traces (writable formats: binary, text)"),
+        ));
+    }
+    let f = File::create(path).map_err(|e| TraceError::io(name.clone(), Position::File, e))?;
+    if format == Format::Binary {
+        let mut w = BinaryWriter::with_options(f, name, true)?;
+        for r in records {
+            w.write(&r?)?;
+        }
+        let n = w.records_written();
+        w.finish()?;
+        Ok(n)
+    } else {
+        let mut w = TextWriter::with_name(f, name)?;
+        let mut n = 0u64;
+        for r in records {
+            w.write(&r?)?;
+            n += 1;
+        }
+        w.finish()?;
+        Ok(n)
+    }
+}
+
+/// Converts a trace (format detected when `from` is `None`) into `to` (binary or text);
+/// returns the record count.
+pub fn convert(input: &Path, from: Option<Format>, output: &Path, to: Format) -> Result<u64, TraceError> {
+    let reader = match from {
+        Some(f) => open_as(input, f)?,
+        None => open(input)?,
+    };
+    write_results(output, to, reader)
+}
+
+/// Most distinct lines [`info`] tracks (about 1 GiB of hash set); beyond it, counting stops.
+pub const DISTINCT_LINE_CAP: u64 = 50_000_000;
+
+/// Summary statistics of a trace.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct TraceInfo {
+    pub records: u64,
+    pub reads: u64,
+    pub writes: u64,
+    pub fences: u64,
+    pub flushes: u64,
+    pub records_with_data: u64,
+    /// Distinct 64 B lines touched by reads, writes and flushes (a record spanning several
+    /// lines touches all of them). At most [`DISTINCT_LINE_CAP`].
+    pub distinct_lines: u64,
+    /// Whether `distinct_lines` stopped counting at the cap (the true value is larger).
+    pub distinct_lines_capped: bool,
+    /// Lowest / highest `addr` of reads, writes and flushes (`None` without any).
+    pub min_addr: Option<u64>,
+    pub max_addr: Option<u64>,
+    /// `sum(inst_gap) + records` (every record is one instruction).
+    pub total_instructions: u64,
+    /// `distinct_lines * 64`.
+    pub footprint_bytes: u64,
+}
+
+impl TraceInfo {
+    /// A JSON object with the fields above (`min_addr`/`max_addr` are `null` when absent).
+    pub fn to_json(&self) -> String {
+        let opt = |v: Option<u64>| v.map_or_else(|| "null".to_string(), |x| x.to_string());
+        format!(
+            "{{\"records\":{},\"reads\":{},\"writes\":{},\"fences\":{},\"flushes\":{},\
+             \"records_with_data\":{},\"distinct_lines\":{},\"distinct_lines_capped\":{},\
+             \"min_addr\":{},\"max_addr\":{},\"total_instructions\":{},\"footprint_bytes\":{}}}",
+            self.records,
+            self.reads,
+            self.writes,
+            self.fences,
+            self.flushes,
+            self.records_with_data,
+            self.distinct_lines,
+            self.distinct_lines_capped,
+            opt(self.min_addr),
+            opt(self.max_addr),
+            self.total_instructions,
+            self.footprint_bytes
+        )
+    }
+}
+
+/// A fast hasher for line numbers (a multiply-xorshift mix; not for untrusted-key DoS
+/// resistance, which a trace summary does not need).
+#[derive(Default)]
+struct LineHasher(u64);
+
+impl Hasher for LineHasher {
+    fn finish(&self) -> u64 {
+        let mut x = self.0;
+        x ^= x >> 33;
+        x = x.wrapping_mul(0xff51_afd7_ed55_8ccd);
+        x ^= x >> 33;
+        x = x.wrapping_mul(0xc4ce_b9fe_1a85_ec53);
+        x ^ (x >> 33)
+    }
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.0 = (self.0 ^ b as u64).wrapping_mul(0x100_0000_01b3);
+        }
+    }
+    fn write_u64(&mut self, n: u64) {
+        self.0 = n;
+    }
+}
+
+/// Summarises a trace, stopping at its first error.
+pub fn info<I>(records: I) -> Result<TraceInfo, TraceError>
+where
+    I: IntoIterator<Item = Result<Record, TraceError>>,
+{
+    info_capped(records, DISTINCT_LINE_CAP)
+}
+
+fn info_capped<I>(records: I, cap: u64) -> Result<TraceInfo, TraceError>
+where
+    I: IntoIterator<Item = Result<Record, TraceError>>,
+{
+    let mut t = TraceInfo::default();
+    let mut lines: HashSet<u64, BuildHasherDefault<LineHasher>> = HashSet::default();
+    for r in records {
+        let r = r?;
+        t.records += 1;
+        t.total_instructions = t.total_instructions.saturating_add(r.inst_gap as u64 + 1);
+        if r.data.is_some() {
+            t.records_with_data += 1;
+        }
+        match r.op {
+            Op::Read => t.reads += 1,
+            Op::Write => t.writes += 1,
+            Op::Fence => {
+                t.fences += 1;
+                continue;
+            }
+            Op::Flush => t.flushes += 1,
+        }
+        t.min_addr = Some(t.min_addr.map_or(r.addr, |m| m.min(r.addr)));
+        t.max_addr = Some(t.max_addr.map_or(r.addr, |m| m.max(r.addr)));
+        let first = r.addr / 64;
+        let last = r.addr.saturating_add((r.size_bytes as u64).max(1) - 1) / 64;
+        for line in first..=last {
+            if (lines.len() as u64) < cap {
+                lines.insert(line);
+            } else if !lines.contains(&line) {
+                t.distinct_lines_capped = true;
+            }
+        }
+    }
+    t.distinct_lines = lines.len() as u64;
+    t.footprint_bytes = t.distinct_lines * 64;
+    Ok(t)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+    use std::path::PathBuf;
+    use std::sync::atomic::{AtomicU32, Ordering};
+
+    /// A fresh path in the temp dir, removed on drop.
+    struct TempPath(PathBuf);
+    impl TempPath {
+        fn new(ext: &str) -> TempPath {
+            static N: AtomicU32 = AtomicU32::new(0);
+            let n = N.fetch_add(1, Ordering::Relaxed);
+            TempPath(std::env::temp_dir().join(format!("secmem-trace-test-{}-{n}.{ext}", std::process::id())))
+        }
+        fn with(ext: &str, content: &[u8]) -> TempPath {
+            let p = TempPath::new(ext);
+            std::fs::write(&p.0, content).unwrap();
+            p
+        }
+    }
+    impl Drop for TempPath {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_file(&self.0);
+        }
+    }
+
+    fn sample() -> Vec<Record> {
+        vec![
+            Record::read(0x1000, 3),
+            Record::write_data(0x1040, 0, [0x5a; 64]),
+            Record::fence(2),
+            Record::flush(0x1040, 0),
+            Record::write(0x1000, 1),
+        ]
+    }
+
+    fn collect(it: RecordIter) -> Vec<Record> {
+        it.map(|r| r.unwrap()).collect()
+    }
+
+    #[test]
+    fn write_then_open_round_trips_binary_and_text_with_detection() {
+        for (format, ext) in [(Format::Binary, "bin"), (Format::Text, "txt")] {
+            let p = TempPath::new(ext);
+            assert_eq!(write(&p.0, format, sample()).unwrap(), 5);
+            assert_eq!(detect(&p.0).unwrap(), format);
+            assert_eq!(collect(open(&p.0).unwrap()), sample());
+            assert_eq!(collect(open_as(&p.0, format).unwrap()), sample());
+        }
+    }
+
+    #[test]
+    fn open_detects_foreign_formats() {
+        let cases: [(&str, Format, Vec<Record>); 5] = [
+            ("0x1000 R\n0x1040 W\n", Format::Ramulator, vec![Record::read(0x1000, 0), Record::write(0x1040, 0)]),
+            ("5 4096\n2 8192 4096\n", Format::Ramulator, vec![Record::read(4096, 5), Record::read(8192, 2), Record::write(4096, 0)]),
+            ("0x1000 READ 10\n0x1040 WRITE 25\n", Format::Dramsim3, vec![Record::read(0x1000, 10), Record::write(0x1040, 15)]),
+            (
+                "==7== Lackey\n==7==\nI  0400,3\n L 1000,8\n",
+                Format::Lackey,
+                vec![Record { size_bytes: 8, ..Record::read(0x1000, 0) }],
+            ),
+            ("# a comment\n\n0x40 W\n", Format::Ramulator, vec![Record::write(0x40, 0)]),
+        ];
+        for (content, format, want) in cases {
+            let p = TempPath::with("trace", content.as_bytes());
+            assert_eq!(detect(&p.0).unwrap(), format, "{content}");
+            assert_eq!(collect(open(&p.0).unwrap()), want, "{content}");
+        }
+    }
+
+    #[test]
+    fn undetectable_and_empty_files_are_errors_naming_the_file() {
+        let p = TempPath::with("trace", b"hello world, this is not a trace\n");
+        let e = open(&p.0).err().unwrap();
+        assert_eq!(e.kind(), ErrorKind::Format);
+        assert!(e.to_string().starts_with(&format!("{}: cannot detect", p.0.display())), "{e}");
+        let p = TempPath::with("trace", b"");
+        assert!(open(&p.0).err().unwrap().message().contains("empty file"));
+        let e = open(Path::new("/nonexistent/secmem.trace")).err().unwrap();
+        assert_eq!(e.kind(), ErrorKind::Io);
+        assert!(e.to_string().starts_with("/nonexistent/secmem.trace: I/O error"), "{e}");
+    }
+
+    #[test]
+    fn errors_from_opened_files_name_the_path_and_line() {
+        let p = TempPath::with("txt", b"# secmem-trace v1\nR 0x0 64 0\nZ 0x0 64 0\n");
+        let e = open(&p.0).unwrap().find_map(|r| r.err()).unwrap();
+        assert_eq!(e.to_string(), format!("{}:3: unknown operation 'Z' (expected R, W, F, FL)", p.0.display()));
+        // A binary file with a bad version is detected as binary and rejected by version.
+        let mut bytes = binary::MAGIC.to_vec();
+        bytes.extend_from_slice(&[9, 0, 0, 0, 0, 0, 0, 0]);
+        let p = TempPath::with("bin", &bytes);
+        assert_eq!(open(&p.0).err().unwrap().kind(), ErrorKind::UnsupportedVersion);
+    }
+
+    #[test]
+    fn detection_reads_past_the_sniff_window_correctly() {
+        // A long trace: detection consumes the head, and the reader must still see everything.
+        let recs: Vec<Record> = (0..20_000u64).map(|i| Record::read(i * 64, 1)).collect();
+        let p = TempPath::new("txt");
+        write(&p.0, Format::Text, recs.clone()).unwrap();
+        assert!(std::fs::metadata(&p.0).unwrap().len() > SNIFF_BYTES as u64);
+        assert_eq!(collect(open(&p.0).unwrap()), recs);
+        let mut ram = String::new();
+        for i in 0..10_000u64 {
+            ram.push_str(&format!("0x{:x} R\n", i * 64));
+        }
+        let p = TempPath::with("trace", ram.as_bytes());
+        assert_eq!(open(&p.0).unwrap().count(), 10_000);
+    }
+
+    #[test]
+    fn writing_foreign_formats_is_refused_without_creating_the_file() {
+        let p = TempPath::new("trace");
+        let e = write(&p.0, Format::Lackey, sample()).unwrap_err();
+        assert_eq!(e.message(), "cannot write lackey traces (writable formats: binary, text)");
+        assert!(!p.0.exists());
+    }
+
+    #[test]
+    fn convert_turns_a_foreign_trace_into_binary() {
+        let src = TempPath::with("trace", b"0x1000 READ 10\n0x1040 WRITE 25\n");
+        let dst = TempPath::new("bin");
+        assert_eq!(convert(&src.0, None, &dst.0, Format::Binary).unwrap(), 2);
+        assert_eq!(
+            collect(open(&dst.0).unwrap()),
+            vec![Record::read(0x1000, 10), Record::write(0x1040, 15)]
+        );
+    }
+
+    #[test]
+    fn format_names_parse_and_unknown_names_list_the_known_ones() {
+        for f in Format::ALL {
+            assert_eq!(f.to_string().parse::<Format>().unwrap(), f);
+        }
+        assert_eq!("BIN".parse::<Format>().unwrap(), Format::Binary);
+        assert_eq!(
+            "csv".parse::<Format>().unwrap_err(),
+            "unknown trace format 'csv' (expected one of: binary, text, ramulator, dramsim3, lackey)"
+        );
+    }
+
+    #[test]
+    fn op_codes_match_the_binary_format() {
+        for op in Op::ALL {
+            assert_eq!(Op::from_code(op as u8), Some(op));
+        }
+        assert_eq!(Op::from_code(4), None);
+    }
+
+    #[test]
+    fn info_counts_ops_lines_addresses_and_instructions() {
+        let mut recs = sample();
+        recs.push(Record { size_bytes: 8, ..Record::read(0x10bc, 0) }); // spans 0x1080 and 0x10c0
+        let t = info(recs.into_iter().map(Ok)).unwrap();
+        assert_eq!(
+            t,
+            TraceInfo {
+                records: 6,
+                reads: 2,
+                writes: 2,
+                fences: 1,
+                flushes: 1,
+                records_with_data: 1,
+                distinct_lines: 4,
+                distinct_lines_capped: false,
+                min_addr: Some(0x1000),
+                max_addr: Some(0x10bc),
+                total_instructions: 6 + 3 + 2 + 1,
+                footprint_bytes: 256,
+            }
+        );
+        assert_eq!(
+            t.to_json(),
+            "{\"records\":6,\"reads\":2,\"writes\":2,\"fences\":1,\"flushes\":1,\"records_with_data\":1,\
+             \"distinct_lines\":4,\"distinct_lines_capped\":false,\"min_addr\":4096,\"max_addr\":4284,\
+             \"total_instructions\":12,\"footprint_bytes\":256}"
+        );
+    }
+
+    #[test]
+    fn info_of_an_empty_trace_has_null_addresses() {
+        let t = info(std::iter::empty()).unwrap();
+        assert_eq!(t.records, 0);
+        assert!(t.to_json().contains("\"min_addr\":null,\"max_addr\":null"));
+    }
+
+    #[test]
+    fn info_stops_counting_distinct_lines_at_the_cap() {
+        let recs = (0..100u64).map(|i| Ok(Record::read(i * 64, 0)));
+        let t = info_capped(recs, 10).unwrap();
+        assert_eq!((t.distinct_lines, t.distinct_lines_capped, t.records), (10, true, 100));
+        // Revisiting already-counted lines at the cap does not set the flag.
+        let recs = (0..100u64).map(|i| Ok(Record::read((i % 10) * 64, 0)));
+        let t = info_capped(recs, 10).unwrap();
+        assert_eq!((t.distinct_lines, t.distinct_lines_capped), (10, false));
+    }
+
+    #[test]
+    fn info_propagates_the_first_error() {
+        let it = TextReader::new(&b"# secmem-trace v1\nR 0x0 64 0\nbogus\n"[..]).unwrap();
+        let e = info(it).unwrap_err();
+        assert_eq!(e.line(), Some(3));
+    }
+
+    #[test]
+    fn info_of_a_generated_trace_matches_the_spec() {
+        let spec = GenSpec {
+            pattern: Pattern::Sequential,
+            requests: 1000,
+            footprint_bytes: 64 * 100,
+            inst_gap: 4,
+            base_addr: 0x4000,
+            ..GenSpec::default()
+        };
+        let t = info(spec.generator().unwrap().map(Ok)).unwrap();
+        assert_eq!(t.distinct_lines, 100);
+        assert_eq!(t.footprint_bytes, 6400);
+        assert_eq!((t.min_addr, t.max_addr), (Some(0x4000), Some(0x4000 + 99 * 64)));
+        assert_eq!(t.total_instructions, 5000);
+        assert_eq!(t.reads + t.writes, 1000);
+    }
+
+    #[test]
+    fn detect_bytes_classifies_single_lines() {
+        assert_eq!(detect_bytes(b"SECMTRC\0\x01\0"), Some(Format::Binary));
+        assert_eq!(detect_bytes(b"# secmem-trace v7\n"), Some(Format::Text));
+        assert_eq!(detect_bytes(b"I  04001100,3\n"), Some(Format::Lackey));
+        assert_eq!(detect_bytes(b" M 0421a228,4\n"), Some(Format::Lackey));
+        assert_eq!(detect_bytes(b"==1== only noise\n"), Some(Format::Lackey));
+        assert_eq!(detect_bytes(b"0x1234 P_MEM_WR 15\n"), Some(Format::Dramsim3));
+        assert_eq!(detect_bytes(b"0x1234 W\n"), Some(Format::Ramulator));
+        assert_eq!(detect_bytes(b"12 0x40 4096\n"), Some(Format::Ramulator));
+        assert_eq!(detect_bytes(b"R 0x40 64 0\n"), None, "text body without header");
+        assert_eq!(detect_bytes(b"\xff\xfe\n"), None);
+    }
+
+    fn arb_record() -> impl Strategy<Value = Record> {
+        (0u8..4, any::<u64>(), any::<u16>(), any::<u32>(), any::<bool>(), any::<[u8; 32]>(), any::<[u8; 32]>())
+            .prop_map(|(op, addr, size_bytes, inst_gap, with_data, lo, hi)| {
+                let op = Op::from_code(op).unwrap();
+                let data = (op == Op::Write && with_data).then(|| {
+                    let mut d = [0u8; 64];
+                    d[..32].copy_from_slice(&lo);
+                    d[32..].copy_from_slice(&hi);
+                    d
+                });
+                Record { op, addr, size_bytes, inst_gap, data }
+            })
+    }
+
+    proptest! {
+        #[test]
+        fn random_records_round_trip_through_binary_and_text(recs in prop::collection::vec(arb_record(), 0..64)) {
+            let mut bw = BinaryWriter::new(Vec::new()).unwrap();
+            let mut tw = TextWriter::new(Vec::new()).unwrap();
+            for r in &recs {
+                bw.write(r).unwrap();
+                tw.write(r).unwrap();
+            }
+            let bin = bw.finish().unwrap();
+            let txt = tw.finish().unwrap();
+            let from_bin: Vec<Record> = BinaryReader::new(&bin[..]).unwrap().collect::<Result<_, _>>().unwrap();
+            let from_txt: Vec<Record> = TextReader::new(&txt[..]).unwrap().collect::<Result<_, _>>().unwrap();
+            prop_assert_eq!(&from_bin, &recs);
+            prop_assert_eq!(&from_txt, &recs);
+            prop_assert_eq!(detect_bytes(&bin), Some(Format::Binary));
+            prop_assert_eq!(detect_bytes(&txt), Some(Format::Text));
+        }
     }
 }

@@ -1,0 +1,143 @@
+//! The whole-run config: every section, layered as defaults < preset < file < `-p` overrides,
+//! then checked as a combination before the first simulated cycle (two-phase start).
+
+use crate::presets;
+use secmem_core::cache::CacheConfig;
+use secmem_core::error::{ensure, ConfigError};
+use secmem_core::schema::{default_tree, finish, merge_layer, parse_layer, parse_override, render_commented};
+use secmem_core::config_section;
+use secmem_media::pcm::PcmConfig;
+use secmem_schemes::config::{MetadataCachesConfig, SecurityConfig, TreeConfig};
+use std::path::Path;
+
+config_section! {
+    /// The core model.
+    pub struct CoreConfig {
+        freq_mhz: u64 = 4000 => "Core clock in MHz (Horus Table I: 4 GHz); every latency in cycles is of this clock";
+        ipc: f64 = 1.0 => "Instructions per cycle at which the non-memory instructions between trace records retire";
+        max_outstanding_misses: u32 = 8 => "Memory-level parallelism: L1 misses in flight before the core stalls (MSHRs)";
+    }
+}
+
+config_section! {
+    /// How the three cache levels work together.
+    pub struct HierarchyConfig {
+        inclusive_llc: bool = true => "The LLC holds every line of L1 and L2; an LLC eviction back-invalidates them (Horus Table I: inclusive)";
+        write_through: bool = false => "Every store is also sent to the memory controller at once, in program order, and lines stay clean (strict persistency, BMF section 6)";
+    }
+}
+
+config_section! {
+    /// What to run and how.
+    pub struct RunConfig {
+        design: String = "baseline".to_string() => "Design plugged into the secure controller: baseline (use security.enabled=false for non-secure)";
+        seed: u64 = 1 => "Seed for every random choice of the run";
+        warmup_requests: u64 = 0 => "Trace records simulated before statistics start (stats are end minus warm-up snapshot)";
+        max_requests: u64 = 0 => "Stop after this many trace records (0 = the whole trace)";
+        require_aligned: bool = true => "Reject accesses that are not naturally aligned (address a multiple of a power-of-two size); false splits any access across the lines it touches";
+        progress: bool = true => "Show a progress line on stderr when it is a terminal";
+    }
+}
+
+config_section! {
+    /// The built-in synthetic workload, used when no trace file is given.
+    pub struct WorkloadConfig {
+        pattern: String = "random".to_string() => "Access pattern: sequential, random, stride or zipf";
+        requests: u64 = 1_000_000 => "Number of trace records to generate";
+        footprint_bytes: u64 = 1 << 30 => "Bytes of memory the workload touches (multiple of 64)";
+        read_ratio: f64 = 0.5 => "Fraction of records that are reads (0..1)";
+        stride_bytes: u64 = 4096 => "Distance between consecutive accesses for the stride pattern, bytes";
+        zipf_theta: f64 = 0.99 => "Skew of the zipf (hot/cold) pattern";
+        inst_gap: u32 = 10 => "Non-memory instructions between consecutive records";
+        seed: u64 = 1 => "Seed of the generator";
+    }
+}
+
+config_section! {
+    /// A complete secmem configuration.
+    pub struct Config {
+        preset: String = "default".to_string() => "Preset this config was built from (informational)";
+        core: CoreConfig = CoreConfig::default() => "Core model";
+        l1: CacheConfig = CacheConfig::new(64, 2, 2) => "L1 data cache (Horus Table I: 64 KB, 2-way, 2 cycles)";
+        l2: CacheConfig = CacheConfig::new(2048, 8, 20) => "L2 cache (Horus Table I: 2 MB, 8-way, 20 cycles)";
+        llc: CacheConfig = CacheConfig::new(16384, 16, 32) => "Last-level cache (Horus Table I: 16 MB, 16-way, 32 cycles)";
+        hierarchy: HierarchyConfig = HierarchyConfig::default() => "Cache hierarchy policies";
+        pcm: PcmConfig = PcmConfig::default() => "The PCM device";
+        security: SecurityConfig = SecurityConfig::default() => "Secure memory";
+        tree: TreeConfig = TreeConfig::default() => "Integrity tree";
+        metadata_cache: MetadataCachesConfig = MetadataCachesConfig::default() => "Metadata caches in the memory controller";
+        run: RunConfig = RunConfig::default() => "Run control";
+        workload: WorkloadConfig = WorkloadConfig::default() => "Built-in synthetic workload (used when no trace is given)";
+    }
+}
+
+impl Config {
+    /// Builds a config from a preset name (or none for the defaults), an optional TOML file
+    /// and dotted overrides, then validates the combination.
+    pub fn load(preset: Option<&str>, file: Option<&Path>, overrides: &[String]) -> Result<Config, ConfigError> {
+        let mut tree = default_tree::<Config>();
+        if let Some(name) = preset {
+            let p = presets::get(name)?;
+            merge_layer(&mut tree, &parse_layer(p.toml, &format!("preset '{name}'"))?, "")?;
+        }
+        if let Some(path) = file {
+            let text = std::fs::read_to_string(path)
+                .map_err(|e| ConfigError::new("", format!("{}: cannot read: {e}", path.display())))?;
+            let layer = parse_layer(&text, &path.display().to_string())?;
+            merge_layer(&mut tree, &layer, "").map_err(|e| ConfigError::new(e.field, format!("{} (in {})", e.message, path.display())))?;
+        }
+        for o in overrides {
+            let layer = parse_override(o)?;
+            merge_layer(&mut tree, &layer, "").map_err(|e| ConfigError::new(e.field, format!("{} (in -p {o})", e.message)))?;
+        }
+        let cfg: Config = finish(tree)?;
+        cfg.validate()?;
+        Ok(cfg)
+    }
+
+    /// Checks every section, then the combination.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        ensure(self.core.freq_mhz > 0, "core.freq_mhz", || "must be > 0".into())?;
+        ensure(self.core.ipc > 0.0 && self.core.ipc.is_finite(), "core.ipc", || format!("must be > 0, got {}", self.core.ipc))?;
+        ensure(self.core.max_outstanding_misses > 0, "core.max_outstanding_misses", || "must be > 0".into())?;
+        self.l1.validate("l1")?;
+        self.l2.validate("l2")?;
+        self.llc.validate("llc")?;
+        self.pcm.validate("pcm")?;
+        self.security.validate("security")?;
+        self.tree.validate("tree")?;
+        self.metadata_cache.validate("metadata_cache")?;
+        secmem_schemes::design::build(&self.run.design).map_err(|m| ConfigError::new("run.design", m))?;
+        ensure(
+            self.run.max_requests == 0 || self.run.warmup_requests < self.run.max_requests,
+            "run.warmup_requests",
+            || format!("warm-up ({}) must be shorter than run.max_requests ({})", self.run.warmup_requests, self.run.max_requests),
+        )?;
+        if self.hierarchy.inclusive_llc {
+            ensure(self.llc.size_kib >= self.l2.size_kib, "llc.size_kib", || {
+                format!("an inclusive LLC ({} KiB) cannot be smaller than L2 ({} KiB)", self.llc.size_kib, self.l2.size_kib)
+            })?;
+        }
+        let w = &self.workload;
+        ensure(["sequential", "random", "stride", "zipf"].contains(&w.pattern.as_str()), "workload.pattern", || {
+            format!("unknown pattern '{}'; known: sequential, random, stride, zipf", w.pattern)
+        })?;
+        ensure((0.0..=1.0).contains(&w.read_ratio), "workload.read_ratio", || format!("must be in [0, 1], got {}", w.read_ratio))?;
+        ensure(w.footprint_bytes >= 64 && w.footprint_bytes % 64 == 0, "workload.footprint_bytes", || {
+            format!("must be a positive multiple of 64, got {}", w.footprint_bytes)
+        })?;
+        ensure(w.footprint_bytes <= self.data_bytes(), "workload.footprint_bytes", || {
+            format!("{} bytes exceed the memory's {} bytes (pcm.capacity_gib)", w.footprint_bytes, self.data_bytes())
+        })?;
+        ensure(w.requests > 0, "workload.requests", || "must be > 0".into())?;
+        Ok(())
+    }
+
+    /// Bytes of protected data memory.
+    pub fn data_bytes(&self) -> u64 { self.pcm.capacity_gib << 30 }
+
+    /// The config as commented TOML (each field preceded by its description).
+    pub fn to_commented_toml(&self) -> String { render_commented(self) }
+
+    pub fn to_json(&self) -> serde_json::Value { serde_json::to_value(self).expect("config serializes") }
+}

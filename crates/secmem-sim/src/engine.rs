@@ -1,0 +1,294 @@
+//! The engine: a core model driving the cache hierarchy, which drives a design on the secure
+//! memory controller, which drives the device.
+//!
+//! Core model (documented in docs/core-model.md):
+//! * the `inst_gap` non-memory instructions before each record retire at `core.ipc`;
+//! * every access that misses L1 becomes an outstanding miss completing at
+//!   `now + hit latency of the level that had it` (plus the controller's read time for
+//!   memory); L1 hits cost nothing extra (hidden by out-of-order execution);
+//! * at most `core.max_outstanding_misses` misses are in flight: when full, the core stalls
+//!   until the oldest-completing one returns (memory-level parallelism);
+//! * stores are write-allocate: a store miss fetches its line like a load;
+//! * a fence waits until every earlier write to memory is persistent;
+//! * the run ends when the last outstanding miss completes.
+
+use crate::config::Config;
+use crate::hierarchy::{Hierarchy, Level, Writeback};
+use secmem_core::addr::LINE_SHIFT;
+use secmem_core::error::ConfigError;
+use secmem_core::Cycle;
+use secmem_media::pcm::PcmMedia;
+use secmem_media::MediaStats;
+use secmem_schemes::{Design, McStats, SecureMc};
+use secmem_trace::{Op, Record};
+use serde::Serialize;
+
+/// Core-side counters.
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+pub struct CoreStats {
+    pub records: u64,
+    pub reads: u64,
+    pub writes: u64,
+    pub fences: u64,
+    pub flushes: u64,
+    pub instructions: u64,
+    /// Line accesses that missed every cache level (reads sent to the memory controller).
+    pub llc_misses: u64,
+    /// Dirty lines written to the memory controller (LLC write-backs, flushes, write-throughs).
+    pub memory_writes_issued: u64,
+    /// Cycles the core waited because all miss slots were busy.
+    pub mlp_stall_cycles: u64,
+    /// Cycles fences waited for persists.
+    pub fence_stall_cycles: u64,
+}
+
+impl CoreStats {
+    fn since(&self, s: &CoreStats) -> CoreStats {
+        CoreStats {
+            records: self.records - s.records,
+            reads: self.reads - s.reads,
+            writes: self.writes - s.writes,
+            fences: self.fences - s.fences,
+            flushes: self.flushes - s.flushes,
+            instructions: self.instructions - s.instructions,
+            llc_misses: self.llc_misses - s.llc_misses,
+            memory_writes_issued: self.memory_writes_issued - s.memory_writes_issued,
+            mlp_stall_cycles: self.mlp_stall_cycles - s.mlp_stall_cycles,
+            fence_stall_cycles: self.fence_stall_cycles - s.fence_stall_cycles,
+        }
+    }
+}
+
+/// Everything counted, at one instant.
+#[derive(Clone, Debug)]
+pub struct Snapshot {
+    pub cycle: Cycle,
+    pub core: CoreStats,
+    pub caches: [secmem_core::cache::CacheStats; 3],
+    pub mc: McStats,
+    pub media: MediaStats,
+}
+
+impl Snapshot {
+    /// `self - start`: the region of interest after warm-up.
+    pub fn since(&self, start: &Snapshot) -> Snapshot {
+        Snapshot {
+            cycle: self.cycle - start.cycle,
+            core: self.core.since(&start.core),
+            caches: [
+                self.caches[0].since(&start.caches[0]),
+                self.caches[1].since(&start.caches[1]),
+                self.caches[2].since(&start.caches[2]),
+            ],
+            mc: self.mc.since(&start.mc),
+            media: self.media.since(&start.media),
+        }
+    }
+}
+
+/// A record the engine cannot simulate.
+#[derive(Clone, Debug, PartialEq)]
+pub struct RecordError {
+    /// Index of the record in the trace (0-based).
+    pub index: u64,
+    pub message: String,
+}
+
+pub struct Engine {
+    pub cfg: Config,
+    pub hier: Hierarchy,
+    pub mc: SecureMc,
+    pub design: Box<dyn Design>,
+    now: Cycle,
+    inst_carry: f64,
+    cycles_per_inst: f64,
+    /// Completion cycles of misses in flight (at most `mlp`).
+    outstanding: Vec<Cycle>,
+    mlp: usize,
+    last_persist: Cycle,
+    stats: CoreStats,
+    /// Plaintext content of memory lines, when the hierarchy tracks data.
+    memory_image: Option<rustc_hash::FxHashMap<u64, [u8; 64]>>,
+    data_bytes: u64,
+}
+
+impl Engine {
+    /// Builds every component from a validated config. `track_data` keeps line contents.
+    pub fn new(cfg: &Config, track_data: bool) -> Result<Engine, ConfigError> {
+        // The DIMM holds the data and, above it, the security metadata regions (counters, MACs,
+        // tree): size the device to cover both.
+        let layout = secmem_core::tree::SecureLayout::new(cfg.data_bytes(), cfg.tree.arity, cfg.security.mac_bits)?;
+        let mut pcm = cfg.pcm.clone();
+        pcm.capacity_gib = layout.end.div_ceil(1 << 30);
+        let media = PcmMedia::new(&pcm, cfg.core.freq_mhz);
+        let mc = SecureMc::new(&cfg.security, &cfg.tree, &cfg.metadata_cache, cfg.data_bytes(), Box::new(media))?;
+        let design = secmem_schemes::design::build(&cfg.run.design).map_err(|m| ConfigError::new("run.design", m))?;
+        Ok(Engine {
+            hier: Hierarchy::new(&cfg.l1, &cfg.l2, &cfg.llc, cfg.hierarchy.inclusive_llc, track_data),
+            mc,
+            design,
+            now: Cycle::ZERO,
+            inst_carry: 0.0,
+            cycles_per_inst: 1.0 / cfg.core.ipc,
+            outstanding: Vec::with_capacity(cfg.core.max_outstanding_misses as usize),
+            mlp: cfg.core.max_outstanding_misses as usize,
+            last_persist: Cycle::ZERO,
+            stats: CoreStats::default(),
+            memory_image: track_data.then(rustc_hash::FxHashMap::default),
+            data_bytes: cfg.data_bytes(),
+            cfg: cfg.clone(),
+        })
+    }
+
+    pub fn now(&self) -> Cycle { self.now }
+
+    /// Checks a record's address before it touches anything.
+    fn check(&self, rec: &Record, index: u64) -> Result<(), RecordError> {
+        if matches!(rec.op, Op::Fence) {
+            return Ok(());
+        }
+        let size = rec.size_bytes.max(1) as u64;
+        if rec.addr.checked_add(size).is_none_or(|end| end > self.data_bytes) {
+            return Err(RecordError {
+                index,
+                message: format!(
+                    "address {:#x} + {} bytes is beyond the {} bytes of memory (pcm.capacity_gib = {})",
+                    rec.addr, size, self.data_bytes, self.cfg.pcm.capacity_gib
+                ),
+            });
+        }
+        if self.cfg.run.require_aligned && matches!(rec.op, Op::Read | Op::Write) {
+            let aligned = size.is_power_of_two() && size <= 64 && rec.addr % size == 0;
+            if !aligned {
+                return Err(RecordError {
+                    index,
+                    message: format!(
+                        "access of {} bytes at {:#x} is not naturally aligned (set run.require_aligned = false to split it across lines)",
+                        size, rec.addr
+                    ),
+                });
+            }
+        }
+        Ok(())
+    }
+
+    #[inline]
+    fn retire_instructions(&mut self, n: u32) {
+        self.stats.instructions += n as u64;
+        self.inst_carry += n as f64 * self.cycles_per_inst;
+        let whole = self.inst_carry as u64;
+        self.inst_carry -= whole as f64;
+        self.now += Cycle(whole);
+    }
+
+    /// Adds a miss completing at `done`, stalling first if every miss slot is busy.
+    #[inline]
+    fn add_outstanding(&mut self, done: Cycle) {
+        if self.outstanding.len() >= self.mlp {
+            let now = self.now;
+            self.outstanding.retain(|&c| c > now);
+            if self.outstanding.len() >= self.mlp {
+                let (i, &earliest) = self.outstanding.iter().enumerate().min_by_key(|(_, c)| **c).unwrap();
+                self.stats.mlp_stall_cycles += (earliest - self.now).0;
+                self.now = earliest;
+                self.outstanding.swap_remove(i);
+            }
+        }
+        self.outstanding.push(done);
+    }
+
+    fn send_writebacks(&mut self) {
+        while let Some(Writeback { line, data }) = self.hier.writebacks.pop() {
+            self.write_to_memory(line, data);
+        }
+    }
+
+    fn write_to_memory(&mut self, line: u64, data: Option<[u8; 64]>) {
+        self.stats.memory_writes_issued += 1;
+        if let (Some(img), Some(d)) = (self.memory_image.as_mut(), data) {
+            img.insert(line, d);
+        }
+        let t = self.design.write(&mut self.mc, line, data.as_ref(), self.now);
+        self.last_persist = self.last_persist.max(t);
+    }
+
+    /// Simulates one record (`index` is its position in the trace, for errors).
+    pub fn step(&mut self, rec: &Record, index: u64) -> Result<(), RecordError> {
+        self.check(rec, index)?;
+        self.stats.records += 1;
+        self.retire_instructions(rec.inst_gap);
+        match rec.op {
+            Op::Read | Op::Write => {
+                let write = rec.op == Op::Write;
+                if write { self.stats.writes += 1 } else { self.stats.reads += 1 }
+                let first = rec.addr >> LINE_SHIFT;
+                let last = (rec.addr + rec.size_bytes.max(1) as u64 - 1) >> LINE_SHIFT;
+                for line in first..=last {
+                    self.access_line(line, write, rec.data.as_ref());
+                }
+            }
+            Op::Fence => {
+                self.stats.fences += 1;
+                if self.last_persist > self.now {
+                    self.stats.fence_stall_cycles += (self.last_persist - self.now).0;
+                    self.now = self.last_persist;
+                }
+                self.now = self.now.max(self.design.fence(&mut self.mc, self.now));
+            }
+            Op::Flush => {
+                self.stats.flushes += 1;
+                if let Some(wb) = self.hier.flush_line(rec.addr >> LINE_SHIFT) {
+                    self.write_to_memory(wb.line, wb.data);
+                }
+            }
+        }
+        Ok(())
+    }
+
+    #[inline]
+    fn access_line(&mut self, line: u64, write: bool, data: Option<&[u8; 64]>) {
+        let level = {
+            let img = &self.memory_image;
+            let mut fetch = |l: u64| img.as_ref().and_then(|m| m.get(&l).copied()).unwrap_or([0; 64]);
+            self.hier.access(line, write, data, &mut fetch)
+        };
+        match level {
+            Level::L1 => {}
+            Level::L2 => self.add_outstanding(self.now + self.hier.path_latency[1]),
+            Level::Llc => self.add_outstanding(self.now + self.hier.path_latency[2]),
+            Level::Memory => {
+                self.stats.llc_misses += 1;
+                let at = self.now + self.hier.path_latency[2];
+                let done = self.design.read(&mut self.mc, line, at);
+                self.add_outstanding(done);
+            }
+        }
+        if !self.hier.writebacks.is_empty() {
+            self.send_writebacks();
+        }
+        if write && self.cfg.hierarchy.write_through {
+            // Strict persistency: the store goes to memory now, in program order; the cached
+            // copy is clean.
+            if let Some(wb) = self.hier.flush_line(line) {
+                self.write_to_memory(wb.line, wb.data.or(data.copied()));
+            }
+        }
+    }
+
+    /// All stats now (the clock includes misses still in flight).
+    pub fn snapshot(&self) -> Snapshot {
+        let (mc, media) = self.mc.snapshot();
+        let end = self.outstanding.iter().copied().fold(self.now, Cycle::max);
+        Snapshot { cycle: end, core: self.stats.clone(), caches: self.hier.stats(), mc, media }
+    }
+
+    /// Lets every miss in flight complete; the clock moves to the last completion.
+    pub fn settle(&mut self) {
+        self.now = self.outstanding.drain(..).fold(self.now, Cycle::max);
+    }
+
+    /// The plaintext content of `line` as the program sees it now (tracked-data mode).
+    pub fn read_data(&self, line: u64) -> Option<[u8; 64]> {
+        self.hier.cached_data(line).or_else(|| self.memory_image.as_ref().map(|m| m.get(&line).copied().unwrap_or([0; 64])))
+    }
+}

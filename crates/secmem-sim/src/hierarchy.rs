@@ -1,0 +1,309 @@
+//! The L1 / L2 / LLC cache hierarchy in front of the memory controller.
+//!
+//! Write-back, write-allocate, LRU (or as configured) at every level. Dirty L1 victims are
+//! written into L2, dirty L2 victims into the LLC; what leaves the LLC dirty is what the
+//! memory controller sees as a write, and LLC misses are what it sees as reads. With an
+//! inclusive LLC, an LLC victim is back-invalidated from L1 and L2 (a dirty upper copy makes
+//! the write-back dirty). Line contents move with the lines when the hierarchy tracks data.
+
+use secmem_core::cache::{CacheConfig, CacheStats, SetAssocCache};
+use secmem_core::Cycle;
+
+/// Where an access was satisfied.
+#[derive(Copy, Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Level {
+    L1,
+    L2,
+    Llc,
+    Memory,
+}
+
+/// A line leaving the hierarchy dirty, with its content when data is tracked.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Writeback {
+    pub line: u64,
+    pub data: Option<[u8; 64]>,
+}
+
+pub struct Hierarchy {
+    pub l1: SetAssocCache,
+    pub l2: SetAssocCache,
+    pub llc: SetAssocCache,
+    pub inclusive: bool,
+    /// Cumulative hit latency to reach each level: [L1, L1+L2, L1+L2+LLC].
+    pub path_latency: [Cycle; 3],
+    track_data: bool,
+    /// Dirty lines pushed out of the LLC by the last operations; the caller sends them to the
+    /// memory controller and clears the list.
+    pub writebacks: Vec<Writeback>,
+}
+
+/// Fills `line` into `cache` with content `data`; returns the victim with *its* content, read
+/// before the slot is overwritten.
+fn fill_with(cache: &mut SetAssocCache, line: u64, dirty: bool, data: Option<[u8; 64]>) -> Option<(u64, bool, Option<[u8; 64]>)> {
+    let (slot, victim) = cache.fill(line, dirty);
+    let out = victim.map(|v| (v.line, v.dirty, cache.data(v.slot).copied()));
+    if let (Some(d), Some(dst)) = (data, cache.data_mut(slot)) {
+        *dst = d;
+    }
+    out
+}
+
+impl Hierarchy {
+    pub fn new(l1: &CacheConfig, l2: &CacheConfig, llc: &CacheConfig, inclusive: bool, track_data: bool) -> Self {
+        let mk = |c: &CacheConfig| {
+            let cache = SetAssocCache::new(c);
+            if track_data { cache.with_data() } else { cache }
+        };
+        let a = Cycle(l1.latency_cycles);
+        let b = a + Cycle(l2.latency_cycles);
+        let c = b + Cycle(llc.latency_cycles);
+        Hierarchy {
+            l1: mk(l1),
+            l2: mk(l2),
+            llc: mk(llc),
+            inclusive,
+            path_latency: [a, b, c],
+            track_data,
+            writebacks: Vec::with_capacity(4),
+        }
+    }
+
+    pub fn tracks_data(&self) -> bool { self.track_data }
+
+    /// A load (`write == false`) or store of `line`. `store_data` is the line's new content
+    /// (tracked-data mode). `memory` supplies a line's content on a fill from memory
+    /// (tracked-data mode only). Returns where the access hit.
+    pub fn access(
+        &mut self,
+        line: u64,
+        write: bool,
+        store_data: Option<&[u8; 64]>,
+        memory: &mut dyn FnMut(u64) -> [u8; 64],
+    ) -> Level {
+        if let Some(slot) = self.l1.lookup(line, write) {
+            if let (Some(d), Some(dst)) = (store_data, self.l1.data_mut(slot)) {
+                *dst = *d;
+            }
+            return Level::L1;
+        }
+        let mut content = None;
+        let level = if let Some(slot) = self.l2.lookup(line, false) {
+            content = self.l2.data(slot).copied();
+            Level::L2
+        } else if let Some(slot) = self.llc.lookup(line, false) {
+            content = self.llc.data(slot).copied();
+            Level::Llc
+        } else {
+            Level::Memory
+        };
+        if level == Level::Memory {
+            if self.track_data {
+                content = Some(memory(line));
+            }
+            if let Some((vl, vd, vdata)) = fill_with(&mut self.llc, line, false, content) {
+                self.llc_victim(vl, vd, vdata);
+            }
+        }
+        if level >= Level::Llc {
+            if let Some((vl, true, vdata)) = fill_with(&mut self.l2, line, false, content) {
+                self.write_into_llc(vl, vdata);
+            }
+        }
+        if let Some((vl, true, vdata)) = fill_with(&mut self.l1, line, write, store_data.copied().or(content)) {
+            self.write_into_l2(vl, vdata);
+        }
+        level
+    }
+
+    fn write_into_l2(&mut self, line: u64, data: Option<[u8; 64]>) {
+        if let Some(slot) = self.l2.probe(line) {
+            self.l2.set_dirty(slot, true);
+            if let (Some(d), Some(dst)) = (data, self.l2.data_mut(slot)) {
+                *dst = d;
+            }
+            return;
+        }
+        if let Some((vl, true, vdata)) = fill_with(&mut self.l2, line, true, data) {
+            self.write_into_llc(vl, vdata);
+        }
+    }
+
+    fn write_into_llc(&mut self, line: u64, data: Option<[u8; 64]>) {
+        if let Some(slot) = self.llc.probe(line) {
+            self.llc.set_dirty(slot, true);
+            if let (Some(d), Some(dst)) = (data, self.llc.data_mut(slot)) {
+                *dst = d;
+            }
+            return;
+        }
+        if let Some((vl, vd, vdata)) = fill_with(&mut self.llc, line, true, data) {
+            self.llc_victim(vl, vd, vdata);
+        }
+    }
+
+    /// Handles a line that left the LLC (with its LLC content).
+    fn llc_victim(&mut self, line: u64, dirty: bool, data: Option<[u8; 64]>) {
+        let mut dirty = dirty;
+        let mut data = data;
+        if self.inclusive {
+            // The freshest copy is the highest-level dirty one.
+            if let Some((d2, s2)) = self.l2.invalidate(line) {
+                if d2 {
+                    dirty = true;
+                    data = self.l2.data(s2).copied().or(data);
+                }
+            }
+            if let Some((d1, s1)) = self.l1.invalidate(line) {
+                if d1 {
+                    dirty = true;
+                    data = self.l1.data(s1).copied().or(data);
+                }
+            }
+        }
+        if dirty {
+            self.writebacks.push(Writeback { line, data });
+        }
+    }
+
+    /// Writes `line` back to memory if any level holds it dirty (clwb): the line stays cached,
+    /// clean. Returns the write-back, if there was one.
+    pub fn flush_line(&mut self, line: u64) -> Option<Writeback> {
+        let mut dirty = false;
+        let mut data = None;
+        for cache in [&mut self.llc, &mut self.l2, &mut self.l1] {
+            if let Some(slot) = cache.probe(line) {
+                if cache.is_dirty(slot) {
+                    dirty = true;
+                    data = cache.data(slot).copied().or(data);
+                    cache.set_dirty(slot, false);
+                }
+            }
+        }
+        dirty.then_some(Writeback { line, data })
+    }
+
+    /// The most recent content of a cached line (tracked-data mode).
+    pub fn cached_data(&self, line: u64) -> Option<[u8; 64]> {
+        for cache in [&self.l1, &self.l2, &self.llc] {
+            if let Some(slot) = cache.probe(line) {
+                return cache.data(slot).copied();
+            }
+        }
+        None
+    }
+
+    /// Every line dirty somewhere in the hierarchy, once, with its freshest data.
+    pub fn dirty_lines(&self) -> Vec<Writeback> {
+        let mut seen = rustc_hash::FxHashSet::default();
+        let mut out = Vec::new();
+        for cache in [&self.l1, &self.l2, &self.llc] {
+            for (line, dirty, slot) in cache.valid_lines() {
+                if dirty && seen.insert(line) {
+                    out.push(Writeback { line, data: cache.data(slot).copied() });
+                }
+            }
+        }
+        out
+    }
+
+    pub fn stats(&self) -> [CacheStats; 3] { [self.l1.stats, self.l2.stats, self.llc.stats] }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn zero(_: u64) -> [u8; 64] { [0; 64] }
+
+    /// 1 KiB direct-mapped-ish caches small enough to force evictions by hand.
+    fn tiny(inclusive: bool, data: bool) -> Hierarchy {
+        Hierarchy::new(
+            &CacheConfig::new(1, 16, 2),  // 16 lines, 1 set
+            &CacheConfig::new(2, 32, 10), // 32 lines, 1 set
+            &CacheConfig::new(4, 64, 30), // 64 lines, 1 set
+            inclusive,
+            data,
+        )
+    }
+
+    #[test]
+    fn first_access_goes_to_memory_then_hits_in_l1() {
+        let mut h = tiny(true, false);
+        assert_eq!(h.access(7, false, None, &mut zero), Level::Memory);
+        assert_eq!(h.access(7, true, None, &mut zero), Level::L1);
+        assert_eq!(h.path_latency, [Cycle(2), Cycle(12), Cycle(42)]);
+    }
+
+    #[test]
+    fn l1_victim_is_found_in_l2() {
+        let mut h = tiny(true, false);
+        for l in 0..17 {
+            h.access(l, false, None, &mut zero);
+        }
+        // line 0 left L1 (16 lines) but is in L2.
+        assert_eq!(h.access(0, false, None, &mut zero), Level::L2);
+    }
+
+    #[test]
+    fn dirty_lines_reach_memory_only_when_they_leave_the_llc() {
+        let mut h = tiny(true, false);
+        h.access(0, true, None, &mut zero);
+        for l in 1..64 {
+            h.access(l, false, None, &mut zero);
+        }
+        assert!(h.writebacks.is_empty(), "64 lines fit in the LLC");
+        h.access(64, false, None, &mut zero); // evicts LRU line 0 from the LLC
+        assert_eq!(h.writebacks, vec![Writeback { line: 0, data: None }]);
+    }
+
+    #[test]
+    fn inclusive_llc_back_invalidates_a_dirty_l1_copy() {
+        let mut h = tiny(true, false);
+        h.access(0, true, None, &mut zero);
+        // Keep line 0 hot in L1 while streaming 64 other lines through the LLC.
+        for l in 1..64 {
+            h.access(l, false, None, &mut zero);
+            h.access(0, false, None, &mut zero);
+        }
+        h.access(64, false, None, &mut zero);
+        // LLC LRU never saw the L1 hits, so line 0 is its victim; its dirty L1 copy goes too.
+        assert_eq!(h.writebacks.iter().filter(|w| w.line == 0).count(), 1);
+        assert!(h.l1.probe(0).is_none());
+    }
+
+    #[test]
+    fn non_inclusive_llc_keeps_upper_copies() {
+        let mut h = tiny(false, false);
+        h.access(0, false, None, &mut zero);
+        for l in 1..=64 {
+            h.access(l, false, None, &mut zero);
+            h.access(0, false, None, &mut zero);
+        }
+        assert!(h.l1.probe(0).is_some());
+    }
+
+    #[test]
+    fn data_moves_with_lines_and_flush_returns_the_freshest_copy() {
+        let mut h = tiny(true, true);
+        let mut mem = |l: u64| [l as u8; 64];
+        h.access(3, false, None, &mut mem);
+        assert_eq!(h.cached_data(3), Some([3; 64]));
+        h.access(3, true, Some(&[9; 64]), &mut mem);
+        let wb = h.flush_line(3).unwrap();
+        assert_eq!(wb.data, Some([9; 64]));
+        assert!(h.flush_line(3).is_none(), "clean after flush");
+        assert_eq!(h.dirty_lines().len(), 0);
+    }
+
+    #[test]
+    fn evicted_dirty_data_reaches_the_writeback() {
+        let mut h = tiny(true, true);
+        let mut mem = |_l: u64| [0u8; 64];
+        h.access(0, true, Some(&[0xAA; 64]), &mut mem);
+        for l in 1..=64 {
+            h.access(l, false, None, &mut mem);
+        }
+        assert_eq!(h.writebacks[0], Writeback { line: 0, data: Some([0xAA; 64]) });
+    }
+}

@@ -1,0 +1,155 @@
+//! One run: config + trace in, report out.
+
+use crate::config::Config;
+use crate::engine::{Engine, RecordError};
+use crate::report;
+use secmem_core::error::ConfigError;
+use secmem_trace::{Record, TraceError};
+use serde_json::Value;
+use std::io::{IsTerminal, Write};
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+/// Where records come from.
+#[derive(Clone, Debug)]
+pub enum TraceInput {
+    /// A trace file in any supported format (detected).
+    File(PathBuf),
+    /// The config's built-in synthetic workload (`[workload]`).
+    Workload,
+}
+
+impl TraceInput {
+    pub fn describe(&self, cfg: &Config) -> String {
+        match self {
+            TraceInput::File(p) => p.display().to_string(),
+            TraceInput::Workload => format!("generated:{}", cfg.workload.pattern),
+        }
+    }
+}
+
+/// Everything that can stop a run, each naming what it is about.
+#[derive(Debug)]
+pub enum SimError {
+    Config(ConfigError),
+    Trace(TraceError),
+    Record { trace: String, error: RecordError },
+    Io { path: String, message: String },
+}
+
+impl std::fmt::Display for SimError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            SimError::Config(e) => write!(f, "{e}"),
+            SimError::Trace(e) => write!(f, "{e}"),
+            SimError::Record { trace, error } => write!(f, "{trace}: record {}: {}", error.index, error.message),
+            SimError::Io { path, message } => write!(f, "{path}: {message}"),
+        }
+    }
+}
+impl std::error::Error for SimError {}
+impl From<ConfigError> for SimError {
+    fn from(e: ConfigError) -> Self { SimError::Config(e) }
+}
+impl From<TraceError> for SimError {
+    fn from(e: TraceError) -> Self { SimError::Trace(e) }
+}
+
+pub type RecordIter = Box<dyn Iterator<Item = Result<Record, TraceError>>>;
+
+/// The generator spec of a config's `[workload]` section.
+pub fn workload_spec(cfg: &Config) -> Result<secmem_trace::generate::GenSpec, ConfigError> {
+    let w = &cfg.workload;
+    let spec = secmem_trace::generate::GenSpec {
+        pattern: w.pattern.parse().map_err(|e: String| ConfigError::new("workload.pattern", e))?,
+        requests: w.requests,
+        footprint_bytes: w.footprint_bytes,
+        read_ratio: w.read_ratio,
+        seed: w.seed,
+        stride_bytes: w.stride_bytes,
+        zipf_theta: w.zipf_theta,
+        inst_gap: w.inst_gap,
+        base_addr: 0,
+    };
+    spec.validate().map_err(|m| ConfigError::new("workload", m))?;
+    Ok(spec)
+}
+
+/// Opens the records of `input`.
+pub fn open_records(cfg: &Config, input: &TraceInput) -> Result<(RecordIter, Option<u64>), SimError> {
+    match input {
+        TraceInput::File(p) => Ok((secmem_trace::open(p)?, None)),
+        TraceInput::Workload => {
+            let spec = workload_spec(cfg)?;
+            let n = spec.requests;
+            let gen = secmem_trace::generate::Generator::new(&spec).map_err(|m| ConfigError::new("workload", m))?;
+            Ok((Box::new(gen.map(Ok)), Some(n)))
+        }
+    }
+}
+
+/// Runs `records` through a fresh engine; returns the report.
+pub fn run_records(cfg: &Config, records: RecordIter, total_hint: Option<u64>, trace_name: &str) -> Result<Value, SimError> {
+    let start = Instant::now();
+    let mut engine = Engine::new(cfg, false)?;
+    let warmup = cfg.run.warmup_requests;
+    let limit = if cfg.run.max_requests == 0 { u64::MAX } else { cfg.run.max_requests };
+    let progress = cfg.run.progress && std::io::stderr().is_terminal();
+    let mut warm = None;
+    let mut n: u64 = 0;
+    if warmup == 0 {
+        warm = Some(engine.snapshot());
+    }
+    for rec in records {
+        if n >= limit {
+            break;
+        }
+        let rec = rec?;
+        engine.step(&rec, n).map_err(|error| SimError::Record { trace: trace_name.to_string(), error })?;
+        n += 1;
+        if n == warmup {
+            warm = Some(engine.snapshot());
+        }
+        if progress && n % (1 << 20) == 0 {
+            show_progress(n, total_hint.map(|t| t.min(limit)), start.elapsed().as_secs_f64());
+        }
+    }
+    engine.settle();
+    if progress {
+        eprint!("\r\x1b[K");
+    }
+    let end = engine.snapshot();
+    // A trace shorter than the warm-up has no region of interest beyond its end.
+    let warm = warm.unwrap_or_else(|| end.clone());
+    let roi = end.since(&warm);
+    let wall = start.elapsed().as_secs_f64();
+    let stats = report::stats(cfg, &roi, &engine.design.extra_stats());
+    let meta = report::meta(cfg, trace_name.to_string(), false, n, wall);
+    Ok(report::report(cfg, &meta, stats))
+}
+
+fn show_progress(n: u64, total: Option<u64>, secs: f64) {
+    let rate = n as f64 / secs.max(1e-9) / 1e6;
+    match total {
+        Some(t) if t > 0 => eprint!("\r[secmem] {:5.1}%  {}/{} records  {:.2} M/s", 100.0 * n as f64 / t as f64, n, t, rate),
+        _ => eprint!("\r[secmem] {n} records  {rate:.2} M/s"),
+    }
+    let _ = std::io::stderr().flush();
+}
+
+/// Runs a config on an input; the report as JSON.
+pub fn run(cfg: &Config, input: &TraceInput) -> Result<Value, SimError> {
+    let (records, hint) = open_records(cfg, input)?;
+    run_records(cfg, records, hint, &input.describe(cfg))
+}
+
+/// Runs and writes `out_dir/report.json` and `out_dir/config.toml` (the resolved config).
+pub fn run_to_dir(cfg: &Config, input: &TraceInput, out_dir: &Path) -> Result<Value, SimError> {
+    let io = |e: std::io::Error| SimError::Io { path: out_dir.display().to_string(), message: e.to_string() };
+    std::fs::create_dir_all(out_dir).map_err(io)?;
+    let report = run(cfg, input)?;
+    std::fs::write(out_dir.join("config.toml"), cfg.to_commented_toml()).map_err(io)?;
+    let text = serde_json::to_string_pretty(&report).expect("report serializes");
+    std::fs::write(out_dir.join("report.json"), text).map_err(io)?;
+    Ok(report)
+}

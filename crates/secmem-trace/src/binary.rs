@@ -1,0 +1,671 @@
+//! The secmem binary trace format, version 1 (layout in `docs/trace-format.md`).
+//!
+//! ```text
+//! header (16 B): magic "SECMTRC\0" | version u16 LE = 1 | flags u16 LE | reserved u32 = 0
+//! record (16 B): op u8 | flags u8 | size_bytes u16 LE | inst_gap u32 LE | addr u64 LE
+//!                [+ 64 B data payload when record flag bit 0 is set]
+//! ```
+
+use std::io::{self, BufRead, BufReader, BufWriter, Read, Write};
+
+use crate::error::{ErrorKind, Position, TraceError, MEMORY_NAME};
+use crate::{Op, Record};
+
+/// The 8-byte magic at the start of every secmem binary trace.
+pub const MAGIC: [u8; 8] = *b"SECMTRC\0";
+/// The binary format version this crate reads and writes.
+pub const VERSION: u16 = 1;
+/// Size of the file header in bytes.
+pub const HEADER_BYTES: usize = 16;
+/// Size of the fixed part of a record in bytes.
+pub const RECORD_BYTES: usize = 16;
+/// Size of an optional data payload in bytes.
+pub const DATA_BYTES: usize = 64;
+/// Header flag bit 0: records may carry a data payload.
+pub const HEADER_FLAG_DATA: u16 = 1;
+/// Record flag bit 0: a 64-byte data payload follows the fixed part.
+pub const RECORD_FLAG_DATA: u8 = 1;
+
+const READ_BUFFER: usize = 1 << 20;
+const WRITE_BUFFER: usize = 1 << 20;
+
+/// The decoded file header.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub struct BinaryHeader {
+    pub version: u16,
+    pub flags: u16,
+}
+
+impl BinaryHeader {
+    /// Whether records of this trace may carry data payloads.
+    pub fn may_carry_data(&self) -> bool {
+        self.flags & HEADER_FLAG_DATA != 0
+    }
+
+    fn encode(&self) -> [u8; HEADER_BYTES] {
+        let mut h = [0u8; HEADER_BYTES];
+        h[..8].copy_from_slice(&MAGIC);
+        h[8..10].copy_from_slice(&self.version.to_le_bytes());
+        h[10..12].copy_from_slice(&self.flags.to_le_bytes());
+        h
+    }
+}
+
+/// Encodes the fixed 16-byte part of a record (no validation).
+#[inline]
+fn encode_fixed(rec: &Record) -> [u8; RECORD_BYTES] {
+    let mut b = [0u8; RECORD_BYTES];
+    b[0] = rec.op as u8;
+    b[1] = if rec.data.is_some() { RECORD_FLAG_DATA } else { 0 };
+    b[2..4].copy_from_slice(&rec.size_bytes.to_le_bytes());
+    b[4..8].copy_from_slice(&rec.inst_gap.to_le_bytes());
+    b[8..16].copy_from_slice(&rec.addr.to_le_bytes());
+    b
+}
+
+/// Reads until `buf` is full or EOF; returns how many bytes were read.
+fn read_full<R: Read>(r: &mut R, buf: &mut [u8]) -> io::Result<usize> {
+    let mut n = 0;
+    while n < buf.len() {
+        match r.read(&mut buf[n..]) {
+            Ok(0) => break,
+            Ok(k) => n += k,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(n)
+}
+
+/// Writes secmem binary v1 traces. Output is buffered; call [`BinaryWriter::finish`] to flush.
+pub struct BinaryWriter<W: Write> {
+    out: BufWriter<W>,
+    name: String,
+    offset: u64,
+    records: u64,
+    allow_data: bool,
+}
+
+impl<W: Write> BinaryWriter<W> {
+    /// Writes the header (with the "records may carry data" flag set).
+    pub fn new(inner: W) -> Result<Self, TraceError> {
+        Self::with_options(inner, MEMORY_NAME, true)
+    }
+
+    /// Writes the header; `name` is used in errors; `allow_data` sets header flag bit 0.
+    /// With `allow_data == false`, writing a record that carries data is an error.
+    pub fn with_options(
+        inner: W,
+        name: impl Into<String>,
+        allow_data: bool,
+    ) -> Result<Self, TraceError> {
+        let mut w = BinaryWriter {
+            out: BufWriter::with_capacity(WRITE_BUFFER, inner),
+            name: name.into(),
+            offset: 0,
+            records: 0,
+            allow_data,
+        };
+        let header = BinaryHeader {
+            version: VERSION,
+            flags: if allow_data { HEADER_FLAG_DATA } else { 0 },
+        };
+        w.out
+            .write_all(&header.encode())
+            .map_err(|e| TraceError::io(w.name.clone(), Position::Offset(0), e))?;
+        w.offset = HEADER_BYTES as u64;
+        Ok(w)
+    }
+
+    /// Appends one record. Data payloads are only allowed on writes.
+    pub fn write(&mut self, rec: &Record) -> Result<(), TraceError> {
+        if let Some(data) = &rec.data {
+            if rec.op != Op::Write {
+                return Err(TraceError::at_offset(
+                    self.name.clone(),
+                    self.offset,
+                    ErrorKind::InvalidRecord,
+                    format!("record #{}: data payload on a {:?} record (only writes carry data)", self.records, rec.op),
+                ));
+            }
+            if !self.allow_data {
+                return Err(TraceError::at_offset(
+                    self.name.clone(),
+                    self.offset,
+                    ErrorKind::InvalidRecord,
+                    format!("record #{}: carries data but the writer was created without data", self.records),
+                ));
+            }
+            let fixed = encode_fixed(rec);
+            let r = self.out.write_all(&fixed).and_then(|_| self.out.write_all(data));
+            r.map_err(|e| TraceError::io(self.name.clone(), Position::Offset(self.offset), e))?;
+            self.offset += (RECORD_BYTES + DATA_BYTES) as u64;
+        } else {
+            self.out
+                .write_all(&encode_fixed(rec))
+                .map_err(|e| TraceError::io(self.name.clone(), Position::Offset(self.offset), e))?;
+            self.offset += RECORD_BYTES as u64;
+        }
+        self.records += 1;
+        Ok(())
+    }
+
+    /// Records written so far.
+    pub fn records_written(&self) -> u64 {
+        self.records
+    }
+
+    /// Bytes written so far (header included).
+    pub fn bytes_written(&self) -> u64 {
+        self.offset
+    }
+
+    /// Flushes everything and returns the inner writer.
+    pub fn finish(self) -> Result<W, TraceError> {
+        let name = self.name;
+        let offset = self.offset;
+        self.out
+            .into_inner()
+            .map_err(|e| TraceError::io(name.clone(), Position::Offset(offset), e.into_error()))
+            .and_then(|mut w| {
+                w.flush().map_err(|e| TraceError::io(name, Position::Offset(offset), e))?;
+                Ok(w)
+            })
+    }
+}
+
+/// Reads secmem binary v1 traces as an iterator of records.
+///
+/// Iteration ends at EOF on a record boundary; after the first error, it ends too.
+pub struct BinaryReader<R: Read> {
+    inp: BufReader<R>,
+    name: String,
+    header: BinaryHeader,
+    offset: u64,
+    done: bool,
+}
+
+impl<R: Read> BinaryReader<R> {
+    /// Reads and checks the header; errors name `"<memory>"`.
+    pub fn new(inner: R) -> Result<Self, TraceError> {
+        Self::with_name(inner, MEMORY_NAME)
+    }
+
+    /// Reads and checks the header; errors name `name`.
+    pub fn with_name(inner: R, name: impl Into<String>) -> Result<Self, TraceError> {
+        let name = name.into();
+        let mut inp = BufReader::with_capacity(READ_BUFFER, inner);
+        let mut h = [0u8; HEADER_BYTES];
+        let n = read_full(&mut inp, &mut h).map_err(|e| TraceError::io(name.clone(), Position::Offset(0), e))?;
+        let magic_len = n.min(MAGIC.len());
+        if h[..magic_len] != MAGIC[..magic_len] || n == 0 {
+            return Err(TraceError::at_offset(
+                name,
+                0,
+                ErrorKind::BadMagic,
+                "not a secmem binary trace (bad magic; expected \"SECMTRC\\0\")",
+            ));
+        }
+        if n < HEADER_BYTES {
+            return Err(TraceError::at_offset(
+                name,
+                0,
+                ErrorKind::Truncated,
+                format!("truncated header (needs {HEADER_BYTES} bytes, {n} left)"),
+            ));
+        }
+        let version = u16::from_le_bytes([h[8], h[9]]);
+        if version != VERSION {
+            return Err(TraceError::at_offset(
+                name,
+                8,
+                ErrorKind::UnsupportedVersion,
+                format!("unsupported binary trace version {version} (this reader supports version {VERSION})"),
+            ));
+        }
+        let flags = u16::from_le_bytes([h[10], h[11]]);
+        if flags & !HEADER_FLAG_DATA != 0 {
+            return Err(TraceError::at_offset(
+                name,
+                10,
+                ErrorKind::ReservedBits,
+                format!("header flags 0x{flags:04x} have reserved bits set"),
+            ));
+        }
+        let reserved = u32::from_le_bytes([h[12], h[13], h[14], h[15]]);
+        if reserved != 0 {
+            return Err(TraceError::at_offset(
+                name,
+                12,
+                ErrorKind::ReservedBits,
+                format!("reserved header field is 0x{reserved:08x} (must be 0)"),
+            ));
+        }
+        Ok(BinaryReader {
+            inp,
+            name,
+            header: BinaryHeader { version, flags },
+            offset: HEADER_BYTES as u64,
+            done: false,
+        })
+    }
+
+    /// The decoded header.
+    pub fn header(&self) -> BinaryHeader {
+        self.header
+    }
+
+    /// Byte offset of the next record.
+    pub fn offset(&self) -> u64 {
+        self.offset
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn fail(&mut self, at: u64, kind: ErrorKind, msg: String) -> Option<Result<Record, TraceError>> {
+        self.done = true;
+        Some(Err(TraceError::at_offset(self.name.clone(), at, kind, msg)))
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn fail_io(&mut self, at: u64, e: io::Error) -> Option<Result<Record, TraceError>> {
+        self.done = true;
+        Some(Err(TraceError::io(self.name.clone(), Position::Offset(at), e)))
+    }
+
+    /// Fills `buf` from the buffered input; `Ok(n)` with `n < buf.len()` means EOF after `n`.
+    #[inline]
+    fn fill(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        let avail = self.inp.buffer();
+        if avail.len() >= buf.len() {
+            buf.copy_from_slice(&avail[..buf.len()]);
+            self.inp.consume(buf.len());
+            Ok(buf.len())
+        } else {
+            read_full(&mut self.inp, buf)
+        }
+    }
+}
+
+impl<R: Read> Iterator for BinaryReader<R> {
+    type Item = Result<Record, TraceError>;
+
+    /// Fast path: a data-less, valid record entirely in the buffer. Everything else (refills,
+    /// payloads, errors, EOF) goes through `next_general`.
+    #[inline]
+    fn next(&mut self) -> Option<Self::Item> {
+        if let Some(b) = self.inp.buffer().get(..RECORD_BYTES) {
+            let b: &[u8; RECORD_BYTES] = b.try_into().expect("slice of length RECORD_BYTES");
+            let op = b[0];
+            if b[1] == 0 && op <= 3 && !self.done {
+                let rec = Record {
+                    op: match op {
+                        0 => Op::Read,
+                        1 => Op::Write,
+                        2 => Op::Fence,
+                        _ => Op::Flush,
+                    },
+                    size_bytes: u16::from_le_bytes([b[2], b[3]]),
+                    inst_gap: u32::from_le_bytes([b[4], b[5], b[6], b[7]]),
+                    addr: u64::from_le_bytes([b[8], b[9], b[10], b[11], b[12], b[13], b[14], b[15]]),
+                    data: None,
+                };
+                self.inp.consume(RECORD_BYTES);
+                self.offset += RECORD_BYTES as u64;
+                return Some(Ok(rec));
+            }
+        }
+        self.next_general()
+    }
+}
+
+impl<R: Read> BinaryReader<R> {
+    #[inline(never)]
+    fn next_general(&mut self) -> Option<Result<Record, TraceError>> {
+        if self.done {
+            return None;
+        }
+        let at = self.offset;
+        let mut b = [0u8; RECORD_BYTES];
+        let n = match self.fill(&mut b) {
+            Ok(n) => n,
+            Err(e) => return self.fail_io(at, e),
+        };
+        if n < RECORD_BYTES {
+            if n == 0 {
+                self.done = true;
+                return None;
+            }
+            return self.fail(
+                at,
+                ErrorKind::Truncated,
+                format!("truncated record (needs {RECORD_BYTES} bytes, {n} left)"),
+            );
+        }
+        let op = match b[0] {
+            0 => Op::Read,
+            1 => Op::Write,
+            2 => Op::Fence,
+            3 => Op::Flush,
+            x => {
+                return self.fail(
+                    at,
+                    ErrorKind::UnknownOp,
+                    format!("unknown operation byte {x} (expected 0=Read, 1=Write, 2=Fence, 3=Flush)"),
+                )
+            }
+        };
+        let flags = b[1];
+        if flags & !RECORD_FLAG_DATA != 0 {
+            return self.fail(
+                at + 1,
+                ErrorKind::ReservedBits,
+                format!("record flags 0x{flags:02x} have reserved bits set"),
+            );
+        }
+        let size_bytes = u16::from_le_bytes([b[2], b[3]]);
+        let inst_gap = u32::from_le_bytes([b[4], b[5], b[6], b[7]]);
+        let addr = u64::from_le_bytes([b[8], b[9], b[10], b[11], b[12], b[13], b[14], b[15]]);
+        let data = if flags & RECORD_FLAG_DATA != 0 {
+            if op != Op::Write {
+                return self.fail(
+                    at + 1,
+                    ErrorKind::InvalidRecord,
+                    format!("data payload on a {op:?} record (only writes carry data)"),
+                );
+            }
+            if !self.header.may_carry_data() {
+                return self.fail(
+                    at + 1,
+                    ErrorKind::InvalidRecord,
+                    "record carries data but the header says records carry no data".to_string(),
+                );
+            }
+            let mut d = [0u8; DATA_BYTES];
+            let pat = at + RECORD_BYTES as u64;
+            let n = match self.fill(&mut d) {
+                Ok(n) => n,
+                Err(e) => return self.fail_io(pat, e),
+            };
+            if n < DATA_BYTES {
+                return self.fail(
+                    pat,
+                    ErrorKind::Truncated,
+                    format!("truncated data payload (needs {DATA_BYTES} bytes, {n} left)"),
+                );
+            }
+            self.offset += (RECORD_BYTES + DATA_BYTES) as u64;
+            Some(d)
+        } else {
+            self.offset += RECORD_BYTES as u64;
+            None
+        };
+        Some(Ok(Record { op, addr, size_bytes, inst_gap, data }))
+    }
+}
+
+impl<R: Read> std::iter::FusedIterator for BinaryReader<R> {}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn encode(records: &[Record]) -> Vec<u8> {
+        let mut w = BinaryWriter::new(Vec::new()).unwrap();
+        for r in records {
+            w.write(r).unwrap();
+        }
+        w.finish().unwrap()
+    }
+
+    fn decode(bytes: &[u8]) -> Result<Vec<Record>, TraceError> {
+        BinaryReader::with_name(bytes, "t.bin")?.collect()
+    }
+
+    fn data(seed: u8) -> [u8; 64] {
+        let mut d = [0u8; 64];
+        for (i, b) in d.iter_mut().enumerate() {
+            *b = seed.wrapping_mul(31).wrapping_add(i as u8);
+        }
+        d
+    }
+
+    fn every_op() -> Vec<Record> {
+        vec![
+            Record::read(0x1000, 3),
+            Record::write(0x2040, 0),
+            Record { op: Op::Write, addr: u64::MAX - 63, size_bytes: 64, inst_gap: u32::MAX, data: Some(data(7)) },
+            Record { op: Op::Fence, addr: 0, size_bytes: 0, inst_gap: 12, data: None },
+            Record { op: Op::Flush, addr: 0xde_adbe_efc0, size_bytes: 64, inst_gap: 1, data: None },
+            Record { op: Op::Read, addr: 7, size_bytes: 8, inst_gap: 0, data: None },
+        ]
+    }
+
+    #[test]
+    fn every_op_round_trips_with_and_without_data() {
+        let recs = every_op();
+        let bytes = encode(&recs);
+        // 16 header + 6 * 16 fixed + one payload.
+        assert_eq!(bytes.len(), 16 + 6 * 16 + 64);
+        assert_eq!(decode(&bytes).unwrap(), recs);
+    }
+
+    #[test]
+    fn header_and_record_bytes_match_the_documented_layout() {
+        let bytes = encode(&[Record { op: Op::Flush, addr: 0x0102030405060708, size_bytes: 0x0a0b, inst_gap: 0x11223344, data: None }]);
+        assert_eq!(&bytes[..8], b"SECMTRC\0");
+        assert_eq!(&bytes[8..16], &[1, 0, 1, 0, 0, 0, 0, 0]);
+        assert_eq!(
+            &bytes[16..],
+            &[3, 0, 0x0b, 0x0a, 0x44, 0x33, 0x22, 0x11, 8, 7, 6, 5, 4, 3, 2, 1]
+        );
+    }
+
+    #[test]
+    fn empty_trace_is_just_a_header_and_yields_nothing() {
+        let bytes = encode(&[]);
+        assert_eq!(bytes.len(), 16);
+        assert_eq!(decode(&bytes).unwrap(), vec![]);
+    }
+
+    #[test]
+    fn bad_magic_is_not_a_secmem_binary_trace() {
+        let mut bytes = encode(&[Record::read(0, 0)]);
+        bytes[0] = b'X';
+        let e = decode(&bytes).unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::BadMagic);
+        assert_eq!(e.offset(), Some(0));
+        assert!(e.to_string().contains("not a secmem binary trace"), "{e}");
+        let e = decode(b"").unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::BadMagic);
+    }
+
+    #[test]
+    fn unsupported_version_is_named() {
+        let mut bytes = encode(&[Record::read(0, 0)]);
+        bytes[8] = 2;
+        let e = decode(&bytes).unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::UnsupportedVersion);
+        assert_eq!(
+            e.to_string(),
+            "t.bin: byte offset 8: unsupported binary trace version 2 (this reader supports version 1)"
+        );
+    }
+
+    #[test]
+    fn truncated_header_reports_how_much_was_left() {
+        let bytes = encode(&[]);
+        let e = decode(&bytes[..11]).unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::Truncated);
+        assert_eq!(e.to_string(), "t.bin: byte offset 0: truncated header (needs 16 bytes, 11 left)");
+    }
+
+    #[test]
+    fn nonzero_reserved_header_bits_are_rejected() {
+        let mut bytes = encode(&[]);
+        bytes[11] = 0x80;
+        let e = decode(&bytes).unwrap_err();
+        assert_eq!((e.kind(), e.offset()), (ErrorKind::ReservedBits, Some(10)));
+        let mut bytes = encode(&[]);
+        bytes[15] = 1;
+        let e = decode(&bytes).unwrap_err();
+        assert_eq!((e.kind(), e.offset()), (ErrorKind::ReservedBits, Some(12)));
+    }
+
+    #[test]
+    fn unknown_op_byte_reports_its_offset() {
+        let mut bytes = encode(&[Record::read(0, 0), Record::read(64, 0)]);
+        bytes[32] = 9;
+        let mut it = BinaryReader::with_name(&bytes[..], "t.bin").unwrap();
+        assert_eq!(it.next().unwrap().unwrap(), Record::read(0, 0));
+        let e = it.next().unwrap().unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::UnknownOp);
+        assert_eq!(
+            e.to_string(),
+            "t.bin: byte offset 32: unknown operation byte 9 (expected 0=Read, 1=Write, 2=Fence, 3=Flush)"
+        );
+        assert!(it.next().is_none(), "iteration ends after an error");
+    }
+
+    #[test]
+    fn nonzero_reserved_record_flag_bits_are_rejected() {
+        let mut bytes = encode(&[Record::read(0, 0)]);
+        bytes[17] = 0x02;
+        let e = decode(&bytes).unwrap_err();
+        assert_eq!((e.kind(), e.offset()), (ErrorKind::ReservedBits, Some(17)));
+        assert!(e.message().contains("0x02"));
+    }
+
+    #[test]
+    fn truncated_binary_record_reports_its_offset() {
+        let bytes = encode(&[Record::read(0, 0), Record::read(64, 0)]);
+        let e = decode(&bytes[..bytes.len() - 9]).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "t.bin: byte offset 32: truncated record (needs 16 bytes, 7 left)"
+        );
+    }
+
+    #[test]
+    fn truncated_payload_reports_the_payload_offset() {
+        let rec = Record { data: Some(data(1)), ..Record::write(64, 0) };
+        let bytes = encode(&[rec]);
+        let e = decode(&bytes[..bytes.len() - 54]).unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::Truncated);
+        assert_eq!(
+            e.to_string(),
+            "t.bin: byte offset 32: truncated data payload (needs 64 bytes, 10 left)"
+        );
+    }
+
+    #[test]
+    fn data_on_a_read_is_rejected_by_reader_and_writer() {
+        let mut bytes = encode(&[Record::read(0, 0)]);
+        bytes[17] = RECORD_FLAG_DATA;
+        bytes.extend_from_slice(&[0u8; 64]);
+        let e = decode(&bytes).unwrap_err();
+        assert_eq!((e.kind(), e.offset()), (ErrorKind::InvalidRecord, Some(17)));
+
+        let mut w = BinaryWriter::new(Vec::new()).unwrap();
+        let bad = Record { data: Some([0; 64]), ..Record::read(0, 0) };
+        assert_eq!(w.write(&bad).unwrap_err().kind(), ErrorKind::InvalidRecord);
+    }
+
+    #[test]
+    fn data_flag_in_a_no_data_trace_is_rejected() {
+        let mut w = BinaryWriter::with_options(Vec::new(), "t.bin", false).unwrap();
+        w.write(&Record::write(0, 0)).unwrap();
+        let with_data = Record { data: Some([1; 64]), ..Record::write(0, 0) };
+        assert_eq!(w.write(&with_data).unwrap_err().kind(), ErrorKind::InvalidRecord);
+        let mut bytes = w.finish().unwrap();
+        assert_eq!(bytes[10], 0, "header data flag is clear");
+        bytes[17] = RECORD_FLAG_DATA;
+        bytes.extend_from_slice(&[0u8; 64]);
+        let e = decode(&bytes).unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::InvalidRecord);
+        assert!(e.message().contains("header says"), "{e}");
+    }
+
+    /// A reader that hands out one byte at a time, to exercise the slow (refill) path.
+    struct Trickle<'a>(&'a [u8]);
+    impl Read for Trickle<'_> {
+        fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+            if self.0.is_empty() || buf.is_empty() {
+                return Ok(0);
+            }
+            buf[0] = self.0[0];
+            self.0 = &self.0[1..];
+            Ok(1)
+        }
+    }
+
+    #[test]
+    fn records_split_across_reads_still_decode() {
+        let recs = every_op();
+        let bytes = encode(&recs);
+        let got: Vec<Record> = BinaryReader::new(Trickle(&bytes)).unwrap().map(|r| r.unwrap()).collect();
+        assert_eq!(got, recs);
+        // Truncation is still detected on the slow path.
+        let e = BinaryReader::new(Trickle(&bytes[..bytes.len() - 3]))
+            .unwrap()
+            .find_map(|r| r.err())
+            .unwrap();
+        assert_eq!(e.kind(), ErrorKind::Truncated);
+        assert_eq!(e.offset(), Some(bytes.len() as u64 - 16));
+    }
+
+    #[test]
+    fn many_records_cross_the_read_buffer_boundary() {
+        let recs: Vec<Record> = (0..100_000u64)
+            .map(|i| {
+                if i % 7 == 0 {
+                    Record { data: Some(data(i as u8)), ..Record::write(i * 64, i as u32) }
+                } else {
+                    Record::read(i * 64, i as u32)
+                }
+            })
+            .collect();
+        let bytes = encode(&recs);
+        assert!(bytes.len() > READ_BUFFER);
+        assert_eq!(decode(&bytes).unwrap(), recs);
+    }
+
+    /// Run with `cargo test --release -p secmem-trace -- --ignored --nocapture`.
+    #[test]
+    #[ignore]
+    fn binary_decoding_takes_a_few_ns_per_record_in_release() {
+        let n = 5_000_000u64;
+        let mut w = BinaryWriter::new(Vec::with_capacity(16 * n as usize + 16)).unwrap();
+        for i in 0..n {
+            w.write(&Record::read(i * 64, i as u32)).unwrap();
+        }
+        let bytes = w.finish().unwrap();
+        let t = std::time::Instant::now();
+        let mut acc = 0u64;
+        for r in BinaryReader::new(&bytes[..]).unwrap() {
+            acc = acc.wrapping_add(r.unwrap().addr);
+        }
+        let ns = t.elapsed().as_nanos() as f64 / n as f64;
+        println!("binary decode: {ns:.2} ns/record (checksum {acc:x})");
+        if !cfg!(debug_assertions) {
+            assert!(ns < 10.0, "{ns}");
+        }
+    }
+
+    #[test]
+    fn random_garbage_never_panics() {
+        use rand::{Rng, SeedableRng};
+        let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(5);
+        for _ in 0..2000 {
+            let len = rng.gen_range(0..200);
+            let mut bytes: Vec<u8> = (0..len).map(|_| rng.gen()).collect();
+            if rng.gen_bool(0.8) && bytes.len() >= 16 {
+                bytes[..16].copy_from_slice(&encode(&[])[..16]);
+            }
+            if let Ok(r) = BinaryReader::new(&bytes[..]) {
+                let _ = r.count();
+            }
+        }
+    }
+}

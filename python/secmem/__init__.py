@@ -1,0 +1,43 @@
+"""secmem: a fast, trace-driven simulator for secure memory and secure storage research.
+
+The engine is Rust (``secmem._native``); this package is its API and the ``secmem`` command.
+
+>>> import secmem
+>>> report = secmem.run(preset="horus", params={"workload.requests": 20000})
+>>> report["stats"]["memory"]["reads"]["total"] > 0
+True
+"""
+
+from .api import (
+    Report,
+    SecmemError,
+    bench,
+    config_json,
+    config_toml,
+    flatten,
+    presets,
+    run,
+    sweep,
+    trace_convert,
+    trace_gen,
+    trace_info,
+)
+from ._native import version as _version
+
+__version__ = _version()
+
+__all__ = [
+    "Report",
+    "SecmemError",
+    "bench",
+    "config_json",
+    "config_toml",
+    "flatten",
+    "presets",
+    "run",
+    "sweep",
+    "trace_convert",
+    "trace_gen",
+    "trace_info",
+    "__version__",
+]

@@ -1,0 +1,186 @@
+"""The Python API over the Rust engine: runs return reports as dicts (and one-row
+DataFrames); sweeps return one DataFrame row per run, in-process, with no text parsing."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence
+
+from . import _native
+
+
+class SecmemError(ValueError):
+    """A config, trace or input error reported by the engine (the message names the field,
+    file, line or record)."""
+
+
+def _call(fn, *args, **kwargs):
+    try:
+        return fn(*args, **kwargs)
+    except ValueError as e:  # the engine raises ValueError with a precise message
+        raise SecmemError(str(e)) from None
+
+
+def _overrides(params: Optional[Mapping[str, Any]] | Optional[Sequence[str]]) -> List[str]:
+    """Accepts {"llc.size_kib": 32768} or ["llc.size_kib=32768"]."""
+    if params is None:
+        return []
+    if isinstance(params, Mapping):
+        out = []
+        for k, v in params.items():
+            if isinstance(v, bool):
+                v = "true" if v else "false"
+            elif isinstance(v, str):
+                v = json.dumps(v)  # a TOML basic string
+            out.append(f"{k}={v}")
+        return out
+    return [str(p) for p in params]
+
+
+class Report(dict):
+    """A run's report: ``{"config": ..., "meta": ..., "stats": ...}``."""
+
+    @property
+    def config(self) -> Dict[str, Any]:
+        return self["config"]
+
+    @property
+    def meta(self) -> Dict[str, Any]:
+        return self["meta"]
+
+    @property
+    def stats(self) -> Dict[str, Any]:
+        return self["stats"]
+
+    def flat(self) -> Dict[str, Any]:
+        return flatten(self)
+
+    def frame(self):
+        """The report as a one-row pandas DataFrame (dotted column names)."""
+        import pandas as pd
+
+        return pd.DataFrame([self.flat()])
+
+
+def flatten(report: Mapping[str, Any], prefix: str = "") -> Dict[str, Any]:
+    """Flattens nested dicts to dotted keys: ``stats.memory.reads.data``."""
+    out: Dict[str, Any] = {}
+    for k, v in report.items():
+        key = f"{prefix}{k}"
+        if isinstance(v, Mapping):
+            out.update(flatten(v, key + "."))
+        else:
+            out[key] = v
+    return out
+
+
+def presets() -> List[Dict[str, str]]:
+    """Every preset: ``[{"name", "source"}]``."""
+    return json.loads(_native.presets())
+
+
+def config_toml(preset: Optional[str] = None, config: Optional[str] = None, params=None) -> str:
+    """The resolved config as commented TOML (descriptions on every field)."""
+    return _call(_native.config_toml, preset, _path(config), _overrides(params))
+
+
+def config_json(preset: Optional[str] = None, config: Optional[str] = None, params=None) -> Dict[str, Any]:
+    """The resolved config as a dict."""
+    return json.loads(_call(_native.config_json, preset, _path(config), _overrides(params)))
+
+
+def _path(p) -> Optional[str]:
+    return None if p is None else os.fspath(p)
+
+
+def run(
+    preset: Optional[str] = None,
+    trace: Optional[str] = None,
+    config: Optional[str] = None,
+    params=None,
+    out: Optional[str] = None,
+) -> Report:
+    """Runs one simulation. ``trace=None`` uses the config's built-in synthetic workload.
+    With ``out``, also writes ``out/report.json`` and ``out/config.toml``."""
+    text = _call(_native.run, preset, _path(config), _overrides(params), _path(trace), _path(out))
+    return Report(json.loads(text))
+
+
+def sweep(
+    param: str,
+    values: Iterable[Any],
+    preset: Optional[str] = None,
+    trace: Optional[str] = None,
+    config: Optional[str] = None,
+    params=None,
+):
+    """Runs once per value of ``param`` (a dotted config key); returns a DataFrame with one
+    row per run (flattened report) and a ``sweep.value`` column."""
+    import pandas as pd
+
+    base = _overrides(params)
+    rows = []
+    for v in values:
+        rep = run(preset=preset, trace=trace, config=config, params=base + _overrides({param: v}))
+        row = rep.flat()
+        row["sweep.param"] = param
+        row["sweep.value"] = v
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def trace_gen(
+    out: str,
+    pattern: str = "random",
+    requests: int = 1_000_000,
+    footprint_bytes: int = 1 << 30,
+    read_ratio: float = 0.5,
+    seed: int = 1,
+    format: str = "binary",
+    stride_bytes: int = 4096,
+    zipf_theta: float = 0.99,
+    inst_gap: int = 10,
+) -> int:
+    """Writes a seeded synthetic trace; returns the number of records."""
+    return _call(
+        _native.trace_gen, pattern, requests, footprint_bytes, read_ratio, seed, _path(out),
+        format, stride_bytes, zipf_theta, inst_gap,
+    )
+
+
+def trace_convert(input: str, output: str, out_format: str = "binary", in_format: Optional[str] = None) -> int:
+    """Converts a trace (secmem binary/text, Ramulator, DRAMSim3, lackey) to secmem binary or text."""
+    return _call(_native.trace_convert, _path(input), _path(output), out_format, in_format)
+
+
+def trace_info(path: str, format: Optional[str] = None) -> Dict[str, Any]:
+    """Counts and footprint of a trace."""
+    return json.loads(_call(_native.trace_info, _path(path), format))
+
+
+def bench_scenarios() -> List[Dict[str, str]]:
+    return json.loads(_native.bench_scenarios())
+
+
+def bench(scenarios: Optional[Sequence[str]] = None, scale: float = 1.0, isolate: bool = True) -> Dict[str, Any]:
+    """Runs bench scenarios; returns ``{name: {"requests_per_s", "peak_rss_bytes", ...}}``.
+    Each scenario runs in its own process (``isolate``) so peak memory is its own."""
+    names = list(scenarios) if scenarios else [s["name"] for s in bench_scenarios()]
+    known = {s["name"] for s in bench_scenarios()}
+    for n in names:
+        if n not in known:
+            raise SecmemError(f"unknown bench scenario '{n}'; known: {', '.join(sorted(known))}")
+    out: Dict[str, Any] = {}
+    for n in names:
+        if isolate:
+            cmd = [sys.executable, "-m", "secmem.cli", "_bench-one", n, "--scale", str(scale)]
+            res = subprocess.run(cmd, capture_output=True, text=True)
+            if res.returncode != 0:
+                raise SecmemError(f"bench scenario {n} failed: {res.stderr.strip()}")
+            out[n] = json.loads(res.stdout)
+        else:
+            out[n] = json.loads(_call(_native.bench_run, n, scale))
+    return out

@@ -1,0 +1,197 @@
+"""The ``secmem`` command.
+
+    secmem run [--preset NAME] [--config FILE] [--trace FILE] [-p key=value ...] [--out DIR]
+    secmem presets
+    secmem config show NAME [-p key=value ...]
+    secmem config validate FILE [--preset NAME]
+    secmem trace gen --pattern P --requests N --footprint-bytes B --read-ratio R --seed S -o FILE
+    secmem trace convert IN OUT [--to binary|text] [--from FORMAT]
+    secmem trace info FILE [--format FORMAT]
+    secmem bench [--scenario NAME ...] [--scale X]
+
+Errors (bad config, bad trace, bad record) print one line naming the field, file, line or
+record, and exit with status 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from typing import List, Optional
+
+from . import api
+
+
+def _add_params(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "-p", "--param", action="append", default=[], metavar="KEY=VALUE",
+        help="override a config field by its dotted name, e.g. -p llc.size_kib=32768 (repeatable)",
+    )
+
+
+def _summary(rep: api.Report) -> str:
+    s = rep.stats
+    m = rep.meta
+    mem = s["memory"]
+    lines = [
+        f"design {m['design']}  trace {m['trace']}  records {m['records']}  "
+        f"({m['requests_per_s'] / 1e6:.2f} M records/s, {m['wall_time_s']:.2f} s)",
+        f"cycles {s['cycles']}  IPC {s['ipc']:.3f}",
+        f"memory reads {mem['reads']['total']} (data {mem['reads']['data']}, counter {mem['reads']['counter']}, "
+        f"mac {mem['reads']['mac']}, tree {mem['reads']['tree']})",
+        f"memory writes {mem['writes']['total']} (data {mem['writes']['data']}, counter {mem['writes']['counter']}, "
+        f"mac {mem['writes']['mac']}, tree {mem['writes']['tree']}, re-encryption {mem['writes']['reencrypt']})",
+        f"MAC ops {s['security']['mac_ops']['total']}  AES ops {s['security']['aes_ops']['total']}  "
+        f"read latency p50/p99 {s['latency_cycles']['read']['p50']}/{s['latency_cycles']['read']['p99']} cycles",
+        "hit rates  " + "  ".join(f"{k} {v['hit_rate']:.3f}" for k, v in s["caches"].items()),
+    ]
+    return "\n".join(lines)
+
+
+def cmd_run(a) -> int:
+    rep = api.run(preset=a.preset, trace=a.trace, config=a.config, params=a.param, out=a.out)
+    if a.json:
+        print(json.dumps(rep, indent=2))
+    else:
+        print(_summary(rep))
+        print(f"wrote {a.out}/report.json and {a.out}/config.toml")
+    return 0
+
+
+def cmd_presets(a) -> int:
+    for p in api.presets():
+        print(f"{p['name']:<10} {p['source']}")
+    return 0
+
+
+def cmd_config_show(a) -> int:
+    print(api.config_toml(preset=a.name, params=a.param), end="")
+    return 0
+
+
+def cmd_config_validate(a) -> int:
+    api.config_json(preset=a.preset, config=a.file, params=a.param)
+    print(f"{a.file}: valid")
+    return 0
+
+
+def cmd_trace_gen(a) -> int:
+    n = api.trace_gen(
+        a.output, pattern=a.pattern, requests=a.requests, footprint_bytes=a.footprint_bytes,
+        read_ratio=a.read_ratio, seed=a.seed, format=a.format, stride_bytes=a.stride_bytes,
+        zipf_theta=a.zipf_theta, inst_gap=a.inst_gap,
+    )
+    print(f"wrote {n} records to {a.output}")
+    return 0
+
+
+def cmd_trace_convert(a) -> int:
+    n = api.trace_convert(a.input, a.output, out_format=a.to, in_format=getattr(a, "from"))
+    print(f"converted {n} records to {a.output}")
+    return 0
+
+
+def cmd_trace_info(a) -> int:
+    print(json.dumps(api.trace_info(a.file, a.format), indent=2))
+    return 0
+
+
+def cmd_bench(a) -> int:
+    print(json.dumps(api.bench(a.scenario or None, scale=a.scale), indent=2))
+    return 0
+
+
+def cmd_bench_one(a) -> int:
+    from . import _native
+
+    print(_native.bench_run(a.name, a.scale))
+    return 0
+
+
+def parser() -> argparse.ArgumentParser:
+    top = argparse.ArgumentParser(prog="secmem", description="Trace-driven secure memory simulator.")
+    top.add_argument("--version", action="version", version=f"secmem {_version()}")
+    sub = top.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    p = sub.add_parser("run", help="run one simulation and write DIR/report.json")
+    p.add_argument("--preset", help="preset name (see `secmem presets`); default: built-in defaults")
+    p.add_argument("--config", help="TOML config file layered over the preset")
+    p.add_argument("--trace", help="trace file (any supported format); default: the config's [workload] generator")
+    p.add_argument("--out", default="out", help="output directory (default: out)")
+    p.add_argument("--json", action="store_true", help="print the whole report as JSON")
+    _add_params(p)
+    p.set_defaults(fn=cmd_run)
+
+    p = sub.add_parser("presets", help="list presets and the tables they cite")
+    p.set_defaults(fn=cmd_presets)
+
+    cfg = sub.add_parser("config", help="show or validate configs").add_subparsers(dest="sub", required=True, metavar="SUB")
+    p = cfg.add_parser("show", help="print a preset's resolved config with descriptions")
+    p.add_argument("name")
+    _add_params(p)
+    p.set_defaults(fn=cmd_config_show)
+    p = cfg.add_parser("validate", help="check a config file")
+    p.add_argument("file")
+    p.add_argument("--preset")
+    _add_params(p)
+    p.set_defaults(fn=cmd_config_validate)
+
+    tr = sub.add_parser("trace", help="generate, convert and inspect traces").add_subparsers(dest="sub", required=True, metavar="SUB")
+    p = tr.add_parser("gen", help="write a seeded synthetic trace")
+    p.add_argument("--pattern", default="random", help="sequential, random, stride or zipf")
+    p.add_argument("--requests", type=int, default=1_000_000)
+    p.add_argument("--footprint-bytes", type=int, default=1 << 30)
+    p.add_argument("--read-ratio", type=float, default=0.5)
+    p.add_argument("--seed", type=int, default=1)
+    p.add_argument("--stride-bytes", type=int, default=4096)
+    p.add_argument("--zipf-theta", type=float, default=0.99)
+    p.add_argument("--inst-gap", type=int, default=10)
+    p.add_argument("--format", default="binary", help="binary or text")
+    p.add_argument("-o", "--output", required=True)
+    p.set_defaults(fn=cmd_trace_gen)
+    p = tr.add_parser("convert", help="convert a trace to secmem binary or text")
+    p.add_argument("input")
+    p.add_argument("output")
+    p.add_argument("--to", default="binary", help="binary or text")
+    p.add_argument("--from", default=None, help="input format (default: detected)")
+    p.set_defaults(fn=cmd_trace_convert)
+    p = tr.add_parser("info", help="summarise a trace")
+    p.add_argument("file")
+    p.add_argument("--format", default=None)
+    p.set_defaults(fn=cmd_trace_info)
+
+    p = sub.add_parser("bench", help="measure simulation speed and peak memory (JSON)")
+    p.add_argument("--scenario", action="append", default=[], help="scenario name (repeatable; default: all)")
+    p.add_argument("--scale", type=float, default=1.0, help="multiply each scenario's request count")
+    p.set_defaults(fn=cmd_bench)
+
+    p = sub.add_parser("_bench-one")  # internal: one scenario in a fresh process
+    p.add_argument("name")
+    p.add_argument("--scale", type=float, default=1.0)
+    p.set_defaults(fn=cmd_bench_one)
+    return top
+
+
+def _version() -> str:
+    from . import _native
+
+    return _native.version()
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    args = parser().parse_args(argv)
+    try:
+        return args.fn(args)
+    except api.SecmemError as e:
+        print(f"secmem: error: {e}", file=sys.stderr)
+        return 2
+    except FileNotFoundError as e:
+        print(f"secmem: error: {e}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
