@@ -51,7 +51,11 @@ impl CacheConfig {
     }
 }
 
-const INVALID: u64 = u64::MAX;
+/// Tag value of an empty way.
+const INVALID: u64 = u64::MAX >> 1;
+/// The dirty bit is kept in the tag word's top bit (line indices are < 2^58), so a lookup
+/// and a dirty check touch the same host cache line.
+const DIRTY: u64 = 1 << 63;
 
 /// A line pushed out of the cache to make room.
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
@@ -91,11 +95,14 @@ pub struct SetAssocCache {
     ways: usize,
     sets: u64,
     set_mask: Option<u64>,
+    /// `tags[set * ways + way]` = line index | DIRTY, or INVALID.
     tags: Vec<u64>,
-    dirty: Vec<bool>,
-    /// LRU: last-use stamp; FIFO: fill stamp.
-    stamp: Vec<u64>,
-    clock: u64,
+    /// LRU: last-use stamp; FIFO: fill stamp. 0 = empty way, so the oldest-stamp search
+    /// also finds free ways in the same pass. Stamps are per-set clocks (u32, renormalised
+    /// on overflow), which keeps a set's stamps in one host cache line for up to 16 ways.
+    stamp: Vec<u32>,
+    /// Per-set clock.
+    clock: Vec<u32>,
     rng_state: u64,
     replacement: Replacement,
     data: Option<Vec<[u8; 64]>>,
@@ -105,19 +112,21 @@ pub struct SetAssocCache {
 impl SetAssocCache {
     /// Builds a cache; the config must have passed `validate`.
     pub fn new(cfg: &CacheConfig) -> Self {
-        let ways = cfg.ways as usize;
-        let sets = cfg.sets();
+        Self::with_geometry(cfg.sets(), cfg.ways as usize, cfg.replacement)
+    }
+
+    /// Builds a cache of exactly `sets` x `ways` lines (tests use sub-KiB geometries).
+    pub fn with_geometry(sets: u64, ways: usize, replacement: Replacement) -> Self {
         let n = sets as usize * ways;
         SetAssocCache {
             ways,
             sets,
             set_mask: sets.is_power_of_two().then(|| sets - 1),
             tags: vec![INVALID; n],
-            dirty: vec![false; n],
             stamp: vec![0; n],
-            clock: 0,
+            clock: vec![0; sets as usize],
             rng_state: 0x9E37_79B9_7F4A_7C15,
-            replacement: cfg.replacement,
+            replacement,
             data: None,
             stats: CacheStats::default(),
         }
@@ -145,7 +154,40 @@ impl SetAssocCache {
     #[inline]
     fn find(&self, line: u64) -> Option<usize> {
         let base = self.set_of(line) * self.ways;
-        self.tags[base..base + self.ways].iter().position(|&t| t == line).map(|w| base + w)
+        self.tags[base..base + self.ways].iter().position(|&t| t & !DIRTY == line).map(|w| base + w)
+    }
+
+    /// Hints the host CPU to bring `line`'s set into its caches (trace look-ahead).
+    #[inline]
+    pub fn prefetch(&self, line: u64) {
+        #[cfg(target_arch = "x86_64")]
+        unsafe {
+            use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T0};
+            let base = self.set_of(line) * self.ways;
+            _mm_prefetch(self.tags.as_ptr().add(base) as *const i8, _MM_HINT_T0);
+            _mm_prefetch(self.stamp.as_ptr().add(base) as *const i8, _MM_HINT_T0);
+        }
+        #[cfg(not(target_arch = "x86_64"))]
+        let _ = line;
+    }
+
+    #[inline]
+    fn touch(&mut self, slot: usize) {
+        let set = slot / self.ways;
+        let c = &mut self.clock[set];
+        if *c == u32::MAX {
+            // Renormalise: keep the order, restart the clock.
+            let base = set * self.ways;
+            let row = &mut self.stamp[base..base + self.ways];
+            let mut order: Vec<usize> = (0..row.len()).filter(|&w| row[w] != 0).collect();
+            order.sort_by_key(|&w| row[w]);
+            for (rank, w) in order.iter().enumerate() {
+                row[*w] = rank as u32 + 1;
+            }
+            *c = order.len() as u32;
+        }
+        *c += 1;
+        self.stamp[slot] = *c;
     }
 
     /// Looks up `line` without changing any state.
@@ -160,11 +202,10 @@ impl SetAssocCache {
             Some(slot) => {
                 self.stats.hits += 1;
                 if self.replacement == Replacement::Lru {
-                    self.clock += 1;
-                    self.stamp[slot] = self.clock;
+                    self.touch(slot);
                 }
                 if write {
-                    self.dirty[slot] = true;
+                    self.tags[slot] |= DIRTY;
                 }
                 Some(slot)
             }
@@ -177,24 +218,27 @@ impl SetAssocCache {
 
     /// Fills `line` (which must be absent) and returns its slot and the victim, if a valid line
     /// had to leave.
+    #[inline]
     pub fn fill(&mut self, line: u64, dirty: bool) -> (usize, Option<Victim>) {
         debug_assert!(self.find(line).is_none(), "fill of a line already present");
         let base = self.set_of(line) * self.ways;
-        let row = &self.tags[base..base + self.ways];
-        let way = match row.iter().position(|&t| t == INVALID) {
-            Some(w) => w,
-            None => match self.replacement {
-                Replacement::Lru | Replacement::Fifo => {
-                    let stamps = &self.stamp[base..base + self.ways];
-                    let mut best = 0;
-                    for w in 1..self.ways {
-                        if stamps[w] < stamps[best] {
-                            best = w;
-                        }
+        let way = match self.replacement {
+            Replacement::Lru | Replacement::Fifo => {
+                // One pass: an empty way has stamp 0 and so is the oldest.
+                let stamps = &self.stamp[base..base + self.ways];
+                let mut best = 0;
+                let mut best_stamp = stamps[0];
+                for (w, &s) in stamps.iter().enumerate().skip(1) {
+                    if s < best_stamp {
+                        best = w;
+                        best_stamp = s;
                     }
-                    best
                 }
-                Replacement::Random => {
+                best
+            }
+            Replacement::Random => match self.tags[base..base + self.ways].iter().position(|&t| t == INVALID) {
+                Some(w) => w,
+                None => {
                     // xorshift64*: deterministic, no seed needed beyond the fixed start state.
                     let mut x = self.rng_state;
                     x ^= x >> 12;
@@ -206,37 +250,40 @@ impl SetAssocCache {
             },
         };
         let slot = base + way;
-        let victim = (self.tags[slot] != INVALID).then(|| {
+        let old = self.tags[slot];
+        let victim = (old != INVALID).then(|| {
+            let dirty = old & DIRTY != 0;
             self.stats.evictions += 1;
-            if self.dirty[slot] {
+            if dirty {
                 self.stats.dirty_evictions += 1;
             }
-            Victim { line: self.tags[slot], dirty: self.dirty[slot], slot }
+            Victim { line: old & !DIRTY, dirty, slot }
         });
-        self.clock += 1;
-        self.tags[slot] = line;
-        self.dirty[slot] = dirty;
-        self.stamp[slot] = self.clock;
+        self.tags[slot] = if dirty { line | DIRTY } else { line };
+        self.touch(slot);
         (slot, victim)
     }
 
     /// Removes `line` if present; returns whether it was dirty (and its slot for reading data).
     pub fn invalidate(&mut self, line: u64) -> Option<(bool, usize)> {
         let slot = self.find(line)?;
-        let d = self.dirty[slot];
+        let d = self.tags[slot] & DIRTY != 0;
         self.tags[slot] = INVALID;
-        self.dirty[slot] = false;
+        self.stamp[slot] = 0;
         Some((d, slot))
     }
 
     #[inline]
-    pub fn is_dirty(&self, slot: usize) -> bool { self.dirty[slot] }
+    pub fn is_dirty(&self, slot: usize) -> bool { self.tags[slot] & DIRTY != 0 && self.tags[slot] != INVALID }
     #[inline]
-    pub fn set_dirty(&mut self, slot: usize, dirty: bool) { self.dirty[slot] = dirty; }
+    pub fn set_dirty(&mut self, slot: usize, dirty: bool) {
+        debug_assert!(self.tags[slot] != INVALID);
+        if dirty { self.tags[slot] |= DIRTY } else { self.tags[slot] &= !DIRTY }
+    }
     #[inline]
     pub fn line_at(&self, slot: usize) -> Option<u64> {
         let t = self.tags[slot];
-        (t != INVALID).then_some(t)
+        (t != INVALID).then_some(t & !DIRTY)
     }
 
     pub fn data(&self, slot: usize) -> Option<&[u8; 64]> { self.data.as_ref().map(|d| &d[slot]) }
@@ -248,17 +295,16 @@ impl SetAssocCache {
             .iter()
             .enumerate()
             .filter(|(_, &t)| t != INVALID)
-            .map(|(s, &t)| (t, self.dirty[s], s))
+            .map(|(s, &t)| (t & !DIRTY, t & DIRTY != 0, s))
     }
 
-    pub fn dirty_count(&self) -> usize {
-        self.tags.iter().zip(&self.dirty).filter(|(&t, &d)| t != INVALID && d).count()
-    }
+    pub fn dirty_count(&self) -> usize { self.tags.iter().filter(|&&t| t != INVALID && t & DIRTY != 0).count() }
 
     /// Drops every line (a crash, for a volatile cache).
     pub fn clear(&mut self) {
         self.tags.fill(INVALID);
-        self.dirty.fill(false);
+        self.stamp.fill(0);
+        self.clock.fill(0);
     }
 }
 
@@ -267,17 +313,7 @@ mod tests {
     use super::*;
 
     fn tiny(ways: u32, sets: u64, r: Replacement) -> SetAssocCache {
-        let mut c = CacheConfig::new(sets * ways as u64 * 64 / 1024, ways, 1);
-        c.replacement = r;
-        // Sub-KiB sizes are not expressible in KiB, so build the tiny geometry directly.
-        let mut cache = SetAssocCache::new(&CacheConfig { size_kib: 1, ..c.clone() });
-        cache.sets = sets;
-        cache.set_mask = sets.is_power_of_two().then(|| sets - 1);
-        let n = (sets as usize) * ways as usize;
-        cache.tags = vec![INVALID; n];
-        cache.dirty = vec![false; n];
-        cache.stamp = vec![0; n];
-        cache
+        SetAssocCache::with_geometry(sets, ways as usize, r)
     }
 
     #[test]
@@ -351,6 +387,18 @@ mod tests {
         let (s, _) = c.fill(5, true);
         c.data_mut(s).unwrap()[0] = 0xAB;
         assert_eq!(c.data(c.probe(5).unwrap()).unwrap()[0], 0xAB);
+    }
+
+    #[test]
+    fn lru_order_survives_clock_renormalisation() {
+        let mut c = tiny(2, 1, Replacement::Lru);
+        c.fill(1, false);
+        c.fill(2, false);
+        c.clock[0] = u32::MAX - 1;
+        c.lookup(1, false); // stamp MAX
+        c.lookup(2, false); // renormalises, then 2 is newest
+        let (_, v) = c.fill(3, false);
+        assert_eq!(v.unwrap().line, 1);
     }
 
     #[test]

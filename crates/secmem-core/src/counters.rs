@@ -8,7 +8,6 @@
 //! memory only for the pages a workload writes.
 
 use crate::addr::{line_in_page, page_of_line, LINES_PER_PAGE};
-use rustc_hash::FxHashMap;
 
 /// One page's counters. Minors are stored one per byte for speed; only `minor_bits` are used.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -86,35 +85,83 @@ impl CounterBlock {
 }
 
 /// The current value of every page's counters (the architectural truth, whichever cache or
-/// NVM copy holds it). Pages never written are all-zero and take no memory.
-#[derive(Default, Clone)]
+/// NVM copy holds it), one block per page of the memory, indexed directly by page number.
+///
+/// The array is allocated zeroed (`alloc_zeroed`, i.e. anonymous pages the OS commits only
+/// when first written), so a 32 GiB memory reserves 8 Mi blocks of address space but costs
+/// host memory only for the pages a workload writes — and no hashing on the hot path.
 pub struct CounterStore {
-    blocks: FxHashMap<u64, CounterBlock>,
+    blocks: ZeroedBlocks,
+    touched: u64,
     pub minor_bits: u32,
 }
 
-impl CounterStore {
-    pub fn new(minor_bits: u32) -> Self { CounterStore { blocks: FxHashMap::default(), minor_bits } }
+/// A boxed slice of counter blocks obtained from `alloc_zeroed`.
+struct ZeroedBlocks(Box<[CounterBlock]>);
 
-    /// The counter block of `page` (zero if never written).
-    pub fn block(&self, page: u64) -> CounterBlock { self.blocks.get(&page).copied().unwrap_or_default() }
+impl ZeroedBlocks {
+    fn new(n: usize) -> ZeroedBlocks {
+        if n == 0 {
+            return ZeroedBlocks(Box::new([]));
+        }
+        let layout = std::alloc::Layout::array::<CounterBlock>(n).expect("counter array size overflows");
+        // SAFETY: CounterBlock is plain integers, for which all-zero bytes are a valid value
+        // (major 0, minors 0); the pointer comes from the global allocator with the layout of
+        // exactly `n` blocks, which is what Box<[CounterBlock]> frees with.
+        unsafe {
+            let ptr = std::alloc::alloc_zeroed(layout) as *mut CounterBlock;
+            if ptr.is_null() {
+                std::alloc::handle_alloc_error(layout);
+            }
+            ZeroedBlocks(Box::from_raw(std::ptr::slice_from_raw_parts_mut(ptr, n)))
+        }
+    }
+}
+
+impl CounterStore {
+    /// Counters for `pages` pages, all zero.
+    pub fn new(minor_bits: u32, pages: u64) -> Self {
+        CounterStore { blocks: ZeroedBlocks::new(pages as usize), touched: 0, minor_bits }
+    }
+
+    /// The counter block of `page`.
+    #[inline]
+    pub fn block(&self, page: u64) -> CounterBlock { self.blocks.0[page as usize] }
 
     /// (major, minor) of a data line.
+    #[inline]
     pub fn counter_of_line(&self, line: u64) -> (u64, u8) {
-        self.blocks.get(&page_of_line(line)).map_or((0, 0), |b| b.counter_of(line_in_page(line)))
+        self.blocks.0[page_of_line(line) as usize].counter_of(line_in_page(line))
     }
 
     /// Bumps a data line's counter for a write.
     #[inline]
     pub fn bump_line(&mut self, line: u64) -> Bump {
         let bits = self.minor_bits;
-        self.blocks.entry(page_of_line(line)).or_default().bump(line_in_page(line), bits)
+        let b = &mut self.blocks.0[page_of_line(line) as usize];
+        if b.major == 0 && b.minors == [0; 64] {
+            self.touched += 1;
+        }
+        b.bump(line_in_page(line), bits)
     }
 
-    pub fn block_mut(&mut self, page: u64) -> &mut CounterBlock { self.blocks.entry(page).or_default() }
-    pub fn set_block(&mut self, page: u64, b: CounterBlock) { self.blocks.insert(page, b); }
-    pub fn pages_touched(&self) -> usize { self.blocks.len() }
-    pub fn iter(&self) -> impl Iterator<Item = (&u64, &CounterBlock)> { self.blocks.iter() }
+    /// Hints the host CPU to bring `line`'s counter block into its caches (trace look-ahead).
+    #[inline]
+    pub fn prefetch_line(&self, line: u64) {
+        #[cfg(target_arch = "x86_64")]
+        if let Some(b) = self.blocks.0.get(page_of_line(line) as usize) {
+            // SAFETY: prefetch of a valid reference has no effect on program state.
+            unsafe { std::arch::x86_64::_mm_prefetch(b as *const CounterBlock as *const i8, std::arch::x86_64::_MM_HINT_T0) }
+        }
+        #[cfg(not(target_arch = "x86_64"))]
+        let _ = line;
+    }
+
+    pub fn block_mut(&mut self, page: u64) -> &mut CounterBlock { &mut self.blocks.0[page as usize] }
+    pub fn set_block(&mut self, page: u64, b: CounterBlock) { self.blocks.0[page as usize] = b; }
+    /// Pages whose counters were ever bumped from all-zero.
+    pub fn pages_touched(&self) -> u64 { self.touched }
+    pub fn pages(&self) -> u64 { self.blocks.0.len() as u64 }
 }
 
 #[cfg(test)]
@@ -124,7 +171,7 @@ mod tests {
 
     #[test]
     fn seven_bit_minor_overflows_at_exactly_the_128th_write() {
-        let mut s = CounterStore::new(7);
+        let mut s = CounterStore::new(7, 16);
         for i in 1..=127 {
             assert_eq!(s.bump_line(5), Bump::Minor, "write {i}");
         }
@@ -144,7 +191,7 @@ mod tests {
 
     #[test]
     fn overflow_resets_every_minor_of_the_page() {
-        let mut s = CounterStore::new(7);
+        let mut s = CounterStore::new(7, 16);
         s.bump_line(1);
         for _ in 0..128 {
             s.bump_line(0);

@@ -241,6 +241,84 @@ impl BusCalendar {
     }
 }
 
+/// The read queue: per entry, the cycle its last read returns; an entry is free from then.
+/// Entries are grouped by [`RQ_GROUP`] with each group's earliest return kept, so that both
+/// "some free entry" (light load: the first probes succeed) and "the entry that frees first"
+/// (full queue) cost O(1) expected / O(entries / RQ_GROUP + RQ_GROUP), never a heap update.
+#[derive(Clone, Debug)]
+struct ReadQueue {
+    /// Padded to whole groups with `u64::MAX` (never free, never earliest).
+    done: Vec<u64>,
+    group_min: Vec<u64>,
+    entries: usize,
+    cursor: usize,
+}
+
+const RQ_GROUP: usize = 8;
+const RQ_PROBES: usize = 4;
+
+#[derive(Copy, Clone, Debug)]
+struct RqSlot {
+    index: usize,
+    stalled: bool,
+}
+
+impl ReadQueue {
+    fn new(entries: usize) -> ReadQueue {
+        let groups = entries.div_ceil(RQ_GROUP);
+        let mut done = vec![u64::MAX; groups * RQ_GROUP];
+        done[..entries].fill(0);
+        ReadQueue { done, group_min: vec![0; groups], entries, cursor: 0 }
+    }
+
+    #[inline]
+    fn next(&self, i: usize) -> usize { if i + 1 == self.entries { 0 } else { i + 1 } }
+
+    /// An entry for a read arriving at `t`: a free one, or the one that frees first and the
+    /// cycle it does (`stalled`). Returns the entry and the cycle the read enters the queue.
+    #[inline]
+    fn enter(&mut self, t: u64) -> (RqSlot, u64) {
+        let mut i = self.cursor;
+        for _ in 0..RQ_PROBES.min(self.entries) {
+            if self.done[i] <= t {
+                self.cursor = self.next(i);
+                return (RqSlot { index: i, stalled: false }, t);
+            }
+            i = self.next(i);
+        }
+        let g = argmin(&self.group_min);
+        let index = g * RQ_GROUP + argmin(&self.done[g * RQ_GROUP..(g + 1) * RQ_GROUP]);
+        let first = self.done[index];
+        self.cursor = self.next(index);
+        (RqSlot { index, stalled: first > t }, first.max(t))
+    }
+
+    /// Records that the read in entry `index` returns at `done`.
+    #[inline]
+    fn set(&mut self, index: usize, done: u64) {
+        let old = self.done[index];
+        self.done[index] = done;
+        let g = index / RQ_GROUP;
+        if done < self.group_min[g] {
+            self.group_min[g] = done;
+        } else if old == self.group_min[g] {
+            self.group_min[g] = self.done[g * RQ_GROUP..(g + 1) * RQ_GROUP].iter().copied().min().expect("group");
+        }
+    }
+}
+
+/// Index of the first minimum of a non-empty slice.
+#[inline]
+fn argmin(xs: &[u64]) -> usize {
+    let mut best = 0;
+    for (i, &x) in xs.iter().enumerate().skip(1) {
+        if x < xs[best] {
+            best = i;
+        }
+    }
+    best
+}
+
 /// Map value of a line whose write is queued (not yet issued to a bank).
 const QUEUED: u64 = u64::MAX;
 
@@ -272,11 +350,7 @@ pub struct PcmMedia {
     bank_busy: Vec<u64>,
     /// Per channel data bus.
     bus: Vec<BusCalendar>,
-    /// Read queue: one slot per entry holding the completion cycle of the last read that used
-    /// it; a slot is free at `t` when that cycle is `<= t`.
-    read_slots: Vec<u64>,
-    /// Where the search for a free read slot starts (the slot after the last one taken).
-    read_cursor: usize,
+    read_queue: ReadQueue,
     /// Writes accepted but not issued, oldest first: (line, accepted cycle).
     wpq_queued: VecDeque<(u64, u64)>,
     /// Issued writes still holding a WPQ slot: (burst start, line), min-heap.
@@ -324,8 +398,7 @@ impl PcmMedia {
             write_energy: cfg.write_energy_nj,
             bank_busy: vec![0; channels as usize * banks as usize],
             bus: vec![BusCalendar::new(BUS_WINDOW_WORDS); channels as usize],
-            read_slots: vec![0; rq_cap],
-            read_cursor: 0,
+            read_queue: ReadQueue::new(rq_cap),
             wpq_queued: VecDeque::with_capacity(wpq_cap + 1),
             wpq_issued: BinaryHeap::with_capacity(wpq_cap + 1),
             wpq_lines,
@@ -393,8 +466,11 @@ impl PcmMedia {
             self.stats.bank_conflict_cycles += start - t;
         }
         self.wpq_issued.push(Reverse((start, line)));
-        if let Some(v) = self.wpq_lines.get_mut(&line) {
-            *v = done;
+        if !self.adr {
+            // Only a non-persistent WPQ needs the completion, for writes that coalesce into this one.
+            if let Some(v) = self.wpq_lines.get_mut(&line) {
+                *v = done;
+            }
         }
         self.last_write_done = self.last_write_done.max(done);
         self.stats.array_writes += 1;
@@ -410,41 +486,23 @@ impl PcmMedia {
         }
     }
 
-    /// A free read-queue slot at `t`, or, if all are taken, the one that frees first and the
-    /// cycle it does. Under light load the first slot probed is free, so this is O(1)
-    /// expected; only a full queue costs a scan of the (small) queue.
-    #[inline]
-    fn take_read_slot(&mut self, t: u64) -> (usize, u64) {
-        let n = self.read_slots.len();
-        let mut i = self.read_cursor;
-        for _ in 0..n {
-            if self.read_slots[i] <= t {
-                self.read_cursor = if i + 1 == n { 0 } else { i + 1 };
-                return (i, t);
-            }
-            i = if i + 1 == n { 0 } else { i + 1 };
-        }
-        let (slot, &first_done) =
-            self.read_slots.iter().enumerate().min_by_key(|&(_, &d)| d).expect("read_queue_entries >= 1");
-        self.read_cursor = if slot + 1 == n { 0 } else { slot + 1 };
-        self.stats.read_queue_full_stalls += 1;
-        (slot, first_done)
-    }
-
     fn read(&mut self, line: u64, t: u64) -> u64 {
         self.retire_issued(t);
         if self.wpq_lines.contains_key(&line) {
             self.stats.wpq_read_hits += 1;
             return t + self.bus_xfer;
         }
-        let (slot, t) = self.take_read_slot(t);
+        let (slot, t) = self.read_queue.enter(t);
+        if slot.stalled {
+            self.stats.read_queue_full_stalls += 1;
+        }
         let (ch, b) = self.bank_index(line);
         let start = t.max(self.bank_busy[b]);
         self.stats.bank_conflict_cycles += start - t;
         let array_done = start + self.read_lat;
         self.bank_busy[b] = array_done;
         let data_at = self.bus[ch].book(array_done, self.bus_xfer) + self.bus_xfer;
-        self.read_slots[slot] = data_at;
+        self.read_queue.set(slot.index, data_at);
         self.stats.array_reads += 1;
         self.stats.energy_nj += self.read_energy;
         data_at
@@ -816,6 +874,35 @@ mod tests {
                 } else {
                     prop_assert!(small_window);
                 }
+            }
+        }
+    }
+
+    proptest! {
+        #[test]
+        fn read_queue_admits_a_read_when_an_entry_is_free_else_when_the_first_returns(
+            entries in 1usize..40,
+            ops in prop::collection::vec((0u64..50, 1u64..2000), 1..400),
+        ) {
+            let mut q = ReadQueue::new(entries);
+            // Reference: completion cycles of the reads in flight.
+            let mut in_flight: Vec<u64> = Vec::new();
+            let mut t = 0;
+            for (dt, latency) in ops {
+                t += dt;
+                in_flight.retain(|&d| d > t);
+                let expected = if in_flight.len() < entries {
+                    t
+                } else {
+                    let (i, _) = in_flight.iter().enumerate().min_by_key(|&(_, &d)| d).unwrap();
+                    in_flight.swap_remove(i)
+                };
+                let (slot, entered) = q.enter(t);
+                prop_assert_eq!(entered, expected);
+                prop_assert_eq!(slot.stalled, expected > t);
+                prop_assert!(slot.index < entries);
+                q.set(slot.index, entered + latency);
+                in_flight.push(entered + latency);
             }
         }
     }

@@ -185,7 +185,7 @@ impl SecureMc {
         }
         Ok(SecureMc {
             media,
-            counters: CounterStore::new(security.minor_counter_bits),
+            counters: CounterStore::new(security.minor_counter_bits, layout.counter_blocks),
             counter_cache: SetAssocCache::new(&caches.counter),
             mac_cache: SetAssocCache::new(&caches.mac),
             tree_cache: SetAssocCache::new(&caches.tree),

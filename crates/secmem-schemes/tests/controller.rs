@@ -155,6 +155,6 @@ proptest! {
         }
         let s = m.snapshot().0.counter_cache;
         prop_assert!(s.hits + s.misses >= pages.len() as u64);
-        prop_assert_eq!(m.counters.pages_touched(), pages.len());
+        prop_assert_eq!(m.counters.pages_touched(), pages.len() as u64);
     }
 }

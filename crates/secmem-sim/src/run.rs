@@ -100,11 +100,23 @@ pub fn run_records(cfg: &Config, records: RecordIter, total_hint: Option<u64>, t
     if warmup == 0 {
         warm = Some(engine.snapshot());
     }
-    for rec in records {
-        if n >= limit {
-            break;
+    // Records pass through a short look-ahead window so that the host can prefetch the state
+    // each will touch while earlier ones are simulated (see Engine::prefetch).
+    const LOOKAHEAD: usize = 16;
+    let mut window: std::collections::VecDeque<Record> = std::collections::VecDeque::with_capacity(LOOKAHEAD + 1);
+    let mut records = records.take(usize::try_from(limit).unwrap_or(usize::MAX));
+    loop {
+        while window.len() < LOOKAHEAD {
+            match records.next() {
+                Some(rec) => {
+                    let rec = rec?;
+                    engine.prefetch(&rec);
+                    window.push_back(rec);
+                }
+                None => break,
+            }
         }
-        let rec = rec?;
+        let Some(rec) = window.pop_front() else { break };
         engine.step(&rec, n).map_err(|error| SimError::Record { trace: trace_name.to_string(), error })?;
         n += 1;
         if n == warmup {

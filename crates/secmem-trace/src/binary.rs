@@ -56,7 +56,11 @@ impl BinaryHeader {
 fn encode_fixed(rec: &Record) -> [u8; RECORD_BYTES] {
     let mut b = [0u8; RECORD_BYTES];
     b[0] = rec.op as u8;
-    b[1] = if rec.data.is_some() { RECORD_FLAG_DATA } else { 0 };
+    b[1] = if rec.data.is_some() {
+        RECORD_FLAG_DATA
+    } else {
+        0
+    };
     b[2..4].copy_from_slice(&rec.size_bytes.to_le_bytes());
     b[4..8].copy_from_slice(&rec.inst_gap.to_le_bytes());
     b[8..16].copy_from_slice(&rec.addr.to_le_bytes());
@@ -125,7 +129,10 @@ impl<W: Write> BinaryWriter<W> {
                     self.name.clone(),
                     self.offset,
                     ErrorKind::InvalidRecord,
-                    format!("record #{}: data payload on a {:?} record (only writes carry data)", self.records, rec.op),
+                    format!(
+                        "record #{}: data payload on a {:?} record (only writes carry data)",
+                        self.records, rec.op
+                    ),
                 ));
             }
             if !self.allow_data {
@@ -133,11 +140,17 @@ impl<W: Write> BinaryWriter<W> {
                     self.name.clone(),
                     self.offset,
                     ErrorKind::InvalidRecord,
-                    format!("record #{}: carries data but the writer was created without data", self.records),
+                    format!(
+                        "record #{}: carries data but the writer was created without data",
+                        self.records
+                    ),
                 ));
             }
             let fixed = encode_fixed(rec);
-            let r = self.out.write_all(&fixed).and_then(|_| self.out.write_all(data));
+            let r = self
+                .out
+                .write_all(&fixed)
+                .and_then(|_| self.out.write_all(data));
             r.map_err(|e| TraceError::io(self.name.clone(), Position::Offset(self.offset), e))?;
             self.offset += (RECORD_BYTES + DATA_BYTES) as u64;
         } else {
@@ -168,7 +181,8 @@ impl<W: Write> BinaryWriter<W> {
             .into_inner()
             .map_err(|e| TraceError::io(name.clone(), Position::Offset(offset), e.into_error()))
             .and_then(|mut w| {
-                w.flush().map_err(|e| TraceError::io(name, Position::Offset(offset), e))?;
+                w.flush()
+                    .map_err(|e| TraceError::io(name, Position::Offset(offset), e))?;
                 Ok(w)
             })
     }
@@ -196,7 +210,8 @@ impl<R: Read> BinaryReader<R> {
         let name = name.into();
         let mut inp = BufReader::with_capacity(READ_BUFFER, inner);
         let mut h = [0u8; HEADER_BYTES];
-        let n = read_full(&mut inp, &mut h).map_err(|e| TraceError::io(name.clone(), Position::Offset(0), e))?;
+        let n = read_full(&mut inp, &mut h)
+            .map_err(|e| TraceError::io(name.clone(), Position::Offset(0), e))?;
         let magic_len = n.min(MAGIC.len());
         if h[..magic_len] != MAGIC[..magic_len] || n == 0 {
             return Err(TraceError::at_offset(
@@ -262,7 +277,12 @@ impl<R: Read> BinaryReader<R> {
 
     #[cold]
     #[inline(never)]
-    fn fail(&mut self, at: u64, kind: ErrorKind, msg: String) -> Option<Result<Record, TraceError>> {
+    fn fail(
+        &mut self,
+        at: u64,
+        kind: ErrorKind,
+        msg: String,
+    ) -> Option<Result<Record, TraceError>> {
         self.done = true;
         Some(Err(TraceError::at_offset(self.name.clone(), at, kind, msg)))
     }
@@ -271,7 +291,11 @@ impl<R: Read> BinaryReader<R> {
     #[inline(never)]
     fn fail_io(&mut self, at: u64, e: io::Error) -> Option<Result<Record, TraceError>> {
         self.done = true;
-        Some(Err(TraceError::io(self.name.clone(), Position::Offset(at), e)))
+        Some(Err(TraceError::io(
+            self.name.clone(),
+            Position::Offset(at),
+            e,
+        )))
     }
 
     /// Fills `buf` from the buffered input; `Ok(n)` with `n < buf.len()` means EOF after `n`.
@@ -308,7 +332,9 @@ impl<R: Read> Iterator for BinaryReader<R> {
                     },
                     size_bytes: u16::from_le_bytes([b[2], b[3]]),
                     inst_gap: u32::from_le_bytes([b[4], b[5], b[6], b[7]]),
-                    addr: u64::from_le_bytes([b[8], b[9], b[10], b[11], b[12], b[13], b[14], b[15]]),
+                    addr: u64::from_le_bytes([
+                        b[8], b[9], b[10], b[11], b[12], b[13], b[14], b[15],
+                    ]),
                     data: None,
                 };
                 self.inp.consume(RECORD_BYTES);
@@ -343,19 +369,20 @@ impl<R: Read> BinaryReader<R> {
                 format!("truncated record (needs {RECORD_BYTES} bytes, {n} left)"),
             );
         }
-        let op = match b[0] {
-            0 => Op::Read,
-            1 => Op::Write,
-            2 => Op::Fence,
-            3 => Op::Flush,
-            x => {
-                return self.fail(
+        let op =
+            match b[0] {
+                0 => Op::Read,
+                1 => Op::Write,
+                2 => Op::Fence,
+                3 => Op::Flush,
+                x => return self.fail(
                     at,
                     ErrorKind::UnknownOp,
-                    format!("unknown operation byte {x} (expected 0=Read, 1=Write, 2=Fence, 3=Flush)"),
-                )
-            }
-        };
+                    format!(
+                        "unknown operation byte {x} (expected 0=Read, 1=Write, 2=Fence, 3=Flush)"
+                    ),
+                ),
+            };
         let flags = b[1];
         if flags & !RECORD_FLAG_DATA != 0 {
             return self.fail(
@@ -401,7 +428,13 @@ impl<R: Read> BinaryReader<R> {
             self.offset += RECORD_BYTES as u64;
             None
         };
-        Some(Ok(Record { op, addr, size_bytes, inst_gap, data }))
+        Some(Ok(Record {
+            op,
+            addr,
+            size_bytes,
+            inst_gap,
+            data,
+        }))
     }
 }
 
@@ -435,10 +468,34 @@ mod tests {
         vec![
             Record::read(0x1000, 3),
             Record::write(0x2040, 0),
-            Record { op: Op::Write, addr: u64::MAX - 63, size_bytes: 64, inst_gap: u32::MAX, data: Some(data(7)) },
-            Record { op: Op::Fence, addr: 0, size_bytes: 0, inst_gap: 12, data: None },
-            Record { op: Op::Flush, addr: 0xde_adbe_efc0, size_bytes: 64, inst_gap: 1, data: None },
-            Record { op: Op::Read, addr: 7, size_bytes: 8, inst_gap: 0, data: None },
+            Record {
+                op: Op::Write,
+                addr: u64::MAX - 63,
+                size_bytes: 64,
+                inst_gap: u32::MAX,
+                data: Some(data(7)),
+            },
+            Record {
+                op: Op::Fence,
+                addr: 0,
+                size_bytes: 0,
+                inst_gap: 12,
+                data: None,
+            },
+            Record {
+                op: Op::Flush,
+                addr: 0xde_adbe_efc0,
+                size_bytes: 64,
+                inst_gap: 1,
+                data: None,
+            },
+            Record {
+                op: Op::Read,
+                addr: 7,
+                size_bytes: 8,
+                inst_gap: 0,
+                data: None,
+            },
         ]
     }
 
@@ -453,7 +510,13 @@ mod tests {
 
     #[test]
     fn header_and_record_bytes_match_the_documented_layout() {
-        let bytes = encode(&[Record { op: Op::Flush, addr: 0x0102030405060708, size_bytes: 0x0a0b, inst_gap: 0x11223344, data: None }]);
+        let bytes = encode(&[Record {
+            op: Op::Flush,
+            addr: 0x0102030405060708,
+            size_bytes: 0x0a0b,
+            inst_gap: 0x11223344,
+            data: None,
+        }]);
         assert_eq!(&bytes[..8], b"SECMTRC\0");
         assert_eq!(&bytes[8..16], &[1, 0, 1, 0, 0, 0, 0, 0]);
         assert_eq!(
@@ -498,7 +561,10 @@ mod tests {
         let bytes = encode(&[]);
         let e = decode(&bytes[..11]).unwrap_err();
         assert_eq!(e.kind(), ErrorKind::Truncated);
-        assert_eq!(e.to_string(), "t.bin: byte offset 0: truncated header (needs 16 bytes, 11 left)");
+        assert_eq!(
+            e.to_string(),
+            "t.bin: byte offset 0: truncated header (needs 16 bytes, 11 left)"
+        );
     }
 
     #[test]
@@ -549,7 +615,10 @@ mod tests {
 
     #[test]
     fn truncated_payload_reports_the_payload_offset() {
-        let rec = Record { data: Some(data(1)), ..Record::write(64, 0) };
+        let rec = Record {
+            data: Some(data(1)),
+            ..Record::write(64, 0)
+        };
         let bytes = encode(&[rec]);
         let e = decode(&bytes[..bytes.len() - 54]).unwrap_err();
         assert_eq!(e.kind(), ErrorKind::Truncated);
@@ -568,7 +637,10 @@ mod tests {
         assert_eq!((e.kind(), e.offset()), (ErrorKind::InvalidRecord, Some(17)));
 
         let mut w = BinaryWriter::new(Vec::new()).unwrap();
-        let bad = Record { data: Some([0; 64]), ..Record::read(0, 0) };
+        let bad = Record {
+            data: Some([0; 64]),
+            ..Record::read(0, 0)
+        };
         assert_eq!(w.write(&bad).unwrap_err().kind(), ErrorKind::InvalidRecord);
     }
 
@@ -576,8 +648,14 @@ mod tests {
     fn data_flag_in_a_no_data_trace_is_rejected() {
         let mut w = BinaryWriter::with_options(Vec::new(), "t.bin", false).unwrap();
         w.write(&Record::write(0, 0)).unwrap();
-        let with_data = Record { data: Some([1; 64]), ..Record::write(0, 0) };
-        assert_eq!(w.write(&with_data).unwrap_err().kind(), ErrorKind::InvalidRecord);
+        let with_data = Record {
+            data: Some([1; 64]),
+            ..Record::write(0, 0)
+        };
+        assert_eq!(
+            w.write(&with_data).unwrap_err().kind(),
+            ErrorKind::InvalidRecord
+        );
         let mut bytes = w.finish().unwrap();
         assert_eq!(bytes[10], 0, "header data flag is clear");
         bytes[17] = RECORD_FLAG_DATA;
@@ -604,7 +682,10 @@ mod tests {
     fn records_split_across_reads_still_decode() {
         let recs = every_op();
         let bytes = encode(&recs);
-        let got: Vec<Record> = BinaryReader::new(Trickle(&bytes)).unwrap().map(|r| r.unwrap()).collect();
+        let got: Vec<Record> = BinaryReader::new(Trickle(&bytes))
+            .unwrap()
+            .map(|r| r.unwrap())
+            .collect();
         assert_eq!(got, recs);
         // Truncation is still detected on the slow path.
         let e = BinaryReader::new(Trickle(&bytes[..bytes.len() - 3]))
@@ -620,7 +701,10 @@ mod tests {
         let recs: Vec<Record> = (0..100_000u64)
             .map(|i| {
                 if i % 7 == 0 {
-                    Record { data: Some(data(i as u8)), ..Record::write(i * 64, i as u32) }
+                    Record {
+                        data: Some(data(i as u8)),
+                        ..Record::write(i * 64, i as u32)
+                    }
                 } else {
                     Record::read(i * 64, i as u32)
                 }

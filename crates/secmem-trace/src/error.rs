@@ -156,14 +156,19 @@ impl fmt::Display for TraceError {
         match self.0.position {
             Position::File => write!(f, "{}: {}", self.0.file, self.0.message),
             Position::Line(l) => write!(f, "{}:{}: {}", self.0.file, l, self.0.message),
-            Position::Offset(o) => write!(f, "{}: byte offset {}: {}", self.0.file, o, self.0.message),
+            Position::Offset(o) => {
+                write!(f, "{}: byte offset {}: {}", self.0.file, o, self.0.message)
+            }
         }
     }
 }
 
 impl std::error::Error for TraceError {
     fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
-        self.0.source.as_ref().map(|e| e as &(dyn std::error::Error + 'static))
+        self.0
+            .source
+            .as_ref()
+            .map(|e| e as &(dyn std::error::Error + 'static))
     }
 }
 
@@ -192,7 +197,10 @@ mod tests {
             ErrorKind::UnknownOp,
             "unknown operation 'X' (expected R, W, F, FL)",
         );
-        assert_eq!(e.to_string(), "trace.txt:17: unknown operation 'X' (expected R, W, F, FL)");
+        assert_eq!(
+            e.to_string(),
+            "trace.txt:17: unknown operation 'X' (expected R, W, F, FL)"
+        );
         assert_eq!(e.line(), Some(17));
         assert_eq!(e.offset(), None);
         assert_eq!(e.kind(), ErrorKind::UnknownOp);
@@ -228,7 +236,9 @@ mod tests {
             io::Error::other("disk on fire"),
         );
         assert_eq!(e.kind(), ErrorKind::Io);
-        assert!(e.to_string().starts_with("<memory>: byte offset 3: I/O error: disk on fire"));
+        assert!(e
+            .to_string()
+            .starts_with("<memory>: byte offset 3: I/O error: disk on fire"));
         assert!(e.source().is_some());
     }
 

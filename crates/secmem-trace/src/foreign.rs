@@ -133,11 +133,21 @@ fn syntax(msg: String) -> (ErrorKind, String) {
 
 /// Hex with an optional `0x`/`0X` prefix.
 fn parse_hex_opt_prefix(tok: &str) -> Option<u64> {
-    parse_hex(tok.strip_prefix("0x").or_else(|| tok.strip_prefix("0X")).unwrap_or(tok))
+    parse_hex(
+        tok.strip_prefix("0x")
+            .or_else(|| tok.strip_prefix("0X"))
+            .unwrap_or(tok),
+    )
 }
 
 fn rec(op: Op, addr: u64, size_bytes: u16, inst_gap: u32) -> Record {
-    Record { op, addr, size_bytes, inst_gap, data: None }
+    Record {
+        op,
+        addr,
+        size_bytes,
+        inst_gap,
+        data: None,
+    }
 }
 
 /// The Ramulator dialect (see the module docs).
@@ -168,10 +178,17 @@ impl Dialect for Ramulator {
                 }
             };
             if let Some(x) = c {
-                return Err(syntax(format!("unexpected extra field '{}' after '{b}'", quote(x))));
+                return Err(syntax(format!(
+                    "unexpected extra field '{}' after '{b}'",
+                    quote(x)
+                )));
             }
-            let addr = parse_hex_opt_prefix(a)
-                .ok_or_else(|| syntax(format!("bad address '{}' (expected hex, at most 64 bits)", quote(a))))?;
+            let addr = parse_hex_opt_prefix(a).ok_or_else(|| {
+                syntax(format!(
+                    "bad address '{}' (expected hex, at most 64 bits)",
+                    quote(a)
+                ))
+            })?;
             return Ok(Parsed::One(rec(op, addr, 64, 0)));
         }
         // CPU-trace form: <instructions> <read-addr> [<writeback-addr>].
@@ -182,13 +199,19 @@ impl Dialect for Ramulator {
             )));
         }
         let gap = parse_dec(a).ok_or_else(|| {
-            syntax(format!("bad instruction count '{}' (expected a decimal number)", quote(a)))
+            syntax(format!(
+                "bad instruction count '{}' (expected a decimal number)",
+                quote(a)
+            ))
         })?;
         let gap = u32::try_from(gap)
             .map_err(|_| syntax(format!("instruction count {gap} does not fit in 32 bits")))?;
         let addr_of = |tok: &str| {
             parse_u64_auto(tok).ok_or_else(|| {
-                syntax(format!("bad address '{}' (expected decimal or 0x-prefixed hex)", quote(tok)))
+                syntax(format!(
+                    "bad address '{}' (expected decimal or 0x-prefixed hex)",
+                    quote(tok)
+                ))
             })
         };
         let read = rec(Op::Read, addr_of(b)?, 64, gap);
@@ -210,7 +233,10 @@ impl Dialect for Dramsim3 {
         let mut toks = t.split_ascii_whitespace();
         let (a, op, cyc) = (toks.next().unwrap_or(""), toks.next(), toks.next());
         let (Some(op_tok), Some(cyc), None) = (op, cyc, toks.next()) else {
-            return Err(syntax(format!("expected '<addr> <READ|WRITE> <cycle>', got '{}'", quote(t))));
+            return Err(syntax(format!(
+                "expected '<addr> <READ|WRITE> <cycle>', got '{}'",
+                quote(t)
+            )));
         };
         let op = if op_tok.eq_ignore_ascii_case("READ")
             || op_tok.eq_ignore_ascii_case("P_MEM_RD")
@@ -222,13 +248,24 @@ impl Dialect for Dramsim3 {
         } else {
             return Err((
                 ErrorKind::UnknownOp,
-                format!("unknown operation '{}' (expected READ or WRITE)", quote(op_tok)),
+                format!(
+                    "unknown operation '{}' (expected READ or WRITE)",
+                    quote(op_tok)
+                ),
             ));
         };
-        let addr = parse_hex_opt_prefix(a)
-            .ok_or_else(|| syntax(format!("bad address '{}' (expected hex, at most 64 bits)", quote(a))))?;
-        let cycle = parse_dec(cyc)
-            .ok_or_else(|| syntax(format!("bad cycle '{}' (expected a decimal number)", quote(cyc))))?;
+        let addr = parse_hex_opt_prefix(a).ok_or_else(|| {
+            syntax(format!(
+                "bad address '{}' (expected hex, at most 64 bits)",
+                quote(a)
+            ))
+        })?;
+        let cycle = parse_dec(cyc).ok_or_else(|| {
+            syntax(format!(
+                "bad cycle '{}' (expected a decimal number)",
+                quote(cyc)
+            ))
+        })?;
         let gap = u32::try_from(cycle.saturating_sub(self.prev_cycle)).unwrap_or(u32::MAX);
         self.prev_cycle = cycle;
         Ok(Parsed::One(rec(op, addr, 64, gap)))
@@ -258,16 +295,31 @@ impl Dialect for Lackey {
             }
         };
         let (Some(arg), None) = (arg, toks.next()) else {
-            return Err(syntax(format!("expected '<I|L|S|M> <hex-addr>,<size>', got '{}'", quote(t))));
+            return Err(syntax(format!(
+                "expected '<I|L|S|M> <hex-addr>,<size>', got '{}'",
+                quote(t)
+            )));
         };
         let Some((addr_tok, size_tok)) = arg.split_once(',') else {
-            return Err(syntax(format!("expected '<hex-addr>,<size>', got '{}'", quote(arg))));
+            return Err(syntax(format!(
+                "expected '<hex-addr>,<size>', got '{}'",
+                quote(arg)
+            )));
         };
-        let addr = parse_hex_opt_prefix(addr_tok)
-            .ok_or_else(|| syntax(format!("bad address '{}' (expected hex, at most 64 bits)", quote(addr_tok))))?;
+        let addr = parse_hex_opt_prefix(addr_tok).ok_or_else(|| {
+            syntax(format!(
+                "bad address '{}' (expected hex, at most 64 bits)",
+                quote(addr_tok)
+            ))
+        })?;
         let size = parse_dec(size_tok)
             .and_then(|s| u16::try_from(s).ok())
-            .ok_or_else(|| syntax(format!("bad size '{}' (expected decimal 0..=65535)", quote(size_tok))))?;
+            .ok_or_else(|| {
+                syntax(format!(
+                    "bad size '{}' (expected decimal 0..=65535)",
+                    quote(size_tok)
+                ))
+            })?;
         if op == "I" {
             self.instructions = self.instructions.saturating_add(1);
             return Ok(Parsed::Nothing);
@@ -277,7 +329,10 @@ impl Dialect for Lackey {
         Ok(match op {
             "L" => Parsed::One(rec(Op::Read, addr, size, gap)),
             "S" => Parsed::One(rec(Op::Write, addr, size, gap)),
-            _ => Parsed::Two(rec(Op::Read, addr, size, gap), rec(Op::Write, addr, size, 0)),
+            _ => Parsed::Two(
+                rec(Op::Read, addr, size, gap),
+                rec(Op::Write, addr, size, 0),
+            ),
         })
     }
 }
@@ -301,7 +356,11 @@ mod tests {
         let got = ramulator("0x12345680 R\n0x12345690 W\n\n4000 R\n").unwrap();
         assert_eq!(
             got,
-            vec![Record::read(0x12345680, 0), Record::write(0x12345690, 0), Record::read(0x4000, 0)]
+            vec![
+                Record::read(0x12345680, 0),
+                Record::write(0x12345690, 0),
+                Record::read(0x4000, 0)
+            ]
         );
     }
 
@@ -322,7 +381,10 @@ mod tests {
     #[test]
     fn ramulator_unknown_op_names_line_and_token() {
         let e = ramulator("0x10 R\n0x20 X\n").unwrap_err();
-        assert_eq!(e.to_string(), "ram.trace:2: unknown operation 'X' (expected R or W)");
+        assert_eq!(
+            e.to_string(),
+            "ram.trace:2: unknown operation 'X' (expected R or W)"
+        );
         assert_eq!(e.kind(), ErrorKind::UnknownOp);
     }
 
@@ -345,8 +407,10 @@ mod tests {
 
     #[test]
     fn dramsim3_cycles_become_instruction_gaps() {
-        let got = dramsim3("0x1234 READ 12\n0x1240 WRITE 15\n0x1280 read 15\n0x12c0 WRITE 10\n0x1300 READ 30\n")
-            .unwrap();
+        let got = dramsim3(
+            "0x1234 READ 12\n0x1240 WRITE 15\n0x1280 read 15\n0x12c0 WRITE 10\n0x1300 READ 30\n",
+        )
+        .unwrap();
         let gaps: Vec<u32> = got.iter().map(|r| r.inst_gap).collect();
         assert_eq!(gaps, vec![12, 3, 0, 0, 20]);
         assert_eq!(got[0], Record::read(0x1234, 12));
@@ -363,7 +427,10 @@ mod tests {
     #[test]
     fn dramsim3_unknown_op_and_bad_fields_name_the_line() {
         let e = dramsim3("0x1234 READ 12\n0x1234 ERASE 13\n").unwrap_err();
-        assert_eq!(e.to_string(), "ds3.trace:2: unknown operation 'ERASE' (expected READ or WRITE)");
+        assert_eq!(
+            e.to_string(),
+            "ds3.trace:2: unknown operation 'ERASE' (expected READ or WRITE)"
+        );
         let e = dramsim3("0x1234 READ\n").unwrap_err();
         assert_eq!(e.line(), Some(1));
         assert_eq!(e.kind(), ErrorKind::Syntax);
@@ -399,13 +466,49 @@ I  04001111,7
             got,
             vec![
                 // Two I lines: one is the store itself, one is a non-memory instruction.
-                Record { op: Op::Write, addr: 0x1ffefffd78, size_bytes: 8, inst_gap: 1, data: None },
-                Record { op: Op::Read, addr: 0x04022e80, size_bytes: 8, inst_gap: 2, data: None },
+                Record {
+                    op: Op::Write,
+                    addr: 0x1ffefffd78,
+                    size_bytes: 8,
+                    inst_gap: 1,
+                    data: None
+                },
+                Record {
+                    op: Op::Read,
+                    addr: 0x04022e80,
+                    size_bytes: 8,
+                    inst_gap: 2,
+                    data: None
+                },
                 // M = read then write, same address and size; no I between.
-                Record { op: Op::Read, addr: 0x0421a228, size_bytes: 4, inst_gap: 0, data: None },
-                Record { op: Op::Write, addr: 0x0421a228, size_bytes: 4, inst_gap: 0, data: None },
-                Record { op: Op::Read, addr: 0x04022e88, size_bytes: 8, inst_gap: 0, data: None },
-                Record { op: Op::Write, addr: 0x1ffefffd70, size_bytes: 8, inst_gap: 0, data: None },
+                Record {
+                    op: Op::Read,
+                    addr: 0x0421a228,
+                    size_bytes: 4,
+                    inst_gap: 0,
+                    data: None
+                },
+                Record {
+                    op: Op::Write,
+                    addr: 0x0421a228,
+                    size_bytes: 4,
+                    inst_gap: 0,
+                    data: None
+                },
+                Record {
+                    op: Op::Read,
+                    addr: 0x04022e88,
+                    size_bytes: 8,
+                    inst_gap: 0,
+                    data: None
+                },
+                Record {
+                    op: Op::Write,
+                    addr: 0x1ffefffd70,
+                    size_bytes: 8,
+                    inst_gap: 0,
+                    data: None
+                },
             ]
         );
     }
@@ -413,7 +516,10 @@ I  04001111,7
     #[test]
     fn lackey_unknown_op_and_bad_fields_name_the_line() {
         let e = lackey("I  04001100,3\n X 04001100,3\n").unwrap_err();
-        assert_eq!(e.to_string(), "lackey.out:2: unknown operation 'X' (expected I, L, S, M)");
+        assert_eq!(
+            e.to_string(),
+            "lackey.out:2: unknown operation 'X' (expected I, L, S, M)"
+        );
         for (src, want) in [
             (" L 0400\n", "expected '<hex-addr>,<size>'"),
             (" L 04zz,8\n", "bad address '04zz'"),
@@ -434,7 +540,9 @@ I  04001111,7
         let alphabet = b"0x1aF RWILSM,READWRITE\n=#\xff\t9";
         for _ in 0..3000 {
             let len = rng.gen_range(0..80);
-            let bytes: Vec<u8> = (0..len).map(|_| alphabet[rng.gen_range(0..alphabet.len())]).collect();
+            let bytes: Vec<u8> = (0..len)
+                .map(|_| alphabet[rng.gen_range(0..alphabet.len())])
+                .collect();
             let _ = RamulatorReader::new(&bytes[..]).count();
             let _ = Dramsim3Reader::new(&bytes[..]).count();
             let _ = LackeyReader::new(&bytes[..]).count();

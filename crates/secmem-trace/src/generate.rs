@@ -35,7 +35,12 @@ pub enum Pattern {
 
 impl Pattern {
     /// All patterns, in documentation order.
-    pub const ALL: [Pattern; 4] = [Pattern::Sequential, Pattern::Random, Pattern::Stride, Pattern::Zipf];
+    pub const ALL: [Pattern; 4] = [
+        Pattern::Sequential,
+        Pattern::Random,
+        Pattern::Stride,
+        Pattern::Zipf,
+    ];
 
     /// The lower-case name accepted by `FromStr`.
     pub fn name(self) -> &'static str {
@@ -62,7 +67,9 @@ impl FromStr for Pattern {
             .iter()
             .copied()
             .find(|p| p.name().eq_ignore_ascii_case(t))
-            .ok_or_else(|| format!("unknown pattern '{s}' (expected one of: sequential, random, stride, zipf)"))
+            .ok_or_else(|| {
+                format!("unknown pattern '{s}' (expected one of: sequential, random, stride, zipf)")
+            })
     }
 }
 
@@ -118,25 +125,41 @@ impl GenSpec {
             ));
         }
         if !(0.0..=1.0).contains(&self.read_ratio) {
-            return Err(format!("read_ratio must be in [0,1], got {}", self.read_ratio));
+            return Err(format!(
+                "read_ratio must be in [0,1], got {}",
+                self.read_ratio
+            ));
         }
         if !self.base_addr.is_multiple_of(LINE_BYTES) {
-            return Err(format!("base_addr must be 64-byte aligned, got {:#x}", self.base_addr));
+            return Err(format!(
+                "base_addr must be 64-byte aligned, got {:#x}",
+                self.base_addr
+            ));
         }
-        if self.base_addr.checked_add(self.footprint_bytes - 1).is_none() {
+        if self
+            .base_addr
+            .checked_add(self.footprint_bytes - 1)
+            .is_none()
+        {
             return Err(format!(
                 "base_addr + footprint_bytes must fit in 64 bits, got base_addr {:#x} + footprint_bytes {}",
                 self.base_addr, self.footprint_bytes
             ));
         }
-        if self.pattern == Pattern::Stride && (self.stride_bytes == 0 || !self.stride_bytes.is_multiple_of(LINE_BYTES)) {
+        if self.pattern == Pattern::Stride
+            && (self.stride_bytes == 0 || !self.stride_bytes.is_multiple_of(LINE_BYTES))
+        {
             return Err(format!(
                 "stride_bytes must be > 0 and a multiple of 64 for the stride pattern, got {}",
                 self.stride_bytes
             ));
         }
-        if self.pattern == Pattern::Zipf && !(self.zipf_theta > 0.0 && self.zipf_theta.is_finite()) {
-            return Err(format!("zipf_theta must be > 0 for the zipf pattern, got {}", self.zipf_theta));
+        if self.pattern == Pattern::Zipf && !(self.zipf_theta > 0.0 && self.zipf_theta.is_finite())
+        {
+            return Err(format!(
+                "zipf_theta must be > 0 for the zipf pattern, got {}",
+                self.zipf_theta
+            ));
         }
         Ok(())
     }
@@ -189,7 +212,13 @@ impl Zipf {
     /// A sampler over `n >= 1` ranks with exponent `theta > 0` (checked by `GenSpec::validate`).
     pub fn new(n: u64, theta: f64) -> Zipf {
         let n = n.max(1);
-        let mut z = Zipf { n, theta, q: 1.0 - theta, h_lo: 0.0, h_hi: 0.0 };
+        let mut z = Zipf {
+            n,
+            theta,
+            q: 1.0 - theta,
+            h_lo: 0.0,
+            h_hi: 0.0,
+        };
         z.h_lo = z.big_h(1.5) - 1.0;
         z.h_hi = z.big_h(n as f64 + 0.5);
         z
@@ -354,7 +383,11 @@ impl Iterator for Generator {
         }
         self.remaining -= 1;
         let line = self.next_line();
-        let op = if (self.rng.next_u64() >> 11) < self.read_threshold { Op::Read } else { Op::Write };
+        let op = if (self.rng.next_u64() >> 11) < self.read_threshold {
+            Op::Read
+        } else {
+            Op::Write
+        };
         Some(Record {
             op,
             addr: self.base_addr + line * LINE_BYTES,
@@ -402,7 +435,10 @@ mod tests {
         for p in Pattern::ALL {
             let s = spec(p);
             assert_eq!(run(&s), run(&s), "{p}");
-            let other = GenSpec { seed: 43, ..s.clone() };
+            let other = GenSpec {
+                seed: 43,
+                ..s.clone()
+            };
             assert_ne!(run(&s), run(&other), "{p}");
         }
     }
@@ -410,7 +446,11 @@ mod tests {
     #[test]
     fn generators_yield_exactly_the_requested_count() {
         for p in Pattern::ALL {
-            let g = Generator::new(&GenSpec { requests: 1234, ..spec(p) }).unwrap();
+            let g = Generator::new(&GenSpec {
+                requests: 1234,
+                ..spec(p)
+            })
+            .unwrap();
             assert_eq!(g.size_hint(), (1234, Some(1234)));
             assert_eq!(g.count(), 1234, "{p}");
         }
@@ -419,10 +459,18 @@ mod tests {
     #[test]
     fn all_addresses_are_aligned_and_in_range_and_fields_fixed() {
         for p in Pattern::ALL {
-            let s = GenSpec { footprint_bytes: 64 * 1000, stride_bytes: 64 * 7, ..spec(p) };
+            let s = GenSpec {
+                footprint_bytes: 64 * 1000,
+                stride_bytes: 64 * 7,
+                ..spec(p)
+            };
             for r in run(&s) {
                 assert_eq!(r.addr % 64, 0, "{p}");
-                assert!(r.addr >= s.base_addr && r.addr < s.base_addr + s.footprint_bytes, "{p}: {:#x}", r.addr);
+                assert!(
+                    r.addr >= s.base_addr && r.addr < s.base_addr + s.footprint_bytes,
+                    "{p}: {:#x}",
+                    r.addr
+                );
                 assert_eq!((r.size_bytes, r.inst_gap, r.data), (64, 7, None));
                 assert!(matches!(r.op, Op::Read | Op::Write));
             }
@@ -447,20 +495,39 @@ mod tests {
 
     #[test]
     fn read_ratio_is_respected_within_tolerance() {
-        for (ratio, p) in [(0.7, Pattern::Random), (0.25, Pattern::Zipf), (0.5, Pattern::Sequential)] {
-            let s = GenSpec { requests: 100_000, read_ratio: ratio, ..spec(p) };
+        for (ratio, p) in [
+            (0.7, Pattern::Random),
+            (0.25, Pattern::Zipf),
+            (0.5, Pattern::Sequential),
+        ] {
+            let s = GenSpec {
+                requests: 100_000,
+                read_ratio: ratio,
+                ..spec(p)
+            };
             let reads = run(&s).iter().filter(|r| r.op == Op::Read).count() as f64 / 100_000.0;
             assert!((reads - ratio).abs() < 0.01, "{p}: {reads} vs {ratio}");
         }
-        let all_reads = GenSpec { read_ratio: 1.0, ..spec(Pattern::Random) };
+        let all_reads = GenSpec {
+            read_ratio: 1.0,
+            ..spec(Pattern::Random)
+        };
         assert!(run(&all_reads).iter().all(|r| r.op == Op::Read));
-        let all_writes = GenSpec { read_ratio: 0.0, ..spec(Pattern::Random) };
+        let all_writes = GenSpec {
+            read_ratio: 0.0,
+            ..spec(Pattern::Random)
+        };
         assert!(run(&all_writes).iter().all(|r| r.op == Op::Write));
     }
 
     #[test]
     fn sequential_walks_lines_in_order_and_wraps() {
-        let s = GenSpec { footprint_bytes: 64 * 4, requests: 10, base_addr: 0x1000, ..spec(Pattern::Sequential) };
+        let s = GenSpec {
+            footprint_bytes: 64 * 4,
+            requests: 10,
+            base_addr: 0x1000,
+            ..spec(Pattern::Sequential)
+        };
         let addrs: Vec<u64> = run(&s).iter().map(|r| r.addr).collect();
         assert_eq!(
             addrs,
@@ -470,14 +537,24 @@ mod tests {
 
     #[test]
     fn stride_advances_modulo_the_footprint() {
-        let s = GenSpec { footprint_bytes: 64 * 10, stride_bytes: 64 * 4, requests: 6, base_addr: 0, ..spec(Pattern::Stride) };
+        let s = GenSpec {
+            footprint_bytes: 64 * 10,
+            stride_bytes: 64 * 4,
+            requests: 6,
+            base_addr: 0,
+            ..spec(Pattern::Stride)
+        };
         let lines: Vec<u64> = run(&s).iter().map(|r| r.addr / 64).collect();
         assert_eq!(lines, vec![0, 4, 8, 2, 6, 0]);
     }
 
     #[test]
     fn random_covers_the_footprint_roughly_uniformly() {
-        let s = GenSpec { footprint_bytes: 64 * 16, requests: 160_000, ..spec(Pattern::Random) };
+        let s = GenSpec {
+            footprint_bytes: 64 * 16,
+            requests: 160_000,
+            ..spec(Pattern::Random)
+        };
         let mut counts = [0u32; 16];
         for r in run(&s) {
             counts[((r.addr - s.base_addr) / 64) as usize] += 1;
@@ -501,7 +578,11 @@ mod tests {
 
     #[test]
     fn zipf_top_one_percent_of_lines_gets_a_large_share_at_theta_099() {
-        let s = GenSpec { footprint_bytes: 64 * 10_000, requests: 200_000, ..spec(Pattern::Zipf) };
+        let s = GenSpec {
+            footprint_bytes: 64 * 10_000,
+            requests: 200_000,
+            ..spec(Pattern::Zipf)
+        };
         let share = top_percent_share(&s);
         // Exact value: H(100, 0.99) / H(10000, 0.99) ~= 0.53.
         assert!(share > 0.45 && share < 0.60, "share {share}");
@@ -509,7 +590,12 @@ mod tests {
 
     #[test]
     fn zipf_with_small_theta_is_nearly_uniform() {
-        let s = GenSpec { footprint_bytes: 64 * 10_000, requests: 200_000, zipf_theta: 0.05, ..spec(Pattern::Zipf) };
+        let s = GenSpec {
+            footprint_bytes: 64 * 10_000,
+            requests: 200_000,
+            zipf_theta: 0.05,
+            ..spec(Pattern::Zipf)
+        };
         let share = top_percent_share(&s);
         assert!(share < 0.04, "share {share}");
     }
@@ -530,7 +616,10 @@ mod tests {
                 let p = ((k + 1) as f64).powf(-theta) / norm;
                 let got = c as f64 / draws as f64;
                 let sd = (p * (1.0 - p) / draws as f64).sqrt();
-                assert!((got - p).abs() < 5.0 * sd + 1e-4, "theta {theta} rank {k}: {got} vs {p}");
+                assert!(
+                    (got - p).abs() < 5.0 * sd + 1e-4,
+                    "theta {theta} rank {k}: {got} vs {p}"
+                );
             }
         }
     }
@@ -545,7 +634,11 @@ mod tests {
                 assert!(z.sample(&mut rng) < 1 << 30);
             }
         }
-        let s = GenSpec { footprint_bytes: 64 << 30, requests: 1000, ..spec(Pattern::Zipf) };
+        let s = GenSpec {
+            footprint_bytes: 64 << 30,
+            requests: 1000,
+            ..spec(Pattern::Zipf)
+        };
         assert_eq!(run(&s).len(), 1000);
         // Very skewed: nearly everything on the hottest line.
         let z = Zipf::new(1 << 20, 50.0);
@@ -574,20 +667,88 @@ mod tests {
         let ok = spec(Pattern::Random);
         ok.validate().unwrap();
         let cases: Vec<(GenSpec, &str)> = vec![
-            (GenSpec { read_ratio: 1.5, ..ok.clone() }, "read_ratio must be in [0,1], got 1.5"),
-            (GenSpec { read_ratio: f64::NAN, ..ok.clone() }, "read_ratio must be in [0,1], got NaN"),
-            (GenSpec { requests: 0, ..ok.clone() }, "requests must be > 0, got 0"),
-            (GenSpec { footprint_bytes: 32, ..ok.clone() }, "footprint_bytes must be >= 64 and a multiple of 64, got 32"),
-            (GenSpec { footprint_bytes: 100, ..ok.clone() }, "footprint_bytes must be >= 64 and a multiple of 64, got 100"),
-            (GenSpec { base_addr: 8, ..ok.clone() }, "base_addr must be 64-byte aligned, got 0x8"),
-            (GenSpec { base_addr: u64::MAX - 63, footprint_bytes: 128, ..ok.clone() }, "base_addr + footprint_bytes must fit"),
             (
-                GenSpec { pattern: Pattern::Stride, stride_bytes: 0, ..ok.clone() },
+                GenSpec {
+                    read_ratio: 1.5,
+                    ..ok.clone()
+                },
+                "read_ratio must be in [0,1], got 1.5",
+            ),
+            (
+                GenSpec {
+                    read_ratio: f64::NAN,
+                    ..ok.clone()
+                },
+                "read_ratio must be in [0,1], got NaN",
+            ),
+            (
+                GenSpec {
+                    requests: 0,
+                    ..ok.clone()
+                },
+                "requests must be > 0, got 0",
+            ),
+            (
+                GenSpec {
+                    footprint_bytes: 32,
+                    ..ok.clone()
+                },
+                "footprint_bytes must be >= 64 and a multiple of 64, got 32",
+            ),
+            (
+                GenSpec {
+                    footprint_bytes: 100,
+                    ..ok.clone()
+                },
+                "footprint_bytes must be >= 64 and a multiple of 64, got 100",
+            ),
+            (
+                GenSpec {
+                    base_addr: 8,
+                    ..ok.clone()
+                },
+                "base_addr must be 64-byte aligned, got 0x8",
+            ),
+            (
+                GenSpec {
+                    base_addr: u64::MAX - 63,
+                    footprint_bytes: 128,
+                    ..ok.clone()
+                },
+                "base_addr + footprint_bytes must fit",
+            ),
+            (
+                GenSpec {
+                    pattern: Pattern::Stride,
+                    stride_bytes: 0,
+                    ..ok.clone()
+                },
                 "stride_bytes must be > 0 and a multiple of 64 for the stride pattern, got 0",
             ),
-            (GenSpec { pattern: Pattern::Stride, stride_bytes: 100, ..ok.clone() }, "stride_bytes"),
-            (GenSpec { pattern: Pattern::Zipf, zipf_theta: 0.0, ..ok.clone() }, "zipf_theta must be > 0 for the zipf pattern, got 0"),
-            (GenSpec { pattern: Pattern::Zipf, zipf_theta: f64::INFINITY, ..ok.clone() }, "zipf_theta"),
+            (
+                GenSpec {
+                    pattern: Pattern::Stride,
+                    stride_bytes: 100,
+                    ..ok.clone()
+                },
+                "stride_bytes",
+            ),
+            (
+                GenSpec {
+                    pattern: Pattern::Zipf,
+                    zipf_theta: 0.0,
+                    ..ok.clone()
+                },
+                "zipf_theta must be > 0 for the zipf pattern, got 0",
+            ),
+            (
+                GenSpec {
+                    pattern: Pattern::Zipf,
+                    zipf_theta: f64::INFINITY,
+                    ..ok.clone()
+                },
+                "zipf_theta",
+            ),
         ];
         for (s, want) in cases {
             let e = s.validate().unwrap_err();
@@ -595,7 +756,13 @@ mod tests {
             assert_eq!(Generator::new(&s).unwrap_err(), e);
         }
         // Fields irrelevant to the pattern are not checked.
-        GenSpec { stride_bytes: 0, zipf_theta: 0.0, ..ok }.validate().unwrap();
+        GenSpec {
+            stride_bytes: 0,
+            zipf_theta: 0.0,
+            ..ok
+        }
+        .validate()
+        .unwrap();
     }
 
     #[test]
@@ -614,7 +781,11 @@ mod tests {
     #[test]
     #[ignore]
     fn random_generator_exceeds_50m_records_per_second_in_release() {
-        let s = GenSpec { requests: 50_000_000, footprint_bytes: 1 << 34, ..spec(Pattern::Random) };
+        let s = GenSpec {
+            requests: 50_000_000,
+            footprint_bytes: 1 << 34,
+            ..spec(Pattern::Random)
+        };
         let t = std::time::Instant::now();
         let mut acc = 0u64;
         for r in Generator::new(&s).unwrap() {
@@ -622,10 +793,20 @@ mod tests {
         }
         let rate = s.requests as f64 / t.elapsed().as_secs_f64();
         println!("random: {:.1} M records/s (checksum {acc:x})", rate / 1e6);
-        let z = GenSpec { requests: 5_000_000, pattern: Pattern::Zipf, ..s };
+        let z = GenSpec {
+            requests: 5_000_000,
+            pattern: Pattern::Zipf,
+            ..s
+        };
         let t = std::time::Instant::now();
-        let n = Generator::new(&z).unwrap().filter(|r| r.op == Op::Read).count();
-        println!("zipf: {:.1} M records/s ({n} reads)", 5.0 / t.elapsed().as_secs_f64());
+        let n = Generator::new(&z)
+            .unwrap()
+            .filter(|r| r.op == Op::Read)
+            .count();
+        println!(
+            "zipf: {:.1} M records/s ({n} reads)",
+            5.0 / t.elapsed().as_secs_f64()
+        );
         if !cfg!(debug_assertions) {
             assert!(rate > 50e6, "{rate}");
         }

@@ -7,7 +7,7 @@
 //! * [`foreign`]: readers for Ramulator, DRAMSim3 and valgrind lackey traces;
 //! * [`generate`]: seeded synthetic workloads (sequential, random, stride, zipf).
 //!
-//! [`open`] auto-detects a file's format, [`open_as`] takes it explicitly, [`write`] writes
+//! [`open`] auto-detects a file's format, [`open_as`] takes it explicitly, [`write()`] writes
 //! binary or text, and [`info`] summarises a trace. Every error is a [`TraceError`] naming the
 //! file and the line or byte offset.
 
@@ -70,27 +70,58 @@ pub struct Record {
 
 impl Record {
     pub fn read(addr: u64, inst_gap: u32) -> Record {
-        Record { op: Op::Read, addr, size_bytes: 64, inst_gap, data: None }
+        Record {
+            op: Op::Read,
+            addr,
+            size_bytes: 64,
+            inst_gap,
+            data: None,
+        }
     }
     pub fn write(addr: u64, inst_gap: u32) -> Record {
-        Record { op: Op::Write, addr, size_bytes: 64, inst_gap, data: None }
+        Record {
+            op: Op::Write,
+            addr,
+            size_bytes: 64,
+            inst_gap,
+            data: None,
+        }
     }
     /// A 64 B write carrying the line content after the write.
     pub fn write_data(addr: u64, inst_gap: u32, data: [u8; 64]) -> Record {
-        Record { op: Op::Write, addr, size_bytes: 64, inst_gap, data: Some(data) }
+        Record {
+            op: Op::Write,
+            addr,
+            size_bytes: 64,
+            inst_gap,
+            data: Some(data),
+        }
     }
     /// A persist barrier (`addr` 0, `size_bytes` 0 by convention).
     pub fn fence(inst_gap: u32) -> Record {
-        Record { op: Op::Fence, addr: 0, size_bytes: 0, inst_gap, data: None }
+        Record {
+            op: Op::Fence,
+            addr: 0,
+            size_bytes: 0,
+            inst_gap,
+            data: None,
+        }
     }
     /// A write-back of the 64 B line holding `addr`.
     pub fn flush(addr: u64, inst_gap: u32) -> Record {
-        Record { op: Op::Flush, addr, size_bytes: 64, inst_gap, data: None }
+        Record {
+            op: Op::Flush,
+            addr,
+            size_bytes: 64,
+            inst_gap,
+            data: None,
+        }
     }
 }
 
-/// A boxed stream of records, as returned by [`open`] and [`open_as`].
-pub type RecordIter = Box<dyn Iterator<Item = Result<Record, TraceError>>>;
+/// A boxed stream of records, as returned by [`open`] and [`open_as`]. It is `Send`, so a
+/// trace can be read on another thread; it coerces to `Box<dyn Iterator<...>>` without `Send`.
+pub type RecordIter = Box<dyn Iterator<Item = Result<Record, TraceError>> + Send>;
 
 /// A trace file format.
 #[derive(Copy, Clone, Debug, PartialEq, Eq, Hash)]
@@ -103,7 +134,13 @@ pub enum Format {
 }
 
 impl Format {
-    pub const ALL: [Format; 5] = [Format::Binary, Format::Text, Format::Ramulator, Format::Dramsim3, Format::Lackey];
+    pub const ALL: [Format; 5] = [
+        Format::Binary,
+        Format::Text,
+        Format::Ramulator,
+        Format::Dramsim3,
+        Format::Lackey,
+    ];
 
     /// The lower-case name accepted by `FromStr`.
     pub fn name(self) -> &'static str {
@@ -116,7 +153,7 @@ impl Format {
         }
     }
 
-    /// Whether [`write`] can produce this format.
+    /// Whether [`write()`] can produce this format.
     pub fn is_writable(self) -> bool {
         matches!(self, Format::Binary | Format::Text)
     }
@@ -171,9 +208,20 @@ pub fn detect_bytes(head: &[u8]) -> Option<Format> {
     let mut saw_valgrind = false;
     // The last piece may be a line cut off by the sniff limit; skip it unless it is all there is.
     let pieces: Vec<&[u8]> = head.split(|&b| b == b'\n').collect();
-    let complete = if head.len() >= SNIFF_BYTES && pieces.len() > 1 { pieces.len() - 1 } else { pieces.len() };
-    for raw in pieces.into_iter().take(complete).filter(|l| !l.is_empty()).take(SNIFF_LINES) {
-        let Ok(line) = std::str::from_utf8(raw) else { return None };
+    let complete = if head.len() >= SNIFF_BYTES && pieces.len() > 1 {
+        pieces.len() - 1
+    } else {
+        pieces.len()
+    };
+    for raw in pieces
+        .into_iter()
+        .take(complete)
+        .filter(|l| !l.is_empty())
+        .take(SNIFF_LINES)
+    {
+        let Ok(line) = std::str::from_utf8(raw) else {
+            return None;
+        };
         let t = line.trim();
         if t.is_empty() || t.starts_with('#') {
             continue;
@@ -191,16 +239,22 @@ fn classify_line(t: &str) -> Option<Format> {
     let toks: Vec<&str> = t.split_ascii_whitespace().take(4).collect();
     let is_num = |s: &str| lines::parse_u64_auto(s).is_some();
     match toks.as_slice() {
-        [op, arg] if matches!(*op, "I" | "L" | "S" | "M") && arg.contains(',') => Some(Format::Lackey),
+        [op, arg] if matches!(*op, "I" | "L" | "S" | "M") && arg.contains(',') => {
+            Some(Format::Lackey)
+        }
         [_, op, cyc]
-            if ["READ", "WRITE", "P_MEM_RD", "P_MEM_WR", "P_FETCH"].iter().any(|k| op.eq_ignore_ascii_case(k))
+            if ["READ", "WRITE", "P_MEM_RD", "P_MEM_WR", "P_FETCH"]
+                .iter()
+                .any(|k| op.eq_ignore_ascii_case(k))
                 && lines::parse_dec(cyc).is_some() =>
         {
             Some(Format::Dramsim3)
         }
         [_, "R" | "W"] => Some(Format::Ramulator),
         [a, b] if lines::parse_dec(a).is_some() && is_num(b) => Some(Format::Ramulator),
-        [a, b, c] if lines::parse_dec(a).is_some() && is_num(b) && is_num(c) => Some(Format::Ramulator),
+        [a, b, c] if lines::parse_dec(a).is_some() && is_num(b) && is_num(c) => {
+            Some(Format::Ramulator)
+        }
         _ => None,
     }
 }
@@ -245,7 +299,7 @@ fn detect_head(head: &[u8], name: &str) -> Result<Format, TraceError> {
 }
 
 /// Opens a trace, detecting its format (see [`detect_bytes`]).
-pub fn open(path: &Path) -> Result<Box<dyn Iterator<Item = Result<Record, TraceError>>>, TraceError> {
+pub fn open(path: &Path) -> Result<RecordIter, TraceError> {
     let name = path_name(path);
     let mut f = open_file(path)?;
     let head = read_head(&mut f, &name)?;
@@ -254,15 +308,16 @@ pub fn open(path: &Path) -> Result<Box<dyn Iterator<Item = Result<Record, TraceE
 }
 
 /// Opens a trace in the given format.
-pub fn open_as(
-    path: &Path,
-    format: Format,
-) -> Result<Box<dyn Iterator<Item = Result<Record, TraceError>>>, TraceError> {
+pub fn open_as(path: &Path, format: Format) -> Result<RecordIter, TraceError> {
     reader_for(open_file(path)?, path_name(path), format)
 }
 
 /// A boxed reader of `format` over any byte source; errors name `name`.
-pub fn reader_for<R: Read + 'static>(inner: R, name: String, format: Format) -> Result<RecordIter, TraceError> {
+pub fn reader_for<R: Read + Send + 'static>(
+    inner: R,
+    name: String,
+    format: Format,
+) -> Result<RecordIter, TraceError> {
     Ok(match format {
         Format::Binary => Box::new(BinaryReader::with_name(inner, name)?),
         Format::Text => Box::new(TextReader::with_name(inner, name)?),
@@ -273,11 +328,15 @@ pub fn reader_for<R: Read + 'static>(inner: R, name: String, format: Format) -> 
 }
 
 /// Writes `records` to `path` in `format` (binary or text); returns the record count.
-pub fn write(path: &Path, format: Format, records: impl IntoIterator<Item = Record>) -> Result<u64, TraceError> {
+pub fn write(
+    path: &Path,
+    format: Format,
+    records: impl IntoIterator<Item = Record>,
+) -> Result<u64, TraceError> {
     write_results(path, format, records.into_iter().map(Ok))
 }
 
-/// Like [`write`], but stops at (and returns) the first error of the input; the output file
+/// Like [`write()`], but stops at (and returns) the first error of the input; the output file
 /// then holds the records before it.
 pub fn write_results(
     path: &Path,
@@ -315,7 +374,12 @@ pub fn write_results(
 
 /// Converts a trace (format detected when `from` is `None`) into `to` (binary or text);
 /// returns the record count.
-pub fn convert(input: &Path, from: Option<Format>, output: &Path, to: Format) -> Result<u64, TraceError> {
+pub fn convert(
+    input: &Path,
+    from: Option<Format>,
+    output: &Path,
+    to: Format,
+) -> Result<u64, TraceError> {
     let reader = match from {
         Some(f) => open_as(input, f)?,
         None => open(input)?,
@@ -457,7 +521,10 @@ mod tests {
         fn new(ext: &str) -> TempPath {
             static N: AtomicU32 = AtomicU32::new(0);
             let n = N.fetch_add(1, Ordering::Relaxed);
-            TempPath(std::env::temp_dir().join(format!("secmem-trace-test-{}-{n}.{ext}", std::process::id())))
+            TempPath(std::env::temp_dir().join(format!(
+                "secmem-trace-test-{}-{n}.{ext}",
+                std::process::id()
+            )))
         }
         fn with(ext: &str, content: &[u8]) -> TempPath {
             let p = TempPath::new(ext);
@@ -499,15 +566,38 @@ mod tests {
     #[test]
     fn open_detects_foreign_formats() {
         let cases: [(&str, Format, Vec<Record>); 5] = [
-            ("0x1000 R\n0x1040 W\n", Format::Ramulator, vec![Record::read(0x1000, 0), Record::write(0x1040, 0)]),
-            ("5 4096\n2 8192 4096\n", Format::Ramulator, vec![Record::read(4096, 5), Record::read(8192, 2), Record::write(4096, 0)]),
-            ("0x1000 READ 10\n0x1040 WRITE 25\n", Format::Dramsim3, vec![Record::read(0x1000, 10), Record::write(0x1040, 15)]),
+            (
+                "0x1000 R\n0x1040 W\n",
+                Format::Ramulator,
+                vec![Record::read(0x1000, 0), Record::write(0x1040, 0)],
+            ),
+            (
+                "5 4096\n2 8192 4096\n",
+                Format::Ramulator,
+                vec![
+                    Record::read(4096, 5),
+                    Record::read(8192, 2),
+                    Record::write(4096, 0),
+                ],
+            ),
+            (
+                "0x1000 READ 10\n0x1040 WRITE 25\n",
+                Format::Dramsim3,
+                vec![Record::read(0x1000, 10), Record::write(0x1040, 15)],
+            ),
             (
                 "==7== Lackey\n==7==\nI  0400,3\n L 1000,8\n",
                 Format::Lackey,
-                vec![Record { size_bytes: 8, ..Record::read(0x1000, 0) }],
+                vec![Record {
+                    size_bytes: 8,
+                    ..Record::read(0x1000, 0)
+                }],
             ),
-            ("# a comment\n\n0x40 W\n", Format::Ramulator, vec![Record::write(0x40, 0)]),
+            (
+                "# a comment\n\n0x40 W\n",
+                Format::Ramulator,
+                vec![Record::write(0x40, 0)],
+            ),
         ];
         for (content, format, want) in cases {
             let p = TempPath::with("trace", content.as_bytes());
@@ -521,24 +611,41 @@ mod tests {
         let p = TempPath::with("trace", b"hello world, this is not a trace\n");
         let e = open(&p.0).err().unwrap();
         assert_eq!(e.kind(), ErrorKind::Format);
-        assert!(e.to_string().starts_with(&format!("{}: cannot detect", p.0.display())), "{e}");
+        assert!(
+            e.to_string()
+                .starts_with(&format!("{}: cannot detect", p.0.display())),
+            "{e}"
+        );
         let p = TempPath::with("trace", b"");
         assert!(open(&p.0).err().unwrap().message().contains("empty file"));
         let e = open(Path::new("/nonexistent/secmem.trace")).err().unwrap();
         assert_eq!(e.kind(), ErrorKind::Io);
-        assert!(e.to_string().starts_with("/nonexistent/secmem.trace: I/O error"), "{e}");
+        assert!(
+            e.to_string()
+                .starts_with("/nonexistent/secmem.trace: I/O error"),
+            "{e}"
+        );
     }
 
     #[test]
     fn errors_from_opened_files_name_the_path_and_line() {
         let p = TempPath::with("txt", b"# secmem-trace v1\nR 0x0 64 0\nZ 0x0 64 0\n");
         let e = open(&p.0).unwrap().find_map(|r| r.err()).unwrap();
-        assert_eq!(e.to_string(), format!("{}:3: unknown operation 'Z' (expected R, W, F, FL)", p.0.display()));
+        assert_eq!(
+            e.to_string(),
+            format!(
+                "{}:3: unknown operation 'Z' (expected R, W, F, FL)",
+                p.0.display()
+            )
+        );
         // A binary file with a bad version is detected as binary and rejected by version.
         let mut bytes = binary::MAGIC.to_vec();
         bytes.extend_from_slice(&[9, 0, 0, 0, 0, 0, 0, 0]);
         let p = TempPath::with("bin", &bytes);
-        assert_eq!(open(&p.0).err().unwrap().kind(), ErrorKind::UnsupportedVersion);
+        assert_eq!(
+            open(&p.0).err().unwrap().kind(),
+            ErrorKind::UnsupportedVersion
+        );
     }
 
     #[test]
@@ -561,7 +668,10 @@ mod tests {
     fn writing_foreign_formats_is_refused_without_creating_the_file() {
         let p = TempPath::new("trace");
         let e = write(&p.0, Format::Lackey, sample()).unwrap_err();
-        assert_eq!(e.message(), "cannot write lackey traces (writable formats: binary, text)");
+        assert_eq!(
+            e.message(),
+            "cannot write lackey traces (writable formats: binary, text)"
+        );
         assert!(!p.0.exists());
     }
 
@@ -599,7 +709,10 @@ mod tests {
     #[test]
     fn info_counts_ops_lines_addresses_and_instructions() {
         let mut recs = sample();
-        recs.push(Record { size_bytes: 8, ..Record::read(0x10bc, 0) }); // spans 0x1080 and 0x10c0
+        recs.push(Record {
+            size_bytes: 8,
+            ..Record::read(0x10bc, 0)
+        }); // spans 0x1080 and 0x10c0
         let t = info(recs.into_iter().map(Ok)).unwrap();
         assert_eq!(
             t,
@@ -637,7 +750,10 @@ mod tests {
     fn info_stops_counting_distinct_lines_at_the_cap() {
         let recs = (0..100u64).map(|i| Ok(Record::read(i * 64, 0)));
         let t = info_capped(recs, 10).unwrap();
-        assert_eq!((t.distinct_lines, t.distinct_lines_capped, t.records), (10, true, 100));
+        assert_eq!(
+            (t.distinct_lines, t.distinct_lines_capped, t.records),
+            (10, true, 100)
+        );
         // Revisiting already-counted lines at the cap does not set the flag.
         let recs = (0..100u64).map(|i| Ok(Record::read((i % 10) * 64, 0)));
         let t = info_capped(recs, 10).unwrap();
@@ -664,7 +780,10 @@ mod tests {
         let t = info(spec.generator().unwrap().map(Ok)).unwrap();
         assert_eq!(t.distinct_lines, 100);
         assert_eq!(t.footprint_bytes, 6400);
-        assert_eq!((t.min_addr, t.max_addr), (Some(0x4000), Some(0x4000 + 99 * 64)));
+        assert_eq!(
+            (t.min_addr, t.max_addr),
+            (Some(0x4000), Some(0x4000 + 99 * 64))
+        );
         assert_eq!(t.total_instructions, 5000);
         assert_eq!(t.reads + t.writes, 1000);
     }
@@ -676,15 +795,30 @@ mod tests {
         assert_eq!(detect_bytes(b"I  04001100,3\n"), Some(Format::Lackey));
         assert_eq!(detect_bytes(b" M 0421a228,4\n"), Some(Format::Lackey));
         assert_eq!(detect_bytes(b"==1== only noise\n"), Some(Format::Lackey));
-        assert_eq!(detect_bytes(b"0x1234 P_MEM_WR 15\n"), Some(Format::Dramsim3));
+        assert_eq!(
+            detect_bytes(b"0x1234 P_MEM_WR 15\n"),
+            Some(Format::Dramsim3)
+        );
         assert_eq!(detect_bytes(b"0x1234 W\n"), Some(Format::Ramulator));
         assert_eq!(detect_bytes(b"12 0x40 4096\n"), Some(Format::Ramulator));
-        assert_eq!(detect_bytes(b"R 0x40 64 0\n"), None, "text body without header");
+        assert_eq!(
+            detect_bytes(b"R 0x40 64 0\n"),
+            None,
+            "text body without header"
+        );
         assert_eq!(detect_bytes(b"\xff\xfe\n"), None);
     }
 
     fn arb_record() -> impl Strategy<Value = Record> {
-        (0u8..4, any::<u64>(), any::<u16>(), any::<u32>(), any::<bool>(), any::<[u8; 32]>(), any::<[u8; 32]>())
+        (
+            0u8..4,
+            any::<u64>(),
+            any::<u16>(),
+            any::<u32>(),
+            any::<bool>(),
+            any::<[u8; 32]>(),
+            any::<[u8; 32]>(),
+        )
             .prop_map(|(op, addr, size_bytes, inst_gap, with_data, lo, hi)| {
                 let op = Op::from_code(op).unwrap();
                 let data = (op == Op::Write && with_data).then(|| {
@@ -693,7 +827,13 @@ mod tests {
                     d[32..].copy_from_slice(&hi);
                     d
                 });
-                Record { op, addr, size_bytes, inst_gap, data }
+                Record {
+                    op,
+                    addr,
+                    size_bytes,
+                    inst_gap,
+                    data,
+                }
             })
     }
 

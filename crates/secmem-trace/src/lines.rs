@@ -39,7 +39,11 @@ impl<R: Read> LineReader<R> {
         let n = match (&mut self.inp).take(limit).read_until(b'\n', &mut self.buf) {
             Ok(n) => n,
             Err(e) => {
-                return Err(TraceError::io(self.name.clone(), Position::Line(self.line_no + 1), e))
+                return Err(TraceError::io(
+                    self.name.clone(),
+                    Position::Line(self.line_no + 1),
+                    e,
+                ))
             }
         };
         if n == 0 {
@@ -64,7 +68,10 @@ impl<R: Read> LineReader<R> {
                 self.name.clone(),
                 self.line_no,
                 ErrorKind::Syntax,
-                format!("line is not valid UTF-8 (bad byte at column {})", e.valid_up_to() + 1),
+                format!(
+                    "line is not valid UTF-8 (bad byte at column {})",
+                    e.valid_up_to() + 1
+                ),
             )),
         }
     }
@@ -116,7 +123,10 @@ mod tests {
         r.next_line().unwrap();
         let e = r.next_line().unwrap_err();
         assert_eq!(e.line(), Some(2));
-        assert_eq!(e.to_string(), "x.txt:2: line is not valid UTF-8 (bad byte at column 5)");
+        assert_eq!(
+            e.to_string(),
+            "x.txt:2: line is not valid UTF-8 (bad byte at column 5)"
+        );
     }
 
     #[test]

@@ -45,8 +45,13 @@ impl<W: Write> TextWriter<W> {
 
     /// Writes the header line; `name` is used in errors.
     pub fn with_name(inner: W, name: impl Into<String>) -> Result<Self, TraceError> {
-        let mut w = TextWriter { out: BufWriter::with_capacity(256 * 1024, inner), name: name.into(), line: 1 };
-        writeln!(w.out, "{HEADER_LINE}").map_err(|e| TraceError::io(w.name.clone(), Position::Line(1), e))?;
+        let mut w = TextWriter {
+            out: BufWriter::with_capacity(256 * 1024, inner),
+            name: name.into(),
+            line: 1,
+        };
+        writeln!(w.out, "{HEADER_LINE}")
+            .map_err(|e| TraceError::io(w.name.clone(), Position::Line(1), e))?;
         Ok(w)
     }
 
@@ -58,7 +63,10 @@ impl<W: Write> TextWriter<W> {
                 self.name.clone(),
                 line,
                 ErrorKind::InvalidRecord,
-                format!("data payload on a {:?} record (only writes carry data)", rec.op),
+                format!(
+                    "data payload on a {:?} record (only writes carry data)",
+                    rec.op
+                ),
             ));
         }
         let r = write!(
@@ -91,7 +99,10 @@ impl<W: Write> TextWriter<W> {
     pub fn finish(self) -> Result<W, TraceError> {
         let name = self.name;
         let pos = Position::Line(self.line);
-        let mut w = self.out.into_inner().map_err(|e| TraceError::io(name.clone(), pos, e.into_error()))?;
+        let mut w = self
+            .out
+            .into_inner()
+            .map_err(|e| TraceError::io(name.clone(), pos, e.into_error()))?;
         w.flush().map_err(|e| TraceError::io(name, pos, e))?;
         Ok(w)
     }
@@ -112,7 +123,10 @@ fn hex_val(c: u8) -> Option<u8> {
 fn parse_data(tok: &str) -> Result<[u8; 64], String> {
     let b = tok.as_bytes();
     if b.len() != 128 {
-        return Err(format!("data must be exactly 128 hex digits, got {}", tok.chars().count()));
+        return Err(format!(
+            "data must be exactly 128 hex digits, got {}",
+            tok.chars().count()
+        ));
     }
     let mut d = [0u8; 64];
     for (i, out) in d.iter_mut().enumerate() {
@@ -124,7 +138,10 @@ fn parse_data(tok: &str) -> Result<[u8; 64], String> {
                 let col = if hi.is_none() { 2 * i } else { 2 * i + 1 };
                 // All bytes before `col` are ASCII hex digits, so `col` is a char boundary.
                 let c = tok.get(col..).and_then(|s| s.chars().next()).unwrap_or('?');
-                return Err(format!("bad hex digit '{c}' at position {} of the data", col + 1));
+                return Err(format!(
+                    "bad hex digit '{c}' at position {} of the data",
+                    col + 1
+                ));
             }
         }
     }
@@ -155,7 +172,10 @@ impl<R: Read> TextReader<R> {
                 let v = l[HEADER_PREFIX.len()..].trim();
                 Err(lines.err(
                     ErrorKind::UnsupportedVersion,
-                    format!("unsupported text trace version '{}' (this reader supports v1)", quote(v)),
+                    format!(
+                        "unsupported text trace version '{}' (this reader supports v1)",
+                        quote(v)
+                    ),
                 ))
             }
             _ => {
@@ -164,7 +184,9 @@ impl<R: Read> TextReader<R> {
                     lines.name.clone(),
                     line,
                     ErrorKind::MissingHeader,
-                    format!("missing header line '{HEADER_LINE}' (first line of a secmem text trace)"),
+                    format!(
+                        "missing header line '{HEADER_LINE}' (first line of a secmem text trace)"
+                    ),
                 ))
             }
         }
@@ -199,27 +221,44 @@ fn parse_record(t: &str) -> Result<Record, (ErrorKind, String)> {
         other => {
             return Err((
                 ErrorKind::UnknownOp,
-                format!("unknown operation '{}' (expected R, W, F, FL)", quote(other)),
+                format!(
+                    "unknown operation '{}' (expected R, W, F, FL)",
+                    quote(other)
+                ),
             ))
         }
     };
     let syntax = |m: String| (ErrorKind::Syntax, m);
-    let addr_tok = toks.next().ok_or_else(|| syntax(format!("missing address after '{op_tok}'")))?;
+    let addr_tok = toks
+        .next()
+        .ok_or_else(|| syntax(format!("missing address after '{op_tok}'")))?;
     let addr = parse_u64_auto(addr_tok).ok_or_else(|| {
         syntax(format!(
             "bad address '{}' (expected 0x-prefixed hex or decimal, at most 64 bits)",
             quote(addr_tok)
         ))
     })?;
-    let size_tok = toks.next().ok_or_else(|| syntax("missing size after the address".into()))?;
+    let size_tok = toks
+        .next()
+        .ok_or_else(|| syntax("missing size after the address".into()))?;
     let size_bytes = parse_dec(size_tok)
         .and_then(|v| u16::try_from(v).ok())
-        .ok_or_else(|| syntax(format!("bad size '{}' (expected decimal 0..=65535)", quote(size_tok))))?;
-    let gap_tok = toks.next().ok_or_else(|| syntax("missing instruction gap after the size".into()))?;
+        .ok_or_else(|| {
+            syntax(format!(
+                "bad size '{}' (expected decimal 0..=65535)",
+                quote(size_tok)
+            ))
+        })?;
+    let gap_tok = toks
+        .next()
+        .ok_or_else(|| syntax("missing instruction gap after the size".into()))?;
     let inst_gap = parse_dec(gap_tok)
         .and_then(|v| u32::try_from(v).ok())
         .ok_or_else(|| {
-            syntax(format!("bad instruction gap '{}' (expected decimal 0..=4294967295)", quote(gap_tok)))
+            syntax(format!(
+                "bad instruction gap '{}' (expected decimal 0..=4294967295)",
+                quote(gap_tok)
+            ))
         })?;
     let data = match toks.next() {
         None => None,
@@ -236,7 +275,13 @@ fn parse_record(t: &str) -> Result<Record, (ErrorKind, String)> {
     if let Some(extra) = toks.next() {
         return Err(syntax(format!("unexpected extra field '{}'", quote(extra))));
     }
-    Ok(Record { op, addr, size_bytes, inst_gap, data })
+    Ok(Record {
+        op,
+        addr,
+        size_bytes,
+        inst_gap,
+        data,
+    })
 }
 
 impl<R: Read> Iterator for TextReader<R> {
@@ -291,10 +336,16 @@ mod tests {
         let recs = vec![
             Record::read(0x1000, 3),
             Record::write(0x1040, 0),
-            Record { data: Some(payload()), ..Record::write(u64::MAX, u32::MAX) },
+            Record {
+                data: Some(payload()),
+                ..Record::write(u64::MAX, u32::MAX)
+            },
             Record::fence(5),
             Record::flush(0x1040, 0),
-            Record { size_bytes: 8, ..Record::read(7, 1) },
+            Record {
+                size_bytes: 8,
+                ..Record::read(7, 1)
+            },
         ];
         let text = encode(&recs);
         assert_eq!(decode(&text).unwrap(), recs);
@@ -302,10 +353,23 @@ mod tests {
 
     #[test]
     fn writer_output_matches_the_documented_form() {
-        let text = encode(&[Record::read(0x1000, 3), Record::fence(5), Record::flush(0x40, 0)]);
-        assert_eq!(text, "# secmem-trace v1\nR 0x1000 64 3\nF 0x0 0 5\nFL 0x40 64 0\n");
-        let text = encode(&[Record { data: Some([0xab; 64]), ..Record::write(0x40, 1) }]);
-        assert_eq!(text, format!("# secmem-trace v1\nW 0x40 64 1 {}\n", "ab".repeat(64)));
+        let text = encode(&[
+            Record::read(0x1000, 3),
+            Record::fence(5),
+            Record::flush(0x40, 0),
+        ]);
+        assert_eq!(
+            text,
+            "# secmem-trace v1\nR 0x1000 64 3\nF 0x0 0 5\nFL 0x40 64 0\n"
+        );
+        let text = encode(&[Record {
+            data: Some([0xab; 64]),
+            ..Record::write(0x40, 1)
+        }]);
+        assert_eq!(
+            text,
+            format!("# secmem-trace v1\nW 0x40 64 1 {}\n", "ab".repeat(64))
+        );
     }
 
     #[test]
@@ -313,7 +377,13 @@ mod tests {
         let text = "# secmem-trace v1\r\n\n# a comment\n  R 4096 64 2\r\n\tW 0X40 8 0  \n";
         assert_eq!(
             decode(text).unwrap(),
-            vec![Record::read(4096, 2), Record { size_bytes: 8, ..Record::write(0x40, 0) }]
+            vec![
+                Record::read(4096, 2),
+                Record {
+                    size_bytes: 8,
+                    ..Record::write(0x40, 0)
+                }
+            ]
         );
     }
 
@@ -331,13 +401,19 @@ mod tests {
     fn other_header_versions_are_rejected_by_name() {
         let e = decode("# secmem-trace v2\nR 0x0 64 0\n").unwrap_err();
         assert_eq!(e.kind(), ErrorKind::UnsupportedVersion);
-        assert_eq!(e.to_string(), "trace.txt:1: unsupported text trace version 'v2' (this reader supports v1)");
+        assert_eq!(
+            e.to_string(),
+            "trace.txt:1: unsupported text trace version 'v2' (this reader supports v1)"
+        );
     }
 
     #[test]
     fn unknown_op_reports_line_number_and_token() {
         let e = decode("# secmem-trace v1\nR 0x0 64 0\n\nX 0x40 64 0\n").unwrap_err();
-        assert_eq!(e.to_string(), "trace.txt:4: unknown operation 'X' (expected R, W, F, FL)");
+        assert_eq!(
+            e.to_string(),
+            "trace.txt:4: unknown operation 'X' (expected R, W, F, FL)"
+        );
         assert_eq!(e.kind(), ErrorKind::UnknownOp);
     }
 
@@ -346,8 +422,15 @@ mod tests {
         let mut hex = "00".repeat(64);
         hex.replace_range(10..11, "g");
         let e = decode(&format!("# secmem-trace v1\nW 0x0 64 0 {hex}\n")).unwrap_err();
-        assert_eq!(e.to_string(), "trace.txt:2: bad hex digit 'g' at position 11 of the data");
-        let e = decode(&format!("# secmem-trace v1\nW 0x0 64 0 {}\n", "0".repeat(127))).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "trace.txt:2: bad hex digit 'g' at position 11 of the data"
+        );
+        let e = decode(&format!(
+            "# secmem-trace v1\nW 0x0 64 0 {}\n",
+            "0".repeat(127)
+        ))
+        .unwrap_err();
         assert_eq!(e.message(), "data must be exactly 128 hex digits, got 127");
         // Non-ASCII in the data must not panic on a char boundary.
         let mut s = "0".repeat(126);
@@ -363,11 +446,23 @@ mod tests {
 
     #[test]
     fn data_on_a_read_is_rejected() {
-        let e = decode(&format!("# secmem-trace v1\nR 0x0 64 0 {}\n", "00".repeat(64))).unwrap_err();
+        let e = decode(&format!(
+            "# secmem-trace v1\nR 0x0 64 0 {}\n",
+            "00".repeat(64)
+        ))
+        .unwrap_err();
         assert_eq!(e.kind(), ErrorKind::InvalidRecord);
-        assert_eq!(e.to_string(), "trace.txt:2: data on a R record (only W records carry data)");
+        assert_eq!(
+            e.to_string(),
+            "trace.txt:2: data on a R record (only W records carry data)"
+        );
         let mut w = TextWriter::new(Vec::new()).unwrap();
-        let e = w.write(&Record { data: Some([0; 64]), ..Record::flush(0, 0) }).unwrap_err();
+        let e = w
+            .write(&Record {
+                data: Some([0; 64]),
+                ..Record::flush(0, 0)
+            })
+            .unwrap_err();
         assert_eq!(e.kind(), ErrorKind::InvalidRecord);
         assert_eq!(e.line(), Some(2));
     }
@@ -384,7 +479,10 @@ mod tests {
             ("R 0x0 -1 0", "bad size"),
             ("R 0x0 64 4294967296", "bad instruction gap '4294967296'"),
             ("R 0x0 64 0 extra", "data on a R record"),
-            (&format!("W 0x0 64 0 {} extra", "00".repeat(64)), "unexpected extra field 'extra'"),
+            (
+                &format!("W 0x0 64 0 {} extra", "00".repeat(64)),
+                "unexpected extra field 'extra'",
+            ),
         ];
         for (line, want) in cases {
             let e = decode(&format!("# secmem-trace v1\n{line}\n")).unwrap_err();
