@@ -14,11 +14,11 @@
 //!   Writes are slow, so a drained write burst delays reads to the same bank: that is how
 //!   metadata writes slow down data reads.
 //! * **Channel data bus.** A 64 B burst occupies the channel for `bus_transfer_ns`. The bus is a
-//!   calendar of booked intervals, not a single `free_at` cycle: requests are handled in issue
-//!   order but their bursts happen when their banks are ready, so a read to an idle bank must be
-//!   able to use the bus *before* a burst booked earlier for a read stuck behind a busy bank.
-//!   A single `free_at` would serialise every request behind the slowest bank and collapse bank
-//!   parallelism.
+//!   calendar (a bitmap of booked cycles over a sliding window), not a single `free_at` cycle:
+//!   requests are handled in issue order but their bursts happen when their banks are ready,
+//!   so a read to an idle bank must be able to use the bus *before* a burst booked earlier for
+//!   a read stuck behind a busy bank. A single `free_at` would serialise every request behind
+//!   the slowest bank and collapse bank parallelism.
 //! * **Read queue.** At most `read_queue_entries` reads are in flight; a read arriving at a full
 //!   queue waits for the earliest in-flight read to return. This bounds memory-level
 //!   parallelism the way the controller's queue does.
@@ -58,8 +58,16 @@
 //! * `bank_conflict_cycles` counts the bank waits of requests whose completion someone waits
 //!   for: reads, and writes when `adr = false`. Background drains under ADR are not counted.
 //!
-//! Every request costs O(1) amortised hash/heap work on structures bounded by the queue sizes
-//! (each write is queued, issued and retired exactly once); nothing scans the WPQ.
+//! * Requests are expected in non-decreasing `issue` order. A write that stalls on a full WPQ
+//!   advances the device's view of time to its acceptance cycle; a caller that then issues
+//!   another request at an earlier cycle gets a consistent but slightly pessimistic answer.
+//!
+//! # Cost
+//!
+//! A read costs O(1) expected work (one hash probe, a few read-queue probes, one bank and one
+//! bus-bitmap update); a write adds one hash insert/remove and one push/pop on a heap bounded
+//! by the WPQ size (each write is queued, issued and retired exactly once). Nothing scans the
+//! WPQ. `examples/pcm_speed.rs` measures > 20 M random accesses/s on one core.
 
 use crate::{AccessKind, MediaStats, MemRequest, MemoryPort};
 use rustc_hash::FxHashMap;
@@ -86,7 +94,7 @@ config_enum! {
 }
 
 config_section! {
-    /// PCM DIMM timing and energy. Defaults follow Horus (MICRO'21) Table I/II and BMF
+    /// PCM DIMM timing and energy. Defaults follow Horus (MICRO 2022) Tables I/II and BMF
     /// Table 1 where those give a value.
     pub struct PcmConfig {
         capacity_gib: u64 = 32 => "Device capacity in GiB (Horus Table I: 32 GB PCM)";
@@ -351,8 +359,8 @@ pub struct PcmMedia {
     /// Per channel data bus.
     bus: Vec<BusCalendar>,
     read_queue: ReadQueue,
-    /// Writes accepted but not issued, oldest first: (line, accepted cycle).
-    wpq_queued: VecDeque<(u64, u64)>,
+    /// Lines of the writes accepted but not issued, oldest first.
+    wpq_queued: VecDeque<u64>,
     /// Issued writes still holding a WPQ slot: (burst start, line), min-heap.
     wpq_issued: BinaryHeap<Reverse<(u64, u64)>>,
     /// Every line with a write in the WPQ → its array completion cycle, or `QUEUED`.
@@ -481,7 +489,7 @@ impl PcmMedia {
     /// Issues queued writes oldest-first at cycle `t` until at most `keep` remain queued.
     fn issue_queued(&mut self, keep: usize, t: u64) {
         while self.wpq_queued.len() > keep {
-            let (line, _) = self.wpq_queued.pop_front().expect("non-empty");
+            let line = self.wpq_queued.pop_front().expect("non-empty");
             self.issue_write(line, t);
         }
     }
@@ -532,7 +540,7 @@ impl PcmMedia {
             let done = self.issue_write(line, t);
             return if self.adr { t } else { done };
         }
-        self.wpq_queued.push_back((line, t));
+        self.wpq_queued.push_back(line);
         if self.wpq_occupancy() >= self.wpq_high {
             self.issue_queued(self.wpq_low, t);
         }
@@ -711,7 +719,7 @@ mod tests {
         d.access(wr(line(101), 0));
         assert_eq!(d.pending_writes(), 64);
         assert_eq!(d.stats().array_writes, 38);
-        assert_eq!(d.drain(Cycle(0)) > Cycle(0), true);
+        assert!(d.drain(Cycle(0)) > Cycle(0));
         assert_eq!(d.pending_writes(), 0);
         assert_eq!(d.stats().array_writes, 102);
     }
@@ -795,7 +803,8 @@ mod tests {
     #[test]
     fn validate_accepts_defaults_and_names_each_impossible_field() {
         assert_eq!(PcmConfig::default().validate("pcm"), Ok(()));
-        let cases: Vec<(&str, fn(&mut PcmConfig))> = vec![
+        type Breaker = fn(&mut PcmConfig);
+        let cases: Vec<(&str, Breaker)> = vec![
             ("capacity_gib", |c| c.capacity_gib = 0),
             ("channels", |c| c.channels = 0),
             ("channels", |c| c.channels = 3),

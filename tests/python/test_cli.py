@@ -1,0 +1,122 @@
+"""Does the `secmem` command do what the README says, and fail clearly on bad input?"""
+
+import json
+import struct
+
+SMALL = ["-p", "workload.requests=20000", "-p", "workload.footprint_bytes=67108864"]
+
+
+def test_presets_list_every_paper_with_its_table(cli):
+    out = cli("presets", check=True).stdout
+    for name, table in [("horus", "Table I"), ("bmf", "Table 1"), ("esd", "Table I"), ("lelantus", "Table III")]:
+        line = next(l for l in out.splitlines() if l.startswith(name + " "))
+        assert table in line
+
+
+def test_config_show_has_a_description_on_every_field(cli):
+    out = cli("config", "show", "horus", check=True).stdout
+    lines = out.splitlines()
+    assignments = [i for i, l in enumerate(lines) if "=" in l and not l.startswith("#")]
+    assert assignments
+    for i in assignments:
+        assert lines[i - 1].startswith("#"), f"no description above {lines[i]!r}"
+    assert "size_kib = 16384" in out
+    assert 'preset = "horus"' in out
+
+
+def test_config_validate_accepts_a_good_file_and_names_a_bad_field(cli, tmp_path):
+    good = tmp_path / "good.toml"
+    good.write_text("[llc]\nsize_kib = 32768\n")
+    assert cli("config", "validate", good, "--preset", "horus").returncode == 0
+    bad = tmp_path / "bad.toml"
+    bad.write_text("[llc]\nsize_kb = 32768\n")
+    res = cli("config", "validate", bad)
+    assert res.returncode == 2
+    assert "llc.size_kb" in res.stderr and "size_kib" in res.stderr
+    arity = tmp_path / "arity.toml"
+    arity.write_text("[tree]\narity = 1\n")
+    res = cli("config", "validate", arity)
+    assert res.returncode == 2 and "tree.arity" in res.stderr
+    tiny = tmp_path / "tiny.toml"
+    tiny.write_text("[l1]\nsize_kib = 1\nways = 32\n")
+    res = cli("config", "validate", tiny)
+    assert res.returncode == 2 and "l1.size_kib" in res.stderr
+    zero = tmp_path / "zero.toml"
+    zero.write_text("[security]\nminor_counter_bits = 0\n")
+    res = cli("config", "validate", zero)
+    assert res.returncode == 2 and "security.minor_counter_bits" in res.stderr
+
+
+def test_unknown_override_key_and_unknown_preset_fail_with_exit_2(cli):
+    res = cli("run", "-p", "llc.sise_kib=3")
+    assert res.returncode == 2 and "llc.sise_kib" in res.stderr
+    res = cli("run", "--preset", "nosuch")
+    assert res.returncode == 2 and "unknown preset 'nosuch'" in res.stderr and "horus" in res.stderr
+
+
+def test_run_writes_report_and_resolved_config(cli, tmp_path):
+    cli("run", "--preset", "horus", *SMALL, "-p", "llc.size_kib=32768", "--out", "o", check=True)
+    rep = json.loads((tmp_path / "o" / "report.json").read_text())
+    assert set(rep) == {"config", "meta", "stats"}
+    assert rep["config"]["llc"]["size_kib"] == 32768
+    assert rep["meta"]["records"] == 20000 and rep["meta"]["seed"] == 1
+    assert rep["meta"]["git_commit"]
+    assert rep["stats"]["memory"]["reads"]["counter"] > 0
+    assert (tmp_path / "o" / "config.toml").read_text().count("size_kib = 32768") == 1
+
+
+def test_trace_gen_info_convert_and_run(cli, tmp_path):
+    cli("trace", "gen", "--pattern", "zipf", "--requests", 5000, "--footprint-bytes", 1 << 24,
+        "--read-ratio", 0.7, "--seed", 3, "-o", "t.bin", check=True)
+    info = json.loads(cli("trace", "info", "t.bin", check=True).stdout)
+    assert info["records"] == 5000
+    assert 0.6 < info["reads"] / 5000 < 0.8
+    cli("trace", "convert", "t.bin", "t.txt", "--to", "text", check=True)
+    assert (tmp_path / "t.txt").read_text().startswith("# secmem-trace v1")
+    cli("trace", "convert", "t.txt", "t2.bin", check=True)
+    assert (tmp_path / "t.bin").read_bytes() == (tmp_path / "t2.bin").read_bytes()
+    cli("run", "--trace", "t.txt", "--out", "r", check=True)
+    rep = json.loads((tmp_path / "r" / "report.json").read_text())
+    assert rep["meta"]["trace"].endswith("t.txt")
+    assert rep["stats"]["core"]["records"] == 5000
+
+
+def test_foreign_traces_are_read(cli, tmp_path):
+    (tmp_path / "dramsim.trc").write_text("0x1000 READ 10\n0x2000 WRITE 25\n")
+    (tmp_path / "lackey.txt").write_text("==1== Lackey\nI  0400d7d4,8\n L 04222cac,8\n S 04222cb0,8\n M 0421a228,4\n")
+    for name, n in [("dramsim.trc", 2), ("lackey.txt", 4)]:
+        info = json.loads(cli("trace", "info", name, check=True).stdout)
+        assert info["records"] == n, name
+
+
+def test_malformed_traces_name_the_file_and_position(cli, tmp_path):
+    cli("trace", "gen", "--requests", 100, "--footprint-bytes", 1 << 20, "-o", "ok.bin", check=True)
+    data = (tmp_path / "ok.bin").read_bytes()
+    (tmp_path / "trunc.bin").write_bytes(data[: 16 + 16 * 10 + 7])
+    res = cli("run", "--trace", "trunc.bin")
+    assert res.returncode == 2 and "trunc.bin" in res.stderr and "offset" in res.stderr
+    (tmp_path / "bad.txt").write_text("# secmem-trace v1\nR 0x40 64 1\nX 0x80 64 1\n")
+    res = cli("run", "--trace", "bad.txt")
+    assert res.returncode == 2 and "bad.txt:3" in res.stderr
+    assert "Traceback" not in res.stderr
+
+
+def test_out_of_range_and_misaligned_records_name_the_record(cli, tmp_path):
+    (tmp_path / "far.txt").write_text("# secmem-trace v1\nR 0x40 64 1\nW 0x7fffffffffc0 64 1\n")
+    res = cli("run", "--trace", "far.txt")
+    assert res.returncode == 2 and "far.txt: record 1" in res.stderr and "beyond" in res.stderr
+    (tmp_path / "mis.txt").write_text("# secmem-trace v1\nR 0x44 8 1\nR 0x43 8 1\n")
+    res = cli("run", "--trace", "mis.txt")
+    assert res.returncode == 2 and "record 1" in res.stderr and "aligned" in res.stderr
+    cli("run", "--trace", "mis.txt", "-p", "run.require_aligned=false", check=True)
+
+
+def test_bench_prints_one_json_object_per_scenario(cli):
+    out = cli("bench", "--scenario", "nonsecure-sequential", "--scenario", "secure-lazy-random", "--scale", "0.002",
+              check=True).stdout
+    res = json.loads(out)
+    assert set(res) == {"nonsecure-sequential", "secure-lazy-random"}
+    for v in res.values():
+        assert v["requests_per_s"] > 0 and v["peak_rss_bytes"] > 0
+    res = cli("bench", "--scenario", "nope")
+    assert res.returncode == 2 and "secure-lazy-random" in res.stderr
