@@ -4,7 +4,8 @@ import pytest
 
 import secmem
 
-SMALL = {"workload.requests": 20000, "workload.footprint_bytes": 1 << 26}
+# A 1 MiB LLC so that 20 000 random requests over 64 MiB evict (and write back) lines.
+SMALL = {"workload.requests": 20000, "workload.footprint_bytes": 1 << 26, "llc.size_kib": 1024, "l2.size_kib": 256}
 
 
 def test_run_returns_config_meta_and_stats():

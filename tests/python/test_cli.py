@@ -105,7 +105,7 @@ def test_out_of_range_and_misaligned_records_name_the_record(cli, tmp_path):
     (tmp_path / "far.txt").write_text("# secmem-trace v1\nR 0x40 64 1\nW 0x7fffffffffc0 64 1\n")
     res = cli("run", "--trace", "far.txt")
     assert res.returncode == 2 and "far.txt: record 1" in res.stderr and "beyond" in res.stderr
-    (tmp_path / "mis.txt").write_text("# secmem-trace v1\nR 0x44 8 1\nR 0x43 8 1\n")
+    (tmp_path / "mis.txt").write_text("# secmem-trace v1\nR 0x48 8 1\nR 0x43 8 1\n")
     res = cli("run", "--trace", "mis.txt")
     assert res.returncode == 2 and "record 1" in res.stderr and "aligned" in res.stderr
     cli("run", "--trace", "mis.txt", "-p", "run.require_aligned=false", check=True)
