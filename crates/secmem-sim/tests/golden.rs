@@ -1,0 +1,97 @@
+//! Golden tests: small fixed runs whose every count is pinned in `tests/golden/*.json`.
+//! A change that alters any simulated figure fails here and must be explained (and the files
+//! re-blessed with `SECMEM_BLESS=1 cargo test -p secmem-sim --test golden`).
+//! Speed-ups must leave these files unchanged.
+
+use secmem_sim::{Config, TraceInput};
+use serde_json::Value;
+use std::path::PathBuf;
+
+fn golden_path(name: &str) -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/golden").join(format!("{name}.json"))
+}
+
+fn check(name: &str, preset: &str, overrides: &[&str]) {
+    let mut o: Vec<String> = overrides.iter().map(|s| s.to_string()).collect();
+    o.push("run.progress=false".into());
+    let cfg = Config::load(Some(preset), None, &o).unwrap();
+    let report = secmem_sim::run(&cfg, &TraceInput::Workload).unwrap();
+    let stats = report["stats"].clone();
+    let path = golden_path(name);
+    if std::env::var_os("SECMEM_BLESS").is_some() {
+        std::fs::write(&path, serde_json::to_string_pretty(&stats).unwrap() + "\n").unwrap();
+        return;
+    }
+    let expected: Value = serde_json::from_str(&std::fs::read_to_string(&path).unwrap_or_else(|e| {
+        panic!("{}: {e} (bless with SECMEM_BLESS=1)", path.display())
+    }))
+    .unwrap();
+    let diffs = diff("stats", &expected, &stats);
+    assert!(diffs.is_empty(), "{name}: simulated figures changed:\n{}", diffs.join("\n"));
+}
+
+fn diff(path: &str, a: &Value, b: &Value) -> Vec<String> {
+    match (a, b) {
+        (Value::Object(x), Value::Object(y)) => {
+            let mut keys: Vec<&String> = x.keys().chain(y.keys()).collect();
+            keys.sort();
+            keys.dedup();
+            keys.into_iter()
+                .flat_map(|k| diff(&format!("{path}.{k}"), x.get(k).unwrap_or(&Value::Null), y.get(k).unwrap_or(&Value::Null)))
+                .collect()
+        }
+        (Value::Number(x), Value::Number(y)) if x.as_f64().zip(y.as_f64()).is_some_and(|(p, q)| (p - q).abs() <= 1e-9 * p.abs().max(1.0)) => vec![],
+        _ if a == b => vec![],
+        _ => vec![format!("  {path}: golden {a}, now {b}")],
+    }
+}
+
+// Small caches so that 30 000 requests exercise evictions at every level.
+const SMALL: &[&str] = &[
+    "workload.requests=30000",
+    "workload.footprint_bytes=67108864",
+    "l2.size_kib=256",
+    "llc.size_kib=1024",
+    "metadata_cache.counter.size_kib=16",
+    "metadata_cache.mac.size_kib=16",
+    "metadata_cache.tree.size_kib=16",
+];
+
+fn with(extra: &[&'static str]) -> Vec<&'static str> { SMALL.iter().chain(extra).copied().collect() }
+
+#[test]
+fn golden_secure_lazy_random() { check("secure_lazy_random", "horus", &with(&["workload.pattern=random"])); }
+
+#[test]
+fn golden_secure_eager_zipf() { check("secure_eager_zipf", "horus", &with(&["workload.pattern=zipf", "tree.update=eager"])); }
+
+#[test]
+fn golden_secure_strict_sequential() {
+    check("secure_strict_sequential", "bmf", &with(&["workload.pattern=sequential", "tree.update=eager", "security.metadata_persistence=strict"]));
+}
+
+#[test]
+fn golden_nonsecure_stride() { check("nonsecure_stride", "lelantus", &with(&["workload.pattern=stride", "security.enabled=false"])); }
+
+#[test]
+fn golden_write_through_random() {
+    check("write_through_random", "bmf", &with(&["workload.pattern=random", "hierarchy.write_through=true", "workload.requests=5000"]));
+}
+
+#[test]
+fn golden_overflow_hot_lines() {
+    // A tiny footprint written over and over: minor counters overflow and pages re-encrypt.
+    check("overflow_hot_lines", "esd", &[
+        "workload.requests=200000", "workload.footprint_bytes=8192", "workload.read_ratio=0.0",
+        "l1.size_kib=1", "l1.ways=1", "l2.size_kib=1", "l2.ways=1", "llc.size_kib=1", "llc.ways=1",
+        "hierarchy.write_through=true",
+    ]);
+}
+
+#[test]
+fn same_config_same_stats() {
+    let cfg = Config::load(Some("horus"), None, &with(&["run.progress=false"]).iter().map(|s| s.to_string()).collect::<Vec<_>>()).unwrap();
+    let a = secmem_sim::run(&cfg, &TraceInput::Workload).unwrap();
+    let b = secmem_sim::run(&cfg, &TraceInput::Workload).unwrap();
+    assert_eq!(a["stats"], b["stats"]);
+}
