@@ -97,17 +97,21 @@ pub struct SetAssocCache {
     set_mask: Option<u64>,
     /// `tags[set * ways + way]` = line index | DIRTY, or INVALID.
     tags: Vec<u64>,
-    /// LRU: last-use stamp; FIFO: fill stamp. 0 = empty way, so the oldest-stamp search
-    /// also finds free ways in the same pass. Stamps are per-set clocks (u32, renormalised
-    /// on overflow), which keeps a set's stamps in one host cache line for up to 16 ways.
-    stamp: Vec<u32>,
-    /// Per-set clock.
-    clock: Vec<u32>,
+    /// Recency order of each set as a doubly linked list of ways (u16 links; `ways` <= 65535):
+    /// the head is the most recently used (LRU) or filled (FIFO) way, the tail the next
+    /// victim. Empty ways are kept at the tail, so a fill takes the tail in O(1) whatever the
+    /// associativity, and a hit moves its way to the head in O(1).
+    next: Vec<u16>,
+    prev: Vec<u16>,
+    head: Vec<u16>,
+    tail: Vec<u16>,
     rng_state: u64,
     replacement: Replacement,
     data: Option<Vec<[u8; 64]>>,
     pub stats: CacheStats,
 }
+
+const NIL: u16 = u16::MAX;
 
 impl SetAssocCache {
     /// Builds a cache; the config must have passed `validate`.
@@ -117,14 +121,28 @@ impl SetAssocCache {
 
     /// Builds a cache of exactly `sets` x `ways` lines (tests use sub-KiB geometries).
     pub fn with_geometry(sets: u64, ways: usize, replacement: Replacement) -> Self {
+        assert!(ways >= 1 && ways < NIL as usize, "associativity must be 1..65535");
         let n = sets as usize * ways;
+        // Initial order per set: way 0 at the tail, so ways fill 0, 1, 2, ...
+        let mut next = vec![NIL; n];
+        let mut prev = vec![NIL; n];
+        for set in 0..sets as usize {
+            let base = set * ways;
+            for w in 0..ways {
+                // head = ways-1 ... tail = 0; next points towards the tail.
+                next[base + w] = if w == 0 { NIL } else { (w - 1) as u16 };
+                prev[base + w] = if w + 1 == ways { NIL } else { (w + 1) as u16 };
+            }
+        }
         SetAssocCache {
             ways,
             sets,
             set_mask: sets.is_power_of_two().then(|| sets - 1),
             tags: vec![INVALID; n],
-            stamp: vec![0; n],
-            clock: vec![0; sets as usize],
+            next,
+            prev,
+            head: vec![(ways - 1) as u16; sets as usize],
+            tail: vec![0; sets as usize],
             rng_state: 0x9E37_79B9_7F4A_7C15,
             replacement,
             data: None,
@@ -161,33 +179,49 @@ impl SetAssocCache {
     #[inline]
     pub fn prefetch(&self, line: u64) {
         #[cfg(target_arch = "x86_64")]
+        // SAFETY: prefetching an in-bounds address has no effect on program state.
         unsafe {
             use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T0};
             let base = self.set_of(line) * self.ways;
             _mm_prefetch(self.tags.as_ptr().add(base) as *const i8, _MM_HINT_T0);
-            _mm_prefetch(self.stamp.as_ptr().add(base) as *const i8, _MM_HINT_T0);
         }
         #[cfg(not(target_arch = "x86_64"))]
         let _ = line;
     }
 
     #[inline]
-    fn touch(&mut self, slot: usize) {
-        let set = slot / self.ways;
-        let c = &mut self.clock[set];
-        if *c == u32::MAX {
-            // Renormalise: keep the order, restart the clock.
+    fn unlink(&mut self, set: usize, base: usize, w: u16) {
+        let (p, n) = (self.prev[base + w as usize], self.next[base + w as usize]);
+        if p == NIL { self.head[set] = n } else { self.next[base + p as usize] = n }
+        if n == NIL { self.tail[set] = p } else { self.prev[base + n as usize] = p }
+    }
+
+    #[inline]
+    fn push_head(&mut self, set: usize, base: usize, w: u16) {
+        let h = self.head[set];
+        self.prev[base + w as usize] = NIL;
+        self.next[base + w as usize] = h;
+        if h == NIL { self.tail[set] = w } else { self.prev[base + h as usize] = w }
+        self.head[set] = w;
+    }
+
+    #[inline]
+    fn push_tail(&mut self, set: usize, base: usize, w: u16) {
+        let t = self.tail[set];
+        self.next[base + w as usize] = NIL;
+        self.prev[base + w as usize] = t;
+        if t == NIL { self.head[set] = w } else { self.next[base + t as usize] = w }
+        self.tail[set] = w;
+    }
+
+    /// Moves way `w` of `set` to the most-recent end of the set.
+    #[inline]
+    fn touch(&mut self, set: usize, w: u16) {
+        if self.head[set] != w {
             let base = set * self.ways;
-            let row = &mut self.stamp[base..base + self.ways];
-            let mut order: Vec<usize> = (0..row.len()).filter(|&w| row[w] != 0).collect();
-            order.sort_by_key(|&w| row[w]);
-            for (rank, w) in order.iter().enumerate() {
-                row[*w] = rank as u32 + 1;
-            }
-            *c = order.len() as u32;
+            self.unlink(set, base, w);
+            self.push_head(set, base, w);
         }
-        *c += 1;
-        self.stamp[slot] = *c;
     }
 
     /// Looks up `line` without changing any state.
@@ -198,16 +232,18 @@ impl SetAssocCache {
     /// On a miss counts a miss and changes nothing else (the caller decides whether to fill).
     #[inline]
     pub fn lookup(&mut self, line: u64, write: bool) -> Option<usize> {
-        match self.find(line) {
-            Some(slot) => {
+        let set = self.set_of(line);
+        let base = set * self.ways;
+        match self.tags[base..base + self.ways].iter().position(|&t| t & !DIRTY == line) {
+            Some(w) => {
                 self.stats.hits += 1;
                 if self.replacement == Replacement::Lru {
-                    self.touch(slot);
+                    self.touch(set, w as u16);
                 }
                 if write {
-                    self.tags[slot] |= DIRTY;
+                    self.tags[base + w] |= DIRTY;
                 }
-                Some(slot)
+                Some(base + w)
             }
             None => {
                 self.stats.misses += 1;
@@ -221,24 +257,16 @@ impl SetAssocCache {
     #[inline]
     pub fn fill(&mut self, line: u64, dirty: bool) -> (usize, Option<Victim>) {
         debug_assert!(self.find(line).is_none(), "fill of a line already present");
-        let base = self.set_of(line) * self.ways;
+        let set = self.set_of(line);
+        let base = set * self.ways;
+        let tail = self.tail[set] as usize;
         let way = match self.replacement {
-            Replacement::Lru | Replacement::Fifo => {
-                // One pass: an empty way has stamp 0 and so is the oldest.
-                let stamps = &self.stamp[base..base + self.ways];
-                let mut best = 0;
-                let mut best_stamp = stamps[0];
-                for (w, &s) in stamps.iter().enumerate().skip(1) {
-                    if s < best_stamp {
-                        best = w;
-                        best_stamp = s;
-                    }
-                }
-                best
-            }
-            Replacement::Random => match self.tags[base..base + self.ways].iter().position(|&t| t == INVALID) {
-                Some(w) => w,
-                None => {
+            // Empty ways sit at the tail, so the tail is the right victim for both.
+            Replacement::Lru | Replacement::Fifo => tail,
+            Replacement::Random => {
+                if self.tags[base + tail] == INVALID {
+                    tail
+                } else {
                     // xorshift64*: deterministic, no seed needed beyond the fixed start state.
                     let mut x = self.rng_state;
                     x ^= x >> 12;
@@ -247,7 +275,7 @@ impl SetAssocCache {
                     self.rng_state = x;
                     (x.wrapping_mul(0x2545_F491_4F6C_DD1D) % self.ways as u64) as usize
                 }
-            },
+            }
         };
         let slot = base + way;
         let old = self.tags[slot];
@@ -260,7 +288,7 @@ impl SetAssocCache {
             Victim { line: old & !DIRTY, dirty, slot }
         });
         self.tags[slot] = if dirty { line | DIRTY } else { line };
-        self.touch(slot);
+        self.touch(set, way as u16);
         (slot, victim)
     }
 
@@ -269,7 +297,11 @@ impl SetAssocCache {
         let slot = self.find(line)?;
         let d = self.tags[slot] & DIRTY != 0;
         self.tags[slot] = INVALID;
-        self.stamp[slot] = 0;
+        // An empty way is the next victim.
+        let set = slot / self.ways;
+        let base = set * self.ways;
+        self.unlink(set, base, (slot - base) as u16);
+        self.push_tail(set, base, (slot - base) as u16);
         Some((d, slot))
     }
 
@@ -302,9 +334,12 @@ impl SetAssocCache {
 
     /// Drops every line (a crash, for a volatile cache).
     pub fn clear(&mut self) {
-        self.tags.fill(INVALID);
-        self.stamp.fill(0);
-        self.clock.fill(0);
+        let fresh = Self::with_geometry(self.sets, self.ways, self.replacement);
+        self.tags = fresh.tags;
+        self.next = fresh.next;
+        self.prev = fresh.prev;
+        self.head = fresh.head;
+        self.tail = fresh.tail;
     }
 }
 
@@ -390,15 +425,27 @@ mod tests {
     }
 
     #[test]
-    fn lru_order_survives_clock_renormalisation() {
-        let mut c = tiny(2, 1, Replacement::Lru);
-        c.fill(1, false);
-        c.fill(2, false);
-        c.clock[0] = u32::MAX - 1;
-        c.lookup(1, false); // stamp MAX
-        c.lookup(2, false); // renormalises, then 2 is newest
-        let (_, v) = c.fill(3, false);
-        assert_eq!(v.unwrap().line, 1);
+    fn invalidated_way_is_refilled_before_any_valid_line_is_evicted() {
+        let mut c = tiny(4, 1, Replacement::Lru);
+        for l in 0..4 {
+            c.fill(l, false);
+        }
+        c.invalidate(2);
+        let (_, v) = c.fill(9, false);
+        assert_eq!(v, None);
+        let (_, v) = c.fill(10, false);
+        assert_eq!(v.unwrap().line, 0, "LRU order of the rest is kept");
+    }
+
+    #[test]
+    fn clear_empties_the_cache_and_restarts_the_fill_order() {
+        let mut c = tiny(2, 2, Replacement::Lru);
+        c.fill(0, true);
+        c.fill(2, true);
+        c.clear();
+        assert_eq!(c.valid_lines().count(), 0);
+        let (slot, v) = c.fill(4, false);
+        assert_eq!((slot, v), (0, None));
     }
 
     #[test]

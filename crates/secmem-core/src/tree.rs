@@ -44,6 +44,9 @@ pub struct TreeGeometry {
     /// `base[k]` = device address of level k's first node, for 1 <= k < height-1.
     /// (`base[0]` is the counter region; the root has no address.)
     pub base: Vec<u64>,
+    /// log2(arity) when the arity is a power of two: the walk up the tree then shifts
+    /// instead of dividing.
+    pub arity_shift: Option<u32>,
 }
 
 impl TreeGeometry {
@@ -53,7 +56,12 @@ impl TreeGeometry {
     pub fn root_level(&self) -> usize { self.nodes.len() - 1 }
     /// Parent (level, index) of node `index` at `level`.
     #[inline]
-    pub fn parent(&self, level: usize, index: u64) -> (usize, u64) { (level + 1, index / self.arity) }
+    pub fn parent(&self, level: usize, index: u64) -> (usize, u64) {
+        match self.arity_shift {
+            Some(s) => (level + 1, index >> s),
+            None => (level + 1, index / self.arity),
+        }
+    }
     /// Device address of a stored node (level >= 1, below the root).
     #[inline]
     pub fn node_addr(&self, level: usize, index: u64) -> u64 {
@@ -111,7 +119,7 @@ impl SecureLayout {
             mac_base,
             mac_blocks,
             macs_per_block,
-            tree: TreeGeometry { arity, nodes, base },
+            tree: TreeGeometry { arity, nodes, base, arity_shift: arity.is_power_of_two().then(|| arity.trailing_zeros()) },
             end: next,
         })
     }

@@ -5,7 +5,15 @@ use crate::presets;
 use secmem_core::cache::CacheConfig;
 use secmem_core::error::{ensure, ConfigError};
 use secmem_core::schema::{default_tree, finish, merge_layer, parse_layer, parse_override, render_commented};
-use secmem_core::config_section;
+use secmem_core::{config_enum, config_section};
+
+config_enum! {
+    /// Where trace records enter the simulated system.
+    pub enum TraceLevel {
+        Core => "core": "records are the core's loads and stores; they go through L1, L2 and the LLC",
+        Memory => "memory": "records are requests arriving at the memory controller (LLC misses and write-backs), as in Ramulator and DRAMSim3 memory traces; the cache hierarchy is bypassed"
+    }
+}
 use secmem_media::pcm::PcmConfig;
 use secmem_schemes::config::{MetadataCachesConfig, SecurityConfig, TreeConfig};
 use std::path::Path;
@@ -30,6 +38,7 @@ config_section! {
 config_section! {
     /// What to run and how.
     pub struct RunConfig {
+        trace_level: TraceLevel = TraceLevel::Core => "core (records go through the cache hierarchy) or memory (records are memory-controller requests: use for Ramulator/DRAMSim3 memory traces)";
         design: String = "baseline".to_string() => "Design plugged into the secure controller: baseline (use security.enabled=false for non-secure)";
         seed: u64 = 1 => "Seed for every random choice of the run";
         warmup_requests: u64 = 0 => "Trace records simulated before statistics start (stats are end minus warm-up snapshot)";

@@ -12,7 +12,7 @@
 //! * a fence waits until every earlier write to memory is persistent;
 //! * the run ends when the last outstanding miss completes.
 
-use crate::config::Config;
+use crate::config::{Config, TraceLevel};
 use crate::hierarchy::{Hierarchy, Level, Writeback};
 use secmem_core::addr::LINE_SHIFT;
 use secmem_core::error::ConfigError;
@@ -110,6 +110,8 @@ pub struct Engine {
     /// Plaintext content of memory lines, when the hierarchy tracks data.
     memory_image: Option<rustc_hash::FxHashMap<u64, [u8; 64]>>,
     data_bytes: u64,
+    /// Records are memory-controller requests (no cache hierarchy).
+    memory_level: bool,
 }
 
 impl Engine {
@@ -136,6 +138,7 @@ impl Engine {
             stats: CoreStats::default(),
             memory_image: track_data.then(rustc_hash::FxHashMap::default),
             data_bytes: cfg.data_bytes(),
+            memory_level: cfg.run.trace_level == TraceLevel::Memory,
             cfg: cfg.clone(),
         })
     }
@@ -224,7 +227,11 @@ impl Engine {
                 let first = rec.addr >> LINE_SHIFT;
                 let last = (rec.addr + rec.size_bytes.max(1) as u64 - 1) >> LINE_SHIFT;
                 for line in first..=last {
-                    self.access_line(line, write, rec.data.as_ref());
+                    if self.memory_level {
+                        self.memory_request(line, write, rec.data);
+                    } else {
+                        self.access_line(line, write, rec.data.as_ref());
+                    }
                 }
             }
             Op::Fence => {
@@ -237,12 +244,28 @@ impl Engine {
             }
             Op::Flush => {
                 self.stats.flushes += 1;
+                // At memory level there is no cache to write back from: counted, nothing else.
+                if self.memory_level {
+                    return Ok(());
+                }
                 if let Some(wb) = self.hier.flush_line(rec.addr >> LINE_SHIFT) {
                     self.write_to_memory(wb.line, wb.data);
                 }
             }
         }
         Ok(())
+    }
+
+    /// A memory-level record: a read is an outstanding miss, a write a posted write-back.
+    #[inline]
+    fn memory_request(&mut self, line: u64, write: bool, data: Option<[u8; 64]>) {
+        if write {
+            self.write_to_memory(line, data);
+        } else {
+            self.stats.llc_misses += 1;
+            let done = self.design.read(&mut self.mc, line, self.now);
+            self.add_outstanding(done);
+        }
     }
 
     #[inline]
