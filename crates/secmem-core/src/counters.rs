@@ -66,6 +66,18 @@ impl CounterBlock {
         out
     }
 
+    /// The (major, minor) of line `idx` straight from the encoded bytes, without decoding the
+    /// whole block (the read path of functional mode uses the verified bytes themselves).
+    pub fn decode_one(bytes: &[u8; 64], idx: usize, minor_bits: u32) -> (u64, u8) {
+        let major = u64::from_le_bytes(bytes[..8].try_into().unwrap());
+        let first = 64 + idx * minor_bits as usize;
+        // A minor spans at most two bytes: read 16 bits and mask.
+        let lo = bytes[first / 8] as u16;
+        let hi = if first / 8 + 1 < 64 { bytes[first / 8 + 1] as u16 } else { 0 };
+        let minor = (((hi << 8) | lo) >> (first % 8)) & ((1u16 << minor_bits) - 1);
+        (major, minor as u8)
+    }
+
     /// Inverse of [`encode`](Self::encode).
     pub fn decode(bytes: &[u8; 64], minor_bits: u32) -> CounterBlock {
         let mut major = [0u8; 8];
@@ -214,7 +226,11 @@ mod tests {
         fn encode_decode_round_trips(major in any::<u64>(), minors in proptest::collection::vec(0u8..128, 64), bits in 6u32..=7) {
             let mut b = CounterBlock { major, minors: [0; 64] };
             for (i, m) in minors.iter().enumerate() { b.minors[i] = m & ((1 << bits) - 1) as u8; }
-            prop_assert_eq!(CounterBlock::decode(&b.encode(bits), bits), b);
+            let e = b.encode(bits);
+            prop_assert_eq!(CounterBlock::decode(&e, bits), b);
+            for i in 0..64 {
+                prop_assert_eq!(CounterBlock::decode_one(&e, i, bits), b.counter_of(i));
+            }
         }
 
         #[test]

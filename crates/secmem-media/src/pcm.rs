@@ -581,6 +581,9 @@ impl MemoryPort for PcmMedia {
 }
 
 #[cfg(test)]
+mod reference;
+
+#[cfg(test)]
 mod tests {
     use super::*;
     use crate::TrafficClass;
@@ -977,6 +980,188 @@ mod tests {
             let s = d.stats();
             prop_assert_eq!(s.array_writes + s.wpq_coalesced, s.writes());
             prop_assert_eq!(s.array_reads + s.wpq_read_hits, s.reads());
+        }
+    }
+
+    // ---- Differential tests: the model against `reference`, the implementation before the
+    // per-access cost work. Every returned cycle, every stat and the queue contents must match.
+
+    /// One step of a request stream: a signed issue-time step, an operation selector and an
+    /// address.
+    type Step = (i64, u8, u64);
+    /// Selector values below this are reads, below `DIFF_DRAIN` writes, the rest `drain()`.
+    const DIFF_WRITE: u8 = 55;
+    const DIFF_DRAIN: u8 = 99;
+
+    fn diff_config() -> impl Strategy<Value = PcmConfig> {
+        let policy = (any::<bool>(), any::<bool>(), any::<bool>());
+        let queues = (prop_oneof![1u32..6, Just(64u32)], prop_oneof![1u32..10, Just(128u32)], 1u32..=100, 0u32..100);
+        let geometry = (0u32..3, 0u32..4);
+        // Latencies in ns at 4 GHz: a 1-cycle burst, bursts within a word, exactly one word,
+        // and more than one word; long and tiny array latencies.
+        let timing = (
+            prop::sample::select(vec![5.0, 0.25, 3.0, 16.0, 20.0, 40.0]),
+            prop::sample::select(vec![150.0, 0.25, 30.0]),
+            prop::sample::select(vec![500.0, 0.5, 100.0]),
+        );
+        (policy, queues, geometry, timing).prop_map(|((eager, adr, page), (rq, wq, high, low), (ch, banks), (bus, rd, wr))| {
+            PcmConfig {
+                drain_policy: if eager { DrainPolicy::Eager } else { DrainPolicy::Watermark },
+                adr,
+                address_mapping: if page { AddressMapping::PageInterleave } else { AddressMapping::LineInterleave },
+                read_queue_entries: rq,
+                write_queue_entries: wq,
+                write_drain_high_pct: high,
+                write_drain_low_pct: low % high,
+                channels: 1 << ch,
+                banks_per_channel: 1 << banks,
+                bus_transfer_ns: bus,
+                read_latency_ns: rd,
+                write_latency_ns: wr,
+                ..PcmConfig::default()
+            }
+        })
+    }
+
+    fn diff_steps(max_len: usize) -> impl Strategy<Value = Vec<Step>> {
+        let dt = prop_oneof![
+            6 => 0i64..64,
+            4 => 0i64..600,
+            2 => -4000i64..0, // the controller issues slightly out of order
+            1 => 0i64..5000,
+            1 => 1_000_000i64..3_000_000, // past the whole bus window
+        ];
+        let lines = 32u64 << 24; // 32 GiB of 64 B lines
+        let addr = prop_oneof![
+            // A few lines over a few pages: WPQ hits, coalescing, bank and bus conflicts.
+            3 => (0u64..48).prop_map(|l| (l % 6) * 4096 + (l / 6) * 64),
+            1 => (0u64..4).prop_map(|l| l * 64 * 16),
+            2 => (0..lines).prop_map(|l| l * 64),
+        ];
+        prop::collection::vec((dt, 0u8..100, addr), 1..max_len)
+    }
+
+    /// Drives the model and the reference with the same steps; compares every result.
+    fn check_against_reference(cfg: &PcmConfig, steps: &[Step]) -> Result<(), TestCaseError> {
+        let mut new = PcmMedia::new(cfg, MHZ);
+        let mut old = reference::PcmMedia::new(cfg, MHZ);
+        let mut t = 0u64;
+        for (i, &(dt, op, addr)) in steps.iter().enumerate() {
+            t = t.saturating_add_signed(dt);
+            if op >= DIFF_DRAIN {
+                prop_assert_eq!(new.drain(Cycle(t)), old.drain(Cycle(t)), "drain at step {}", i);
+                continue;
+            }
+            let req = if op < DIFF_WRITE { rd(addr, t) } else { wr(addr, t) };
+            prop_assert_eq!(new.access(req), old.access(req), "step {}: {:?}", i, req);
+        }
+        prop_assert_eq!(new.stats(), old.stats());
+        prop_assert_eq!(new.pending_writes(), old.pending_writes());
+        prop_assert_eq!(new.wpq_occupancy(), old.wpq_occupancy());
+        prop_assert_eq!(new.drain(Cycle(t)), old.drain(Cycle(t)), "final drain");
+        prop_assert_eq!(new.stats(), old.stats());
+        prop_assert_eq!(new.pending_writes(), old.pending_writes());
+        prop_assert_eq!(new.wpq_occupancy(), old.wpq_occupancy());
+        Ok(())
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(512))]
+        #[test]
+        fn every_cycle_and_stat_matches_the_reference_model(cfg in diff_config(), steps in diff_steps(400)) {
+            check_against_reference(&cfg, &steps)?;
+        }
+
+        #[test]
+        fn default_device_matches_the_reference_model(eager in any::<bool>(), adr in any::<bool>(), steps in diff_steps(600)) {
+            let cfg = PcmConfig {
+                drain_policy: if eager { DrainPolicy::Eager } else { DrainPolicy::Watermark },
+                adr,
+                ..PcmConfig::default()
+            };
+            check_against_reference(&cfg, &steps)?;
+        }
+
+        #[test]
+        fn bus_calendar_matches_the_reference_calendar(
+            small_window in any::<bool>(),
+            len in prop_oneof![1u64..80, 60u64..300],
+            reqs in prop::collection::vec((0u64..100, 0u64..600, any::<bool>()), 1..300),
+        ) {
+            let words = if small_window { 4 } else { BUS_WINDOW_WORDS };
+            let mut cal = BusCalendar::new(words);
+            let mut old = reference::BusCalendar::new(words);
+            let mut now = 0u64;
+            for (dt, ahead, behind) in reqs {
+                now += dt;
+                cal.prune(now);
+                old.prune(now);
+                // Sometimes ask for a cycle before the window start (a read issued out of order).
+                let ready = if behind { now.saturating_sub(ahead) } else { now + ahead };
+                prop_assert_eq!(cal.book(ready, len), old.book(ready, len), "ready {} len {}", ready, len);
+                prop_assert_eq!(cal.window_end(), old.window_end());
+            }
+        }
+
+        #[test]
+        fn read_queue_matches_the_reference_queue(
+            entries in 1usize..40,
+            ops in prop::collection::vec((-300i64..60, 1u64..2000), 1..400),
+        ) {
+            let mut q = ReadQueue::new(entries);
+            let mut old = reference::ReadQueue::new(entries);
+            let mut t = 0u64;
+            for (dt, latency) in ops {
+                t = t.saturating_add_signed(dt);
+                let (slot, entered) = q.enter(t);
+                let (old_slot, old_entered) = old.enter(t);
+                prop_assert_eq!((slot.index, slot.stalled, entered), (old_slot.index, old_slot.stalled, old_entered));
+                q.set(slot.index, entered + latency);
+                old.set(old_slot.index, old_entered + latency);
+            }
+        }
+    }
+
+    /// Long streams shaped like `examples/pcm_speed.rs` (random lines, 70 % reads), light and
+    /// saturated, with out-of-order jitter: they run the WPQ and the read queue full for long
+    /// stretches and push bank and bus bookings far past the bus window, which short
+    /// proptest cases rarely reach.
+    #[test]
+    fn long_random_streams_match_the_reference_model() {
+        let mut rng = 0x9E37_79B9_7F4A_7C15u64;
+        let mut next = move || {
+            rng ^= rng >> 12;
+            rng ^= rng << 25;
+            rng ^= rng >> 27;
+            rng.wrapping_mul(0x2545_F491_4F6C_DD1D)
+        };
+        for eager in [false, true] {
+            for adr in [true, false] {
+                for page in [false, true] {
+                    for gap in [128u64, 8] {
+                        let cfg = PcmConfig {
+                            drain_policy: if eager { DrainPolicy::Eager } else { DrainPolicy::Watermark },
+                            adr,
+                            address_mapping: if page { AddressMapping::PageInterleave } else { AddressMapping::LineInterleave },
+                            ..PcmConfig::default()
+                        };
+                        let lines = 32u64 << 24;
+                        let steps: Vec<Step> = (0..40_000)
+                            .map(|_| {
+                                let r = next();
+                                let dt = if (r >> 4) % 16 == 0 { -((r >> 40) as i64 % 3000) } else { (r & (2 * gap - 1)) as i64 };
+                                let op = if (r >> 8) % 10 < 7 { 0 } else { DIFF_WRITE };
+                                // One access in 8 goes to a small hot set, so the WPQ forwards and coalesces.
+                                let line = if (r >> 12) % 8 == 0 { (r >> 20) % 64 } else { (r >> 20) & (lines - 1) };
+                                (dt, op, line * 64)
+                            })
+                            .collect();
+                        if let Err(e) = check_against_reference(&cfg, &steps) {
+                            panic!("eager {eager} adr {adr} page {page} gap {gap}: {e}");
+                        }
+                    }
+                }
+            }
         }
     }
 }

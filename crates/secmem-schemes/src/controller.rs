@@ -19,6 +19,9 @@
 //! baseline paths.
 
 use crate::config::{MetadataCachesConfig, MetadataPersistence, SecurityConfig, TreeConfig, TreeUpdate};
+use crate::functional::{Functional, IntegrityError};
+use secmem_core::counters::CounterBlock;
+use secmem_crypto::{node_entry, set_node_entry};
 use secmem_core::addr::{line_in_page, page_of_line, LINES_PER_PAGE, LINE_SHIFT};
 use secmem_core::cache::{CacheStats, SetAssocCache};
 use secmem_core::counters::{Bump, CounterStore};
@@ -161,10 +164,25 @@ pub struct SecureMc {
     pub p: McParams,
     pub stats: McStats,
     /// Dirty metadata pushed out of a cache, waiting for write-back (and, with lazy update,
-    /// for its parent to absorb its new hash). Processed after each operation, so evictions
-    /// caused while handling an eviction are handled too, without recursion.
-    evictions: Vec<(Meta, u64)>,
+    /// for its parent to absorb its new hash): the controller's write-back buffer. Processed
+    /// after each operation, so evictions caused while handling an eviction are handled too,
+    /// without recursion. A miss on a block still in this buffer takes it back from here.
+    evictions: Vec<Evicted>,
+    /// Functional mode: the bytes (image, payloads, root register) and the crypto.
+    pub func: Option<Box<Functional>>,
 }
+
+/// A dirty metadata block on its way to NVM.
+#[derive(Clone, Copy, Debug)]
+struct Evicted {
+    kind: Meta,
+    key: u64,
+    /// Its content (functional mode).
+    payload: Option<[u8; 64]>,
+}
+
+/// Blocks fetched by one tree walk (at most one per level).
+const MAX_LEVELS: usize = 24;
 
 impl SecureMc {
     /// Builds the controller over `media`, for `data_bytes` of protected memory.
@@ -175,6 +193,36 @@ impl SecureMc {
         data_bytes: u64,
         media: Box<dyn MemoryPort>,
     ) -> Result<SecureMc, ConfigError> {
+        Self::build(security, tree, caches, data_bytes, media, None)
+    }
+
+    /// Builds the controller in functional mode: real AES-CTR, MACs and tree hashes over
+    /// real bytes, with keys derived from `seed`.
+    pub fn new_functional(
+        security: &SecurityConfig,
+        tree: &TreeConfig,
+        caches: &MetadataCachesConfig,
+        data_bytes: u64,
+        media: Box<dyn MemoryPort>,
+        seed: u64,
+    ) -> Result<SecureMc, ConfigError> {
+        if tree.arity > 8 {
+            return Err(ConfigError::new(
+                "tree.arity",
+                format!("functional mode stores 64-bit hashes, 8 per 64 B node: arity must be <= 8, got {}", tree.arity),
+            ));
+        }
+        Self::build(security, tree, caches, data_bytes, media, Some(Box::new(Functional::new(seed, security.mac_bits))))
+    }
+
+    fn build(
+        security: &SecurityConfig,
+        tree: &TreeConfig,
+        caches: &MetadataCachesConfig,
+        data_bytes: u64,
+        media: Box<dyn MemoryPort>,
+        func: Option<Box<Functional>>,
+    ) -> Result<SecureMc, ConfigError> {
         let layout = SecureLayout::new(data_bytes, tree.arity, security.mac_bits)?;
         let strict = security.metadata_persistence == MetadataPersistence::Strict;
         if strict && tree.update != TreeUpdate::Eager {
@@ -183,12 +231,19 @@ impl SecureMc {
                 "strict persistence needs tree.update = \"eager\" (a lazily updated root is stale after a crash)",
             ));
         }
+        if layout.tree.height() > MAX_LEVELS {
+            return Err(ConfigError::new("tree.arity", format!("tree of {} levels is taller than {MAX_LEVELS}", layout.tree.height())));
+        }
+        let mk = |c| {
+            let cache = SetAssocCache::new(c);
+            if func.is_some() { cache.with_data() } else { cache }
+        };
         Ok(SecureMc {
             media,
             counters: CounterStore::new(security.minor_counter_bits, layout.counter_blocks),
-            counter_cache: SetAssocCache::new(&caches.counter),
-            mac_cache: SetAssocCache::new(&caches.mac),
-            tree_cache: SetAssocCache::new(&caches.tree),
+            counter_cache: mk(&caches.counter),
+            mac_cache: mk(&caches.mac),
+            tree_cache: mk(&caches.tree),
             p: McParams {
                 secure: security.enabled,
                 minor_bits: security.minor_counter_bits,
@@ -205,8 +260,11 @@ impl SecureMc {
             layout,
             stats: McStats::default(),
             evictions: Vec::with_capacity(16),
+            func,
         })
     }
+
+    pub fn is_functional(&self) -> bool { self.func.is_some() }
 
     /// A snapshot of all stats (controller + caches), for warm-up subtraction and reports.
     pub fn snapshot(&self) -> (McStats, MediaStats) {
@@ -248,14 +306,51 @@ impl SecureMc {
         unreachable!("tree key {key:#x} below the tree region")
     }
 
+    #[inline]
+    fn cache_of(&mut self, kind: Meta) -> &mut SetAssocCache {
+        match kind {
+            Meta::Counter => &mut self.counter_cache,
+            Meta::Tree => &mut self.tree_cache,
+            Meta::Mac => &mut self.mac_cache,
+        }
+    }
+
+    /// Takes a block back from the write-back buffer, if it is there (refilled dirty).
+    fn reclaim(&mut self, kind: Meta, key: u64) -> bool {
+        let Some(i) = self.evictions.iter().position(|e| e.key == key) else { return false };
+        let e = self.evictions.swap_remove(i);
+        debug_assert_eq!(e.kind, kind);
+        self.fill_meta(kind, key, true, e.payload);
+        true
+    }
+
+    /// Payload of a cached metadata block (functional mode).
+    #[inline]
+    fn payload(&self, kind: Meta, key: u64) -> Option<[u8; 64]> {
+        let cache = match kind {
+            Meta::Counter => &self.counter_cache,
+            Meta::Tree => &self.tree_cache,
+            Meta::Mac => &self.mac_cache,
+        };
+        cache.probe(key).and_then(|s| cache.data(s).copied())
+    }
+
+    #[inline]
+    fn set_payload(&mut self, kind: Meta, key: u64, bytes: [u8; 64]) {
+        let cache = self.cache_of(kind);
+        let slot = cache.probe(key).expect("metadata block is cached when its payload is set");
+        *cache.data_mut(slot).expect("functional caches keep data") = bytes;
+    }
+
     /// Makes counter block (level 0) or tree node (level >= 1) `index` available on chip,
     /// fetching it and every uncached ancestor and verifying them against their parents.
     /// `dirty` marks the block modified. Returns the cycle it is available and verified.
-    pub fn ensure_block(&mut self, level: usize, index: u64, dirty: bool, now: Cycle) -> Cycle {
+    pub fn ensure_block(&mut self, level: usize, index: u64, dirty: bool, now: Cycle) -> Result<Cycle, IntegrityError> {
         let root = self.layout.tree.root_level();
         if level >= root {
-            return now; // the root is an on-chip register
+            return Ok(now); // the root is an on-chip register
         }
+        let kind = if level == 0 { Meta::Counter } else { Meta::Tree };
         let key = self.block_addr(level, index) >> LINE_SHIFT;
         let (cache, hit_lat) = if level == 0 {
             (&mut self.counter_cache, self.p.counter_hit)
@@ -263,33 +358,81 @@ impl SecureMc {
             (&mut self.tree_cache, self.p.tree_hit)
         };
         if cache.lookup(key, dirty).is_some() {
-            return now + hit_lat;
+            return Ok(now + hit_lat);
+        }
+        if self.reclaim(kind, key) {
+            return Ok(now + hit_lat);
         }
         // Miss: fetch this block and walk up until a cached ancestor (already verified) or the
         // root. All fetches issue at once; each fetched block is then hashed and compared with
         // its parent's entry, in parallel.
+        let functional = self.func.is_some();
+        let mut chain = [(0usize, 0u64, [0u8; 64]); MAX_LEVELS];
+        let mut fetched = 0usize;
         let mut ready = now;
         let (mut lvl, mut idx) = (level, index);
-        let mut fetched = 0u64;
         loop {
             let addr = self.block_addr(lvl, idx);
             let class = if lvl == 0 { TrafficClass::Counter } else { TrafficClass::Tree };
             ready = ready.max(self.device_read(addr, class, now));
-            self.fill_meta(if lvl == 0 { Meta::Counter } else { Meta::Tree }, addr >> LINE_SHIFT, lvl == level && dirty);
+            let bytes = self.func.as_ref().map(|f| f.image.get(addr >> LINE_SHIFT));
+            if let Some(b) = bytes {
+                chain[fetched] = (lvl, idx, b);
+            }
+            self.fill_meta(if lvl == 0 { Meta::Counter } else { Meta::Tree }, addr >> LINE_SHIFT, lvl == level && dirty, bytes);
             fetched += 1;
             let (plvl, pidx) = self.layout.tree.parent(lvl, idx);
             if plvl >= root {
                 break;
             }
             let pkey = self.block_addr(plvl, pidx) >> LINE_SHIFT;
-            if self.tree_cache.lookup(pkey, false).is_some() {
+            if self.tree_cache.lookup(pkey, false).is_some() || self.reclaim(Meta::Tree, pkey) {
                 break;
             }
             lvl = plvl;
             idx = pidx;
         }
-        self.stats.mac_ops.tree_verify += fetched;
-        ready + self.p.hash
+        self.stats.mac_ops.tree_verify += fetched as u64;
+        if functional {
+            self.verify_chain(&chain[..fetched])?;
+        }
+        Ok(ready + self.p.hash)
+    }
+
+    /// Checks each fetched block against its parent's entry, top-down: the topmost against a
+    /// cached node or the root register, each lower one against the block above it. On a
+    /// mismatch the fetched (unverified) blocks are dropped from the caches.
+    fn verify_chain(&mut self, chain: &[(usize, u64, [u8; 64])]) -> Result<(), IntegrityError> {
+        let f = self.func.as_ref().expect("functional");
+        let arity = self.layout.tree.arity;
+        let root = self.layout.tree.root_level();
+        for i in (0..chain.len()).rev() {
+            let (lvl, idx, bytes) = &chain[i];
+            let (plvl, pidx) = self.layout.tree.parent(*lvl, *idx);
+            let slot = (*idx % arity) as usize;
+            let expected = if plvl >= root {
+                f.root_entry(slot)
+            } else if i + 1 < chain.len() {
+                node_entry(&chain[i + 1].2, slot)
+            } else {
+                let pkey = self.layout.tree.node_addr(plvl, pidx) >> LINE_SHIFT;
+                node_entry(&self.payload(Meta::Tree, pkey).expect("verified parent is cached"), slot)
+            };
+            if f.child_entry(*lvl, *idx, bytes) != expected {
+                let addr = self.block_addr(*lvl, *idx);
+                for (l, x, _) in chain {
+                    let k = self.block_addr(*l, *x) >> LINE_SHIFT;
+                    let kind = if *l == 0 { Meta::Counter } else { Meta::Tree };
+                    self.cache_of(kind).invalidate(k);
+                }
+                return Err(if *lvl == 0 {
+                    IntegrityError::CounterBlock { page: *idx, addr }
+                } else {
+                    IntegrityError::TreeNode { level: *lvl, index: *idx, addr }
+                });
+            }
+        }
+        Ok(())
     }
 
     /// Makes the MAC block holding `line`'s MAC available. MAC blocks need no tree: a stale
@@ -297,87 +440,125 @@ impl SecureMc {
     pub fn ensure_mac(&mut self, line: u64, dirty: bool, now: Cycle) -> Cycle {
         let (addr, _) = self.layout.mac_addr(line);
         let key = addr >> LINE_SHIFT;
-        if self.mac_cache.lookup(key, dirty).is_some() {
+        if self.mac_cache.lookup(key, dirty).is_some() || self.reclaim(Meta::Mac, key) {
             return now + self.p.mac_hit;
         }
         let t = self.device_read(addr, TrafficClass::Mac, now);
-        self.fill_meta(Meta::Mac, key, dirty);
+        let bytes = self.func.as_ref().map(|f| f.image.get(key));
+        self.fill_meta(Meta::Mac, key, dirty, bytes);
         t
     }
 
-    fn fill_meta(&mut self, kind: Meta, key: u64, dirty: bool) {
-        let cache = match kind {
-            Meta::Counter => &mut self.counter_cache,
-            Meta::Tree => &mut self.tree_cache,
-            Meta::Mac => &mut self.mac_cache,
-        };
-        let (_, victim) = cache.fill(key, dirty);
+    fn fill_meta(&mut self, kind: Meta, key: u64, dirty: bool, payload: Option<[u8; 64]>) {
+        let cache = self.cache_of(kind);
+        let (slot, victim) = cache.fill(key, dirty);
+        let victim = victim.filter(|v| v.dirty).map(|v| Evicted { kind, key: v.line, payload: cache.data(v.slot).copied() });
+        if let (Some(p), Some(dst)) = (payload, cache.data_mut(slot)) {
+            *dst = p;
+        }
         if let Some(v) = victim {
-            if v.dirty {
-                self.evictions.push((kind, v.line));
-            }
+            self.evictions.push(v);
         }
     }
 
-    /// Writes back every queued dirty metadata eviction. With lazy update, an evicted counter
+    /// Writes back every buffered dirty metadata eviction. With lazy update, an evicted counter
     /// block or node also updates its parent's hash entry (fetching and verifying the parent
     /// if it is not cached), which may evict more.
-    pub fn process_evictions(&mut self, now: Cycle) {
-        while let Some((kind, key)) = self.evictions.pop() {
+    pub fn process_evictions(&mut self, now: Cycle) -> Result<(), IntegrityError> {
+        while let Some(Evicted { kind, key, payload }) = self.evictions.pop() {
             let addr = key << LINE_SHIFT;
-            match kind {
-                Meta::Mac => {
-                    self.device_write(addr, TrafficClass::Mac, now);
-                }
-                Meta::Counter | Meta::Tree => {
-                    let class = if kind == Meta::Counter { TrafficClass::Counter } else { TrafficClass::Tree };
-                    self.device_write(addr, class, now);
-                    if self.p.update == TreeUpdate::Lazy {
-                        let (level, index) = if kind == Meta::Counter {
-                            (0, (addr - self.layout.counter_base) >> LINE_SHIFT)
-                        } else {
-                            self.tree_key_to_node(key)
-                        };
-                        self.update_parent(level, index, now);
-                    }
-                }
+            let class = match kind {
+                Meta::Mac => TrafficClass::Mac,
+                Meta::Counter => TrafficClass::Counter,
+                Meta::Tree => TrafficClass::Tree,
+            };
+            self.device_write(addr, class, now);
+            if let (Some(f), Some(p)) = (self.func.as_mut(), payload) {
+                f.persist(key, p);
+            }
+            if kind != Meta::Mac && self.p.update == TreeUpdate::Lazy {
+                let (level, index) = if kind == Meta::Counter {
+                    (0, (addr - self.layout.counter_base) >> LINE_SHIFT)
+                } else {
+                    self.tree_key_to_node(key)
+                };
+                self.update_parent(level, index, payload.as_ref(), now)?;
             }
         }
+        Ok(())
     }
 
-    /// Recomputes the hash of block (level, index) into its parent (one hash), marking the
-    /// parent dirty, or updating the root register.
-    fn update_parent(&mut self, level: usize, index: u64, now: Cycle) -> Cycle {
+    /// Recomputes the hash of block (level, index) (content `bytes` in functional mode) into
+    /// its parent (one hash), marking the parent dirty, or into the root register.
+    fn update_parent(&mut self, level: usize, index: u64, bytes: Option<&[u8; 64]>, now: Cycle) -> Result<Cycle, IntegrityError> {
+        if self.func.as_ref().is_some_and(|f| f.canaries.skip_tree_update) {
+            return Ok(now);
+        }
         let (plvl, pidx) = self.layout.tree.parent(level, index);
         self.stats.mac_ops.tree_update += 1;
+        let slot = (index % self.layout.tree.arity) as usize;
+        let entry = match (self.func.as_ref(), bytes) {
+            (Some(f), Some(b)) => Some(f.child_entry(level, index, b)),
+            _ => None,
+        };
         if plvl >= self.layout.tree.root_level() {
             self.stats.root_updates += 1;
-            return now + self.p.hash;
+            if let (Some(f), Some(e)) = (self.func.as_mut(), entry) {
+                f.set_root_entry(slot, e);
+            }
+            return Ok(now + self.p.hash);
         }
-        let t = self.ensure_block(plvl, pidx, true, now);
-        t + self.p.hash
+        let t = self.ensure_block(plvl, pidx, true, now)?;
+        if let Some(e) = entry {
+            let pkey = self.layout.tree.node_addr(plvl, pidx) >> LINE_SHIFT;
+            let mut node = self.payload(Meta::Tree, pkey).expect("parent was just ensured");
+            set_node_entry(&mut node, slot, e);
+            self.set_payload(Meta::Tree, pkey, node);
+        }
+        Ok(t + self.p.hash)
     }
 
     /// Eager update: recompute every hash from the counter block of `page` to the root.
     /// Returns when the root is updated (hashes are sequential up the path).
-    fn eager_path_update(&mut self, page: u64, now: Cycle) -> Cycle {
+    fn eager_path_update(&mut self, page: u64, now: Cycle) -> Result<Cycle, IntegrityError> {
+        if self.func.as_ref().is_some_and(|f| f.canaries.skip_tree_update) {
+            return Ok(now);
+        }
         let (mut level, mut index) = (0usize, page);
         let mut t = now;
         let root = self.layout.tree.root_level();
+        let mut child = self.func.is_some().then(|| self.payload(Meta::Counter, self.layout.counter_addr(page) >> LINE_SHIFT).expect("counter cached"));
         loop {
             let (plvl, pidx) = self.layout.tree.parent(level, index);
             self.stats.mac_ops.tree_update += 1;
+            let slot = (index % self.layout.tree.arity) as usize;
+            let entry = match (self.func.as_ref(), child.as_ref()) {
+                (Some(f), Some(b)) => Some(f.child_entry(level, index, b)),
+                _ => None,
+            };
             if plvl >= root {
                 self.stats.root_updates += 1;
-                return t + self.p.hash;
+                if let (Some(f), Some(e)) = (self.func.as_mut(), entry) {
+                    f.set_root_entry(slot, e);
+                }
+                return Ok(t + self.p.hash);
             }
-            let avail = self.ensure_block(plvl, pidx, true, now);
+            let avail = self.ensure_block(plvl, pidx, true, now)?;
             t = t.max(avail) + self.p.hash;
+            let addr = self.layout.tree.node_addr(plvl, pidx);
+            if let Some(e) = entry {
+                let mut node = self.payload(Meta::Tree, addr >> LINE_SHIFT).expect("path node cached");
+                set_node_entry(&mut node, slot, e);
+                self.set_payload(Meta::Tree, addr >> LINE_SHIFT, node);
+                child = Some(node);
+            }
             if self.p.strict {
-                let addr = self.layout.tree.node_addr(plvl, pidx);
                 t = t.max(self.device_write(addr, TrafficClass::Tree, t));
                 if let Some(slot) = self.tree_cache.probe(addr >> LINE_SHIFT) {
                     self.tree_cache.set_dirty(slot, false);
+                }
+                if let (Some(f), Some(node)) = (self.func.as_mut(), child) {
+                    f.persist(addr >> LINE_SHIFT, node);
                 }
             }
             level = plvl;
@@ -385,20 +566,81 @@ impl SecureMc {
         }
     }
 
+    // ---------------------------------------------------------------- functional helpers
+
+    /// The MAC stored for `line` in its (cached) MAC block.
+    fn stored_mac(&self, line: u64) -> u64 {
+        let (addr, slot) = self.layout.mac_addr(line);
+        let block = self.payload(Meta::Mac, addr >> LINE_SHIFT).expect("MAC block cached");
+        get_bits(&block, slot, self.layout.macs_per_block)
+    }
+
+    fn set_stored_mac(&mut self, line: u64, mac: u64) {
+        let (addr, slot) = self.layout.mac_addr(line);
+        let key = addr >> LINE_SHIFT;
+        let mut block = self.payload(Meta::Mac, key).expect("MAC block cached");
+        set_bits(&mut block, slot, self.layout.macs_per_block, mac);
+        self.set_payload(Meta::Mac, key, block);
+    }
+
+    /// Re-encodes the cached counter block of `page` from the counter store.
+    fn store_counter_payload(&mut self, page: u64) {
+        let bytes = self.counters.block(page).encode(self.p.minor_bits);
+        self.set_payload(Meta::Counter, self.layout.counter_addr(page) >> LINE_SHIFT, bytes);
+    }
+
+    /// Decrypts and verifies the NVM copy of data `line` under counter (major, minor).
+    fn open_line(&self, line: u64, major: u64, minor: u8) -> Result<[u8; 64], IntegrityError> {
+        let f = self.func.as_ref().expect("functional");
+        if (major, minor) == (0, 0) {
+            return Ok([0; 64]); // never written
+        }
+        let mut buf = f.image.get(line);
+        if !f.canaries.skip_data_mac_check && f.data_mac(&buf, line, major, minor) != self.stored_mac(line) {
+            return Err(IntegrityError::DataMac { line, addr: line << LINE_SHIFT });
+        }
+        f.decrypt(&mut buf, line, major, minor);
+        Ok(buf)
+    }
+
+    /// Encrypts `plain` for `line` under its current counter, persists the ciphertext and
+    /// stores its MAC.
+    fn seal_line(&mut self, line: u64, plain: &[u8; 64]) {
+        let (major, minor) = self.counters.counter_of_line(line);
+        let f = self.func.as_mut().expect("functional");
+        let mut ct = *plain;
+        f.encrypt(&mut ct, line, major, minor);
+        f.persist(line, ct);
+        let mac = f.data_mac(&ct, line, major, minor);
+        self.set_stored_mac(line, mac);
+    }
+
     // ---------------------------------------------------------------- baseline data paths
 
-    /// Baseline read of data `line` arriving at `now`: returns when the plaintext is usable.
-    pub fn read_line(&mut self, line: u64, now: Cycle) -> Cycle {
+    /// Baseline read of data `line` arriving at `now`: returns when the plaintext is usable
+    /// and, in functional mode, the verified plaintext.
+    pub fn read_line(&mut self, line: u64, now: Cycle) -> Result<(Cycle, Option<[u8; 64]>), IntegrityError> {
         self.stats.data_reads += 1;
         let data_addr = line << LINE_SHIFT;
         let data_at = self.device_read(data_addr, TrafficClass::Data, now);
         if !self.p.secure {
             self.stats.read_latency.record((data_at - now).0);
-            return data_at;
+            let plain = self.func.as_ref().map(|f| f.image.get(line));
+            return Ok((data_at, plain));
         }
-        let ctr_at = self.ensure_block(0, page_of_line(line), false, now);
+        let ctr_at = self.ensure_block(0, page_of_line(line), false, now)?;
         let mac_at = self.ensure_mac(line, false, now);
-        self.process_evictions(now);
+        let plain = if self.func.is_some() {
+            // Decrypt with the counter from the verified counter-block bytes themselves.
+            let key = self.layout.counter_addr(page_of_line(line)) >> LINE_SHIFT;
+            let block = self.payload(Meta::Counter, key).expect("counter block cached");
+            let (major, minor) = CounterBlock::decode_one(&block, line_in_page(line), self.p.minor_bits);
+            debug_assert_eq!((major, minor), self.counters.counter_of_line(line), "counter view and verified bytes agree");
+            Some(self.open_line(line, major, minor)?)
+        } else {
+            None
+        };
+        self.process_evictions(now)?;
         self.stats.aes_ops.data_decrypt += 1;
         self.stats.mac_ops.data_verify += 1;
         // Pad generation starts when the counter is known; XOR when both pad and data are in.
@@ -406,40 +648,60 @@ impl SecureMc {
         let verified_at = data_at.max(mac_at) + self.p.mac;
         let done = if self.p.verify_on_critical_path { plain_at.max(verified_at) } else { plain_at };
         self.stats.read_latency.record((done - now).0);
-        done
+        Ok((done, plain))
     }
 
-    /// Baseline write of data `line` (an LLC write-back) arriving at `now`: returns when the
-    /// write is persistent (data, and with strict persistence all its metadata).
-    pub fn write_line(&mut self, line: u64, now: Cycle) -> Cycle {
+    /// Baseline write of data `line` (an LLC write-back) arriving at `now`; `data` is the
+    /// plaintext (required in functional mode). Returns when the write is persistent (data,
+    /// and with strict persistence all its metadata).
+    pub fn write_line(&mut self, line: u64, data: Option<&[u8; 64]>, now: Cycle) -> Result<Cycle, IntegrityError> {
         self.stats.data_writes += 1;
         let data_addr = line << LINE_SHIFT;
+        let functional = self.func.is_some();
+        let plain = if functional { Some(*data.expect("functional mode writes carry data")) } else { None };
         if !self.p.secure {
             let done = self.device_write(data_addr, TrafficClass::Data, now);
+            if let (Some(f), Some(p)) = (self.func.as_mut(), plain) {
+                f.persist(line, p);
+            }
             self.stats.write_latency.record((done - now).0);
-            return done;
+            return Ok(done);
         }
         let page = page_of_line(line);
-        let ctr_at = self.ensure_block(0, page, true, now);
+        let ctr_at = self.ensure_block(0, page, true, now)?;
+        let old = self.counters.block(page);
         let mut reenc_done = now;
-        if self.counters.bump_line(line) == Bump::Overflow {
-            reenc_done = self.reencrypt_page(page, line_in_page(line), ctr_at);
+        let overflow = self.counters.bump_line(line) == Bump::Overflow;
+        if overflow {
+            if self.func.as_ref().is_some_and(|f| f.canaries.minor_wrap_without_reencryption) {
+                // Planted bug: the minor wraps, the major stays, nothing is re-encrypted.
+                let mut wrapped = old;
+                wrapped.minors[line_in_page(line)] = 0;
+                self.counters.set_block(page, wrapped);
+            } else {
+                reenc_done = self.reencrypt_page(page, line_in_page(line), &old, ctr_at)?;
+            }
+        }
+        let mac_at_start = self.ensure_mac(line, true, now);
+        if functional {
+            self.store_counter_payload(page);
+            self.seal_line(line, plain.as_ref().unwrap());
         }
         self.stats.aes_ops.data_encrypt += 1;
         self.stats.mac_ops.data_write += 1;
         let cipher_at = ctr_at + self.p.aes + Cycle(1);
-        let mac_at = self.ensure_mac(line, true, now).max(cipher_at) + self.p.mac;
+        let mac_at = mac_at_start.max(cipher_at) + self.p.mac;
         let mut done = self.device_write(data_addr, TrafficClass::Data, mac_at).max(reenc_done);
         match self.p.update {
             TreeUpdate::Lazy => {}
-            TreeUpdate::Eager => done = done.max(self.eager_path_update(page, ctr_at)),
+            TreeUpdate::Eager => done = done.max(self.eager_path_update(page, ctr_at)?),
         }
         if self.p.strict {
             done = done.max(self.persist_metadata_of(line, mac_at));
         }
-        self.process_evictions(now);
+        self.process_evictions(now)?;
         self.stats.write_latency.record((done - now).0);
-        done
+        Ok(done)
     }
 
     /// Strict persistence: write the counter block and MAC block of `line` through to NVM and
@@ -447,22 +709,30 @@ impl SecureMc {
     fn persist_metadata_of(&mut self, line: u64, at: Cycle) -> Cycle {
         let caddr = self.layout.counter_addr(page_of_line(line));
         let (maddr, _) = self.layout.mac_addr(line);
+        let skip_counter = self.func.as_ref().is_some_and(|f| f.canaries.persist_data_before_counter);
         let t1 = self.device_write(caddr, TrafficClass::Counter, at);
         let t2 = self.device_write(maddr, TrafficClass::Mac, at);
-        if let Some(s) = self.counter_cache.probe(caddr >> LINE_SHIFT) {
-            self.counter_cache.set_dirty(s, false);
-        }
-        if let Some(s) = self.mac_cache.probe(maddr >> LINE_SHIFT) {
-            self.mac_cache.set_dirty(s, false);
+        for (kind, key) in [(Meta::Counter, caddr >> LINE_SHIFT), (Meta::Mac, maddr >> LINE_SHIFT)] {
+            if kind == Meta::Counter && skip_counter {
+                continue; // planted bug: the counter block stays dirty in the volatile cache
+            }
+            let payload = self.payload(kind, key);
+            let cache = self.cache_of(kind);
+            if let Some(s) = cache.probe(key) {
+                cache.set_dirty(s, false);
+            }
+            if let (Some(f), Some(p)) = (self.func.as_mut(), payload) {
+                f.persist(key, p);
+            }
         }
         t1.max(t2)
     }
 
     /// Re-encrypts the other 63 lines of `page` after its major counter advanced: each is read,
-    /// decrypted with the old counter, encrypted with the new one, re-MACed and written back.
-    /// (The line being written is encrypted by the write itself, so the page's 64 lines are
-    /// all rewritten.)
-    fn reencrypt_page(&mut self, page: u64, written_idx: usize, at: Cycle) -> Cycle {
+    /// decrypted with its old counter (from `old`), encrypted with the new one, re-MACed and
+    /// written back. (The line being written is encrypted by the write itself, so the page's
+    /// 64 lines are all rewritten.)
+    fn reencrypt_page(&mut self, page: u64, written_idx: usize, old: &CounterBlock, at: Cycle) -> Result<Cycle, IntegrityError> {
         self.stats.counter_overflows += 1;
         let mut done = at;
         let first_line = page * LINES_PER_PAGE;
@@ -474,54 +744,109 @@ impl SecureMc {
             let addr = line << LINE_SHIFT;
             let r = self.device_read(addr, TrafficClass::Reencrypt, at);
             let mac_at = self.ensure_mac(line, true, at);
+            if self.func.is_some() {
+                let plain = self.open_line(line, old.major, old.minors[i])?;
+                self.seal_line(line, &plain);
+            }
             let ready = r.max(at) + self.p.aes + self.p.mac;
             done = done.max(self.device_write(addr, TrafficClass::Reencrypt, ready.max(mac_at)));
             self.stats.reencrypted_lines += 1;
             self.stats.aes_ops.reencrypt += 2;
             self.stats.mac_ops.reencrypt += 1;
         }
-        done
+        Ok(done)
     }
 
     /// Writes every dirty metadata block back to NVM (lazy: with parent updates, so the root
     /// ends up consistent), e.g. at the end of a run or in a design's drain. Returns when the
     /// last write is persistent.
-    pub fn flush_metadata(&mut self, now: Cycle) -> Cycle {
+    pub fn flush_metadata(&mut self, now: Cycle) -> Result<Cycle, IntegrityError> {
         // Counters first, then tree levels bottom-up, so each parent absorbs its children
         // before it is itself written. A parent fetched on the way may evict a dirty block of a
         // level already done, so passes repeat until no counter or node is dirty.
         let mut done = now;
         for _pass in 0..64 {
-            let dirty_counters: Vec<u64> = self.counter_cache.valid_lines().filter(|x| x.1).map(|x| x.0).collect();
+            let dirty_counters: Vec<(u64, usize)> = self.counter_cache.valid_lines().filter(|x| x.1).map(|x| (x.0, x.2)).collect();
             let mut any = !dirty_counters.is_empty();
-            for key in dirty_counters {
+            for (key, slot) in dirty_counters {
+                let payload = self.counter_cache.data(slot).copied();
                 self.counter_cache.invalidate(key);
-                self.evictions.push((Meta::Counter, key));
+                self.evictions.push(Evicted { kind: Meta::Counter, key, payload });
             }
-            self.process_evictions(now);
+            self.process_evictions(now)?;
             for level in 1..self.layout.tree.root_level() {
-                let dirty: Vec<u64> = self
+                let dirty: Vec<(u64, usize)> = self
                     .tree_cache
                     .valid_lines()
                     .filter(|&(k, d, _)| d && self.tree_key_to_node(k).0 == level)
-                    .map(|x| x.0)
+                    .map(|x| (x.0, x.2))
                     .collect();
                 any |= !dirty.is_empty();
-                for key in dirty {
+                for (key, slot) in dirty {
+                    let payload = self.tree_cache.data(slot).copied();
                     self.tree_cache.invalidate(key);
-                    self.evictions.push((Meta::Tree, key));
+                    self.evictions.push(Evicted { kind: Meta::Tree, key, payload });
                 }
-                self.process_evictions(now);
+                self.process_evictions(now)?;
             }
             if !any {
                 break;
             }
         }
-        let dirty_macs: Vec<u64> = self.mac_cache.valid_lines().filter(|x| x.1).map(|x| x.0).collect();
-        for key in dirty_macs {
+        let dirty_macs: Vec<(u64, usize)> = self.mac_cache.valid_lines().filter(|x| x.1).map(|x| (x.0, x.2)).collect();
+        for (key, slot) in dirty_macs {
+            let payload = self.mac_cache.data(slot).copied();
             self.mac_cache.invalidate(key);
             done = done.max(self.device_write(key << LINE_SHIFT, TrafficClass::Mac, now));
+            if let (Some(f), Some(p)) = (self.func.as_mut(), payload) {
+                f.persist(key, p);
+            }
         }
-        done.max(self.media.drain(now))
+        Ok(done.max(self.media.drain(now)))
+    }
+
+    /// Power loss: every volatile structure of the controller is lost — the metadata caches
+    /// (unless `keep_metadata_caches`, for battery-backed or non-volatile ones) and the
+    /// counter store (the architectural view is rebuilt from NVM by recovery). The NVM image
+    /// and the on-chip root register survive; so does the write pending queue under ADR,
+    /// whose writes this model applies to the image when they are accepted.
+    pub fn crash(&mut self, keep_metadata_caches: bool) {
+        self.evictions.clear();
+        if !keep_metadata_caches {
+            self.counter_cache.clear();
+            self.mac_cache.clear();
+            self.tree_cache.clear();
+            self.counters = CounterStore::new(self.p.minor_bits, self.layout.counter_blocks);
+        }
+    }
+}
+
+/// Reads the `slot`-th of `per_block` equal-width fields of a 64 B block (LSB first).
+pub fn get_bits(block: &[u8; 64], slot: usize, per_block: u64) -> u64 {
+    let width = 512 / per_block as usize;
+    if width == 64 {
+        return node_entry(block, slot);
+    }
+    let mut v = 0u64;
+    for b in 0..width {
+        let bit = slot * width + b;
+        v |= (((block[bit / 8] >> (bit % 8)) & 1) as u64) << b;
+    }
+    v
+}
+
+/// Writes the `slot`-th of `per_block` equal-width fields of a 64 B block.
+pub fn set_bits(block: &mut [u8; 64], slot: usize, per_block: u64, v: u64) {
+    let width = 512 / per_block as usize;
+    if width == 64 {
+        return set_node_entry(block, slot, v);
+    }
+    for b in 0..width {
+        let bit = slot * width + b;
+        if (v >> b) & 1 == 1 {
+            block[bit / 8] |= 1 << (bit % 8);
+        } else {
+            block[bit / 8] &= !(1 << (bit % 8));
+        }
     }
 }

@@ -6,6 +6,7 @@
 //! recovery, BMF the tree update, ESD the write path, D-Shield the device.
 
 use crate::controller::SecureMc;
+use crate::functional::IntegrityError;
 use secmem_core::Cycle;
 
 /// Page-level memory-controller commands issued by an OS model (Lelantus' page_copy /
@@ -41,14 +42,15 @@ pub trait Design {
     fn name(&self) -> &'static str;
 
     /// An LLC miss for data `line` arriving at the controller at `now`; returns when the
-    /// plaintext is usable by the core.
-    fn read(&mut self, mc: &mut SecureMc, line: u64, now: Cycle) -> Cycle { mc.read_line(line, now) }
+    /// plaintext is usable by the core and, in functional mode, the verified plaintext.
+    fn read(&mut self, mc: &mut SecureMc, line: u64, now: Cycle) -> Result<(Cycle, Option<[u8; 64]>), IntegrityError> {
+        mc.read_line(line, now)
+    }
 
     /// A data write (LLC write-back, flush or write-through) of `line`; `data` is the new
-    /// content when the trace carries it. Returns when the write is persistent.
-    fn write(&mut self, mc: &mut SecureMc, line: u64, data: Option<&[u8; 64]>, now: Cycle) -> Cycle {
-        let _ = data;
-        mc.write_line(line, now)
+    /// plaintext (always present in functional mode). Returns when the write is persistent.
+    fn write(&mut self, mc: &mut SecureMc, line: u64, data: Option<&[u8; 64]>, now: Cycle) -> Result<Cycle, IntegrityError> {
+        mc.write_line(line, data, now)
     }
 
     /// A persist barrier reached the controller at `now`.
@@ -63,8 +65,18 @@ pub trait Design {
         Err(Unsupported { design: self.name(), operation: format!("{cmd:?}") })
     }
 
-    /// End of run: make the design's state durable (baseline: flush dirty metadata).
-    fn finish(&mut self, mc: &mut SecureMc, now: Cycle) -> Cycle { mc.flush_metadata(now) }
+    /// Make the design's state durable (baseline: flush dirty metadata, so the tree in NVM
+    /// matches the root register).
+    fn finish(&mut self, mc: &mut SecureMc, now: Cycle) -> Result<Cycle, IntegrityError> { mc.flush_metadata(now) }
+
+    /// Power loss (after the engine dropped or drained the cache hierarchy as the persistence
+    /// domain says): the design loses its volatile state.
+    fn crash(&mut self, mc: &mut SecureMc, keep_metadata_caches: bool) { mc.crash(keep_metadata_caches) }
+
+    /// Recovery after a crash: rebuild and verify what the design needs to read memory again.
+    fn recover(&mut self, mc: &mut SecureMc, now: Cycle) -> Result<crate::recovery::RecoveryReport, crate::recovery::RecoveryError> {
+        crate::recovery::rebuild_and_verify(mc, now)
+    }
 
     /// Design-specific counters for the report (flat name -> value).
     fn extra_stats(&self) -> Vec<(&'static str, f64)> { Vec::new() }

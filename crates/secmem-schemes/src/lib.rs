@@ -9,7 +9,10 @@
 pub mod config;
 pub mod controller;
 pub mod design;
+pub mod functional;
+pub mod recovery;
 pub mod testing;
 
 pub use controller::{McStats, SecureMc};
 pub use design::{Design, PageCommand};
+pub use functional::{Canaries, IntegrityError};

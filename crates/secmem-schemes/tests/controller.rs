@@ -35,21 +35,21 @@ fn small_tree_has_three_levels() {
 #[test]
 fn first_write_fetches_counter_and_its_parent_and_verifies_both() {
     let mut m = mc(TreeUpdate::Lazy);
-    m.write_line(0, Cycle(0));
+    m.write_line(0, None, Cycle(0)).unwrap();
     assert_eq!((reads(&m, C::Counter), reads(&m, C::Tree), reads(&m, C::Mac)), (1, 1, 1));
     assert_eq!(writes(&m, C::Data), 1);
     assert_eq!(m.stats.mac_ops.tree_verify, 2);
     assert_eq!(m.stats.mac_ops.tree_update, 0, "lazy: nothing propagates until eviction");
     // Second write to the same page: everything hits.
-    m.write_line(1, Cycle(1000));
+    m.write_line(1, None, Cycle(1000)).unwrap();
     assert_eq!(reads(&m, C::Counter) + reads(&m, C::Tree), 2);
 }
 
 #[test]
 fn eager_update_hashes_every_level_up_to_the_root_on_each_write() {
     let mut m = mc(TreeUpdate::Eager);
-    m.write_line(0, Cycle(0));
-    m.write_line(64, Cycle(1000)); // page 1: same level-1 parent as page 0
+    m.write_line(0, None, Cycle(0)).unwrap();
+    m.write_line(64, None, Cycle(1000)).unwrap(); // page 1: same level-1 parent as page 0
     assert_eq!(m.stats.mac_ops.tree_update, 4, "2 writes x (level-1 node + root)");
     assert_eq!(m.stats.root_updates, 2);
     assert_eq!(reads(&m, C::Tree), 1, "the shared parent is fetched once");
@@ -60,7 +60,7 @@ fn lazy_counter_eviction_writes_it_back_and_updates_its_parent_once() {
     // 1 KiB counter cache = 16 blocks in one set: the 17th page evicts the first (LRU).
     let mut m = mc_with(TreeUpdate::Lazy, 1, MetadataPersistence::WriteBack, true);
     for page in 0..17u64 {
-        m.write_line(page * 64, Cycle(page * 1000));
+        m.write_line(page * 64, None, Cycle(page * 1000)).unwrap();
     }
     assert_eq!(writes(&m, C::Counter), 1);
     assert_eq!(m.stats.mac_ops.tree_update, 1);
@@ -72,7 +72,7 @@ fn lazy_counter_eviction_writes_it_back_and_updates_its_parent_once() {
 fn eager_eviction_only_writes_back() {
     let mut m = mc_with(TreeUpdate::Eager, 1, MetadataPersistence::WriteBack, true);
     for page in 0..17u64 {
-        m.write_line(page * 64, Cycle(page * 1000));
+        m.write_line(page * 64, None, Cycle(page * 1000)).unwrap();
     }
     assert_eq!(writes(&m, C::Counter), 1);
     assert_eq!(m.stats.mac_ops.tree_update, 17 * 2, "only the per-write path updates");
@@ -82,10 +82,10 @@ fn eager_eviction_only_writes_back() {
 fn the_128th_write_to_a_line_overflows_and_reencrypts_the_other_63_lines() {
     let mut m = mc(TreeUpdate::Lazy);
     for i in 0..127u64 {
-        m.write_line(5, Cycle(i * 1000));
+        m.write_line(5, None, Cycle(i * 1000)).unwrap();
     }
     assert_eq!(m.stats.counter_overflows, 0);
-    m.write_line(5, Cycle(200_000));
+    m.write_line(5, None, Cycle(200_000)).unwrap();
     assert_eq!(m.stats.counter_overflows, 1);
     assert_eq!((reads(&m, C::Reencrypt), writes(&m, C::Reencrypt)), (63, 63));
     assert_eq!(m.stats.aes_ops.reencrypt, 126);
@@ -95,8 +95,8 @@ fn the_128th_write_to_a_line_overflows_and_reencrypts_the_other_63_lines() {
 #[test]
 fn read_with_counter_hit_overlaps_pad_generation_with_the_data_fetch() {
     let mut m = mc(TreeUpdate::Lazy);
-    m.read_line(0, Cycle(0)); // warms the counter and MAC
-    let done = m.read_line(1, Cycle(10_000));
+    m.read_line(0, Cycle(0)).unwrap().0; // warms the counter and MAC
+    let done = m.read_line(1, Cycle(10_000)).unwrap().0;
     // data 100 cycles; pad = hit (2) + AES (40) finishes earlier; +1 for the XOR.
     assert_eq!(done, Cycle(10_000 + 100 + 1));
 }
@@ -104,7 +104,7 @@ fn read_with_counter_hit_overlaps_pad_generation_with_the_data_fetch() {
 #[test]
 fn read_with_counter_miss_waits_for_counter_then_aes() {
     let mut m = mc(TreeUpdate::Lazy);
-    let done = m.read_line(0, Cycle(0));
+    let done = m.read_line(0, Cycle(0)).unwrap().0;
     // counter + parent fetched in parallel (100), verified (160), then AES (40), XOR (1).
     assert_eq!(done, Cycle(100 + 160 + 40 + 1));
 }
@@ -112,8 +112,8 @@ fn read_with_counter_miss_waits_for_counter_then_aes() {
 #[test]
 fn non_secure_mode_sends_only_data_traffic() {
     let mut m = mc_with(TreeUpdate::Lazy, 64, MetadataPersistence::WriteBack, false);
-    m.write_line(0, Cycle(0));
-    m.read_line(64, Cycle(0));
+    m.write_line(0, None, Cycle(0)).unwrap();
+    m.read_line(64, Cycle(0)).unwrap().0;
     let s = m.media.stats();
     assert_eq!((s.reads(), s.writes()), (1, 1));
     assert_eq!(m.stats.mac_ops.total() + m.stats.aes_ops.total(), 0);
@@ -122,7 +122,7 @@ fn non_secure_mode_sends_only_data_traffic() {
 #[test]
 fn strict_persistence_writes_counter_mac_and_path_through() {
     let mut m = mc_with(TreeUpdate::Eager, 64, MetadataPersistence::Strict, true);
-    m.write_line(0, Cycle(0));
+    m.write_line(0, None, Cycle(0)).unwrap();
     assert_eq!((writes(&m, C::Data), writes(&m, C::Counter), writes(&m, C::Mac), writes(&m, C::Tree)), (1, 1, 1, 1));
     assert_eq!(m.counter_cache.dirty_count() + m.mac_cache.dirty_count() + m.tree_cache.dirty_count(), 0);
 }
@@ -139,9 +139,9 @@ fn strict_persistence_with_lazy_update_is_rejected() {
 fn flush_metadata_leaves_nothing_dirty() {
     let mut m = mc_with(TreeUpdate::Lazy, 1, MetadataPersistence::WriteBack, true);
     for page in 0..40u64 {
-        m.write_line(page * 64 + 3, Cycle(page * 1000));
+        m.write_line(page * 64 + 3, None, Cycle(page * 1000)).unwrap();
     }
-    m.flush_metadata(Cycle(1_000_000));
+    m.flush_metadata(Cycle(1_000_000)).unwrap();
     assert_eq!(m.counter_cache.dirty_count() + m.tree_cache.dirty_count() + m.mac_cache.dirty_count(), 0);
     assert!(m.stats.root_updates > 0);
 }
@@ -151,7 +151,7 @@ proptest! {
     fn writes_to_n_distinct_pages_touch_at_least_n_counter_blocks(pages in proptest::collection::hash_set(0u64..64, 1..40)) {
         let mut m = mc_with(TreeUpdate::Lazy, 1, MetadataPersistence::WriteBack, true);
         for (i, p) in pages.iter().enumerate() {
-            m.write_line(p * 64, Cycle(i as u64 * 1000));
+            m.write_line(p * 64, None, Cycle(i as u64 * 1000)).unwrap();
         }
         let s = m.snapshot().0.counter_cache;
         prop_assert!(s.hits + s.misses >= pages.len() as u64);

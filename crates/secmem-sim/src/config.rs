@@ -40,7 +40,9 @@ config_section! {
     pub struct RunConfig {
         trace_level: TraceLevel = TraceLevel::Core => "core (records go through the cache hierarchy) or memory (records are memory-controller requests: use for Ramulator/DRAMSim3 memory traces)";
         design: String = "baseline".to_string() => "Design plugged into the secure controller: baseline (use security.enabled=false for non-secure)";
-        seed: u64 = 1 => "Seed for every random choice of the run";
+        seed: u64 = 1 => "Seed for every random choice of the run (and, in functional mode, of the keys)";
+        functional: bool = false => "Functional mode: real AES-128-CTR encryption, MACs and tree hashes over real bytes in a sparse NVM image (slower); false = counting/timing mode (same counts)";
+        check_pad_reuse: bool = false => "Functional mode: record every pad used for encryption and fail on a repeat (tests and campaigns)";
         warmup_requests: u64 = 0 => "Trace records simulated before statistics start (stats are end minus warm-up snapshot)";
         max_requests: u64 = 0 => "Stop after this many trace records (0 = the whole trace)";
         require_aligned: bool = true => "Reject accesses that are not naturally aligned (address a multiple of a power-of-two size); false splits any access across the lines it touches";

@@ -19,7 +19,7 @@ use secmem_core::error::ConfigError;
 use secmem_core::Cycle;
 use secmem_media::pcm::PcmMedia;
 use secmem_media::MediaStats;
-use secmem_schemes::{Design, McStats, SecureMc};
+use secmem_schemes::{Design, IntegrityError, McStats, SecureMc};
 use secmem_trace::{Op, Record};
 use serde::Serialize;
 
@@ -92,6 +92,8 @@ pub struct RecordError {
     /// Index of the record in the trace (0-based).
     pub index: u64,
     pub message: String,
+    /// Set when the record failed because an integrity check failed (functional mode).
+    pub integrity: Option<IntegrityError>,
 }
 
 pub struct Engine {
@@ -107,23 +109,39 @@ pub struct Engine {
     mlp: usize,
     last_persist: Cycle,
     stats: CoreStats,
-    /// Plaintext content of memory lines, when the hierarchy tracks data.
-    memory_image: Option<rustc_hash::FxHashMap<u64, [u8; 64]>>,
     data_bytes: u64,
+    /// Functional mode: line contents move through the hierarchy and memory is real bytes.
+    functional: bool,
+    /// Stores seen, for the deterministic content of stores whose record carries no data.
+    store_seq: u64,
+    /// First integrity failure of the current record.
+    failure: Option<IntegrityError>,
+    /// Called with (line, plaintext) for every write that reaches memory (oracles use it).
+    pub on_persist: Option<Box<dyn FnMut(u64, &[u8; 64])>>,
     /// Records are memory-controller requests (no cache hierarchy).
     memory_level: bool,
 }
 
 impl Engine {
-    /// Builds every component from a validated config. `track_data` keeps line contents.
-    pub fn new(cfg: &Config, track_data: bool) -> Result<Engine, ConfigError> {
+    /// Builds every component from a validated config (functional mode per `run.functional`).
+    pub fn new(cfg: &Config) -> Result<Engine, ConfigError> {
+        let track_data = cfg.run.functional;
         // The DIMM holds the data and, above it, the security metadata regions (counters, MACs,
         // tree): size the device to cover both.
         let layout = secmem_core::tree::SecureLayout::new(cfg.data_bytes(), cfg.tree.arity, cfg.security.mac_bits)?;
         let mut pcm = cfg.pcm.clone();
         pcm.capacity_gib = layout.end.div_ceil(1 << 30);
         let media = PcmMedia::new(&pcm, cfg.core.freq_mhz);
-        let mc = SecureMc::new(&cfg.security, &cfg.tree, &cfg.metadata_cache, cfg.data_bytes(), Box::new(media))?;
+        let mut mc = if track_data {
+            SecureMc::new_functional(&cfg.security, &cfg.tree, &cfg.metadata_cache, cfg.data_bytes(), Box::new(media), cfg.run.seed)?
+        } else {
+            SecureMc::new(&cfg.security, &cfg.tree, &cfg.metadata_cache, cfg.data_bytes(), Box::new(media))?
+        };
+        if let Some(f) = mc.func.as_mut() {
+            if cfg.run.check_pad_reuse {
+                f.reuse = Some(secmem_crypto::PadReuseDetector::new());
+            }
+        }
         let design = secmem_schemes::design::build(&cfg.run.design).map_err(|m| ConfigError::new("run.design", m))?;
         Ok(Engine {
             hier: Hierarchy::new(&cfg.l1, &cfg.l2, &cfg.llc, cfg.hierarchy.inclusive_llc, track_data),
@@ -136,8 +154,11 @@ impl Engine {
             mlp: cfg.core.max_outstanding_misses as usize,
             last_persist: Cycle::ZERO,
             stats: CoreStats::default(),
-            memory_image: track_data.then(rustc_hash::FxHashMap::default),
             data_bytes: cfg.data_bytes(),
+            functional: track_data,
+            store_seq: 0,
+            failure: None,
+            on_persist: None,
             memory_level: cfg.run.trace_level == TraceLevel::Memory,
             cfg: cfg.clone(),
         })
@@ -158,10 +179,11 @@ impl Engine {
                     "address {:#x} + {} bytes is beyond the {} bytes of memory (pcm.capacity_gib = {})",
                     rec.addr, size, self.data_bytes, self.cfg.pcm.capacity_gib
                 ),
+                integrity: None,
             });
         }
         if self.cfg.run.require_aligned && matches!(rec.op, Op::Read | Op::Write) {
-            let aligned = size.is_power_of_two() && size <= 64 && rec.addr % size == 0;
+            let aligned = size.is_power_of_two() && size <= 64 && rec.addr & (size - 1) == 0;
             if !aligned {
                 return Err(RecordError {
                     index,
@@ -169,6 +191,7 @@ impl Engine {
                         "access of {} bytes at {:#x} is not naturally aligned (set run.require_aligned = false to split it across lines)",
                         size, rec.addr
                     ),
+                    integrity: None,
                 });
             }
         }
@@ -208,16 +231,42 @@ impl Engine {
 
     fn write_to_memory(&mut self, line: u64, data: Option<[u8; 64]>) {
         self.stats.memory_writes_issued += 1;
-        if let (Some(img), Some(d)) = (self.memory_image.as_mut(), data) {
-            img.insert(line, d);
+        match self.design.write(&mut self.mc, line, data.as_ref(), self.now) {
+            Ok(t) => self.last_persist = self.last_persist.max(t),
+            Err(e) => {
+                self.failure.get_or_insert(e);
+                return;
+            }
         }
-        let t = self.design.write(&mut self.mc, line, data.as_ref(), self.now);
-        self.last_persist = self.last_persist.max(t);
+        if let (Some(hook), Some(d)) = (self.on_persist.as_mut(), data.as_ref()) {
+            hook(line, d);
+        }
+    }
+
+    /// The content a store writes when its record carries none (functional mode): a pattern
+    /// derived from the line and the store's sequence number, so every store changes the line
+    /// and runs are reproducible.
+    fn synth_store(&mut self, line: u64) -> [u8; 64] {
+        self.store_seq += 1;
+        let mut out = [0u8; 64];
+        for (i, chunk) in out.chunks_exact_mut(8).enumerate() {
+            let v = line.rotate_left(17) ^ self.store_seq.wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ (i as u64).wrapping_mul(0xD6E8_FEB8_6659_FD93);
+            chunk.copy_from_slice(&v.to_le_bytes());
+        }
+        out
     }
 
     /// Simulates one record (`index` is its position in the trace, for errors).
     pub fn step(&mut self, rec: &Record, index: u64) -> Result<(), RecordError> {
         self.check(rec, index)?;
+        self.step_checked(rec);
+        match self.failure.take() {
+            None => Ok(()),
+            Some(e) => Err(RecordError { index, message: e.to_string(), integrity: Some(e) }),
+        }
+    }
+
+    fn step_checked(&mut self, rec: &Record) {
         self.stats.records += 1;
         self.retire_instructions(rec.inst_gap);
         match rec.op {
@@ -227,10 +276,15 @@ impl Engine {
                 let first = rec.addr >> LINE_SHIFT;
                 let last = (rec.addr + rec.size_bytes.max(1) as u64 - 1) >> LINE_SHIFT;
                 for line in first..=last {
+                    let data = match rec.data {
+                        Some(d) => Some(d),
+                        None if write && self.functional => Some(self.synth_store(line)),
+                        None => None,
+                    };
                     if self.memory_level {
-                        self.memory_request(line, write, rec.data);
+                        self.memory_request(line, write, data);
                     } else {
-                        self.access_line(line, write, rec.data.as_ref());
+                        self.access_line(line, write, data.as_ref());
                     }
                 }
             }
@@ -245,15 +299,13 @@ impl Engine {
             Op::Flush => {
                 self.stats.flushes += 1;
                 // At memory level there is no cache to write back from: counted, nothing else.
-                if self.memory_level {
-                    return Ok(());
-                }
-                if let Some(wb) = self.hier.flush_line(rec.addr >> LINE_SHIFT) {
-                    self.write_to_memory(wb.line, wb.data);
+                if !self.memory_level {
+                    if let Some(wb) = self.hier.flush_line(rec.addr >> LINE_SHIFT) {
+                        self.write_to_memory(wb.line, wb.data);
+                    }
                 }
             }
         }
-        Ok(())
     }
 
     /// A memory-level record: a read is an outstanding miss, a write a posted write-back.
@@ -263,18 +315,20 @@ impl Engine {
             self.write_to_memory(line, data);
         } else {
             self.stats.llc_misses += 1;
-            let done = self.design.read(&mut self.mc, line, self.now);
-            self.add_outstanding(done);
+            match self.design.read(&mut self.mc, line, self.now) {
+                Ok((done, _)) => self.add_outstanding(done),
+                Err(e) => {
+                    self.failure.get_or_insert(e);
+                }
+            }
         }
     }
 
     #[inline]
     fn access_line(&mut self, line: u64, write: bool, data: Option<&[u8; 64]>) {
-        let level = {
-            let img = &self.memory_image;
-            let mut fetch = |l: u64| img.as_ref().and_then(|m| m.get(&l).copied()).unwrap_or([0; 64]);
-            self.hier.access(line, write, data, &mut fetch)
-        };
+        // Memory content arrives from the controller after the fill; the hierarchy is patched
+        // with it below (functional mode).
+        let level = self.hier.access(line, write, data, &mut |_| [0; 64]);
         match level {
             Level::L1 => {}
             Level::L2 => self.add_outstanding(self.now + self.hier.path_latency[1]),
@@ -282,8 +336,17 @@ impl Engine {
             Level::Memory => {
                 self.stats.llc_misses += 1;
                 let at = self.now + self.hier.path_latency[2];
-                let done = self.design.read(&mut self.mc, line, at);
-                self.add_outstanding(done);
+                match self.design.read(&mut self.mc, line, at) {
+                    Ok((done, plain)) => {
+                        if let Some(p) = plain {
+                            self.hier.set_filled_data(line, &p, write && data.is_some());
+                        }
+                        self.add_outstanding(done);
+                    }
+                    Err(e) => {
+                        self.failure.get_or_insert(e);
+                    }
+                }
             }
         }
         if !self.hier.writebacks.is_empty() {
@@ -326,8 +389,22 @@ impl Engine {
         self.now = self.outstanding.drain(..).fold(self.now, Cycle::max);
     }
 
-    /// The plaintext content of `line` as the program sees it now (tracked-data mode).
-    pub fn read_data(&self, line: u64) -> Option<[u8; 64]> {
-        self.hier.cached_data(line).or_else(|| self.memory_image.as_ref().map(|m| m.get(&line).copied().unwrap_or([0; 64])))
+    /// Writes every dirty line of the hierarchy back to memory (clwb of everything), leaving
+    /// it clean. Returns the number of lines written.
+    pub fn flush_hierarchy(&mut self) -> Result<u64, IntegrityError> {
+        let dirty = self.hier.dirty_lines();
+        let n = dirty.len() as u64;
+        for wb in dirty {
+            self.hier.flush_line(wb.line);
+            self.write_to_memory(wb.line, wb.data);
+            if let Some(e) = self.failure.take() {
+                return Err(e);
+            }
+        }
+        Ok(n)
     }
+
+    /// Makes the design's state durable (baseline: dirty metadata to NVM, tree consistent
+    /// with the root register).
+    pub fn finish_design(&mut self) -> Result<Cycle, IntegrityError> { self.design.finish(&mut self.mc, self.now) }
 }

@@ -166,6 +166,25 @@ impl Hierarchy {
         }
     }
 
+    /// Sets the content of a line just filled from memory (functional mode: the plaintext
+    /// arrives from the controller after the fill). The L1 copy keeps a store's own data.
+    pub fn set_filled_data(&mut self, line: u64, data: &[u8; 64], l1_has_store: bool) {
+        for cache in [&mut self.llc, &mut self.l2] {
+            if let Some(slot) = cache.probe(line) {
+                if let Some(d) = cache.data_mut(slot) {
+                    *d = *data;
+                }
+            }
+        }
+        if !l1_has_store {
+            if let Some(slot) = self.l1.probe(line) {
+                if let Some(d) = self.l1.data_mut(slot) {
+                    *d = *data;
+                }
+            }
+        }
+    }
+
     /// Writes `line` back to memory if any level holds it dirty (clwb): the line stays cached,
     /// clean. Returns the write-back, if there was one.
     pub fn flush_line(&mut self, line: u64) -> Option<Writeback> {

@@ -34,6 +34,8 @@ pub enum SimError {
     Config(ConfigError),
     Trace(TraceError),
     Record { trace: String, error: RecordError },
+    /// A security property failed (functional mode).
+    Integrity { trace: String, message: String },
     Io { path: String, message: String },
 }
 
@@ -43,6 +45,7 @@ impl std::fmt::Display for SimError {
             SimError::Config(e) => write!(f, "{e}"),
             SimError::Trace(e) => write!(f, "{e}"),
             SimError::Record { trace, error } => write!(f, "{trace}: record {}: {}", error.index, error.message),
+            SimError::Integrity { trace, message } => write!(f, "{trace}: {message}"),
             SimError::Io { path, message } => write!(f, "{path}: {message}"),
         }
     }
@@ -91,7 +94,7 @@ pub fn open_records(cfg: &Config, input: &TraceInput) -> Result<(RecordIter, Opt
 /// Runs `records` through a fresh engine; returns the report.
 pub fn run_records(cfg: &Config, records: RecordIter, total_hint: Option<u64>, trace_name: &str) -> Result<Value, SimError> {
     let start = Instant::now();
-    let mut engine = Engine::new(cfg, false)?;
+    let mut engine = Engine::new(cfg)?;
     let warmup = cfg.run.warmup_requests;
     let limit = if cfg.run.max_requests == 0 { u64::MAX } else { cfg.run.max_requests };
     let progress = cfg.run.progress && std::io::stderr().is_terminal();
@@ -136,8 +139,15 @@ pub fn run_records(cfg: &Config, records: RecordIter, total_hint: Option<u64>, t
     let roi = end.since(&warm);
     let wall = start.elapsed().as_secs_f64();
     let stats = report::stats(cfg, &roi, &engine.design.extra_stats());
-    let meta = report::meta(cfg, trace_name.to_string(), false, n, wall);
-    Ok(report::report(cfg, &meta, stats))
+    let meta = report::meta(cfg, trace_name.to_string(), cfg.run.functional, n, wall);
+    let mut rep = report::report(cfg, &meta, stats);
+    if let Some(f) = engine.mc.func.as_ref() {
+        rep["meta"]["event_log_hash"] = serde_json::json!(format!("{:016x}", f.event_log_digest()));
+        if let Some(v) = &f.reuse_violation {
+            return Err(SimError::Integrity { trace: trace_name.to_string(), message: format!("pad reuse: {v}") });
+        }
+    }
+    Ok(rep)
 }
 
 fn show_progress(n: u64, total: Option<u64>, secs: f64) {

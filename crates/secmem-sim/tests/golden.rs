@@ -95,3 +95,40 @@ fn same_config_same_stats() {
     let b = secmem_sim::run(&cfg, &TraceInput::Workload).unwrap();
     assert_eq!(a["stats"], b["stats"]);
 }
+
+/// Functional mode (real crypto over real bytes) must decide every count exactly as counting
+/// mode does: only `meta` may differ.
+#[test]
+fn functional_mode_gives_the_same_counts_as_counting_mode() {
+    for extra in [
+        &["workload.pattern=random"][..],
+        &["workload.pattern=zipf", "tree.update=eager"][..],
+        &["workload.pattern=sequential", "tree.update=eager", "security.metadata_persistence=strict"][..],
+        &["workload.pattern=random", "security.enabled=false"][..],
+    ] {
+        let base: Vec<String> = with(extra).iter().map(|s| s.to_string()).chain(["run.progress=false".to_string(), "workload.requests=8000".to_string()]).collect();
+        let counting = Config::load(Some("horus"), None, &base).unwrap();
+        let mut f = base.clone();
+        f.push("run.functional=true".into());
+        f.push("run.check_pad_reuse=true".into());
+        let functional = Config::load(Some("horus"), None, &f).unwrap();
+        let a = secmem_sim::run(&counting, &TraceInput::Workload).unwrap();
+        let b = secmem_sim::run(&functional, &TraceInput::Workload).unwrap();
+        assert_eq!(a["stats"], b["stats"], "{extra:?}");
+        assert!(b["meta"]["event_log_hash"].is_string());
+    }
+}
+
+/// The hot-line run overflows minors and re-encrypts pages: in functional mode every pad is
+/// recorded, and none may repeat.
+#[test]
+fn overflows_in_functional_mode_never_reuse_a_pad() {
+    let o: Vec<String> = [
+        "workload.requests=40000", "workload.footprint_bytes=8192", "workload.read_ratio=0.3",
+        "l1.size_kib=1", "l1.ways=1", "l2.size_kib=1", "l2.ways=1", "llc.size_kib=1", "llc.ways=1",
+        "hierarchy.write_through=true", "run.functional=true", "run.check_pad_reuse=true", "run.progress=false",
+    ].iter().map(|s| s.to_string()).collect();
+    let cfg = Config::load(Some("esd"), None, &o).unwrap();
+    let r = secmem_sim::run(&cfg, &TraceInput::Workload).unwrap();
+    assert!(r["stats"]["security"]["counter_overflows"].as_u64().unwrap() > 0);
+}

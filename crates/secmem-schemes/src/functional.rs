@@ -1,0 +1,201 @@
+//! Functional mode: the bytes behind the timing model.
+//!
+//! In functional mode the controller keeps, next to every mechanism the timing model already
+//! has, the exact bytes a real secure memory would: a sparse NVM image holding data
+//! ciphertext, encoded counter blocks, MAC blocks and tree nodes in their regions; 64 B
+//! payloads in the metadata caches; and the on-chip root register. Every read decrypts and
+//! verifies, and the data is released only after its MAC and its counter's path to the root
+//! have been checked. Timing and traffic are decided by exactly the same code as in counting
+//! mode, so both modes report the same counts.
+//!
+//! Conventions of the sparse image (secure memory is assumed initialised at boot):
+//! * a data line whose counter is (major 0, minor 0) has never been written: it reads as
+//!   zeros and has no MAC (the first write moves its minor to 1, an overflow moves the major
+//!   to >= 1, so (0, 0) never comes back);
+//! * a tree-node entry of 0 stands for a child block that is still all zeros (never written);
+//!   a real hash that happens to be 0 is stored as 1, so the two cannot be confused.
+//!   Replacing a written block by zeros is therefore still caught: its parent entry is not 0.
+
+use rustc_hash::FxHashMap;
+use secmem_crypto::{node_entry, set_node_entry, xor_line, Keys, PadReuseDetector};
+
+/// Which check failed, and where.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum IntegrityError {
+    /// A data line's MAC did not match (tampered, replayed or spliced data or MAC).
+    DataMac { line: u64, addr: u64 },
+    /// A counter block did not match its parent's hash entry.
+    CounterBlock { page: u64, addr: u64 },
+    /// A tree node at `level` (1 = just above the counters) did not match its parent.
+    TreeNode { level: usize, index: u64, addr: u64 },
+}
+
+impl IntegrityError {
+    /// Short class name: `data-mac`, `counter`, `tree-level-N`.
+    pub fn class(&self) -> String {
+        match self {
+            IntegrityError::DataMac { .. } => "data-mac".into(),
+            IntegrityError::CounterBlock { .. } => "counter".into(),
+            IntegrityError::TreeNode { level, .. } => format!("tree-level-{level}"),
+        }
+    }
+    /// Device address of the block whose check failed.
+    pub fn addr(&self) -> u64 {
+        match *self {
+            IntegrityError::DataMac { addr, .. } | IntegrityError::CounterBlock { addr, .. } | IntegrityError::TreeNode { addr, .. } => addr,
+        }
+    }
+}
+
+impl std::fmt::Display for IntegrityError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            IntegrityError::DataMac { line, addr } => {
+                write!(f, "integrity failure: data MAC mismatch for line {line:#x} (address {addr:#x})")
+            }
+            IntegrityError::CounterBlock { page, addr } => {
+                write!(f, "integrity failure: counter block of page {page:#x} (address {addr:#x}) does not match its tree parent")
+            }
+            IntegrityError::TreeNode { level, index, addr } => {
+                write!(f, "integrity failure: tree node level {level} index {index} (address {addr:#x}) does not match its parent")
+            }
+        }
+    }
+}
+impl std::error::Error for IntegrityError {}
+
+/// The persistent bytes of the device, by device line number; absent lines are zeros.
+#[derive(Clone, Default)]
+pub struct NvmImage {
+    lines: FxHashMap<u64, [u8; 64]>,
+}
+
+impl NvmImage {
+    #[inline]
+    pub fn get(&self, line: u64) -> [u8; 64] { self.lines.get(&line).copied().unwrap_or([0; 64]) }
+    #[inline]
+    pub fn put(&mut self, line: u64, bytes: [u8; 64]) { self.lines.insert(line, bytes); }
+    pub fn contains(&self, line: u64) -> bool { self.lines.contains_key(&line) }
+    pub fn len(&self) -> usize { self.lines.len() }
+    pub fn is_empty(&self) -> bool { self.lines.is_empty() }
+    /// Device line numbers present in `[first, end)`, sorted.
+    pub fn lines_in(&self, first: u64, end: u64) -> Vec<u64> {
+        let mut v: Vec<u64> = self.lines.keys().copied().filter(|&l| l >= first && l < end).collect();
+        v.sort_unstable();
+        v
+    }
+    pub fn iter(&self) -> impl Iterator<Item = (&u64, &[u8; 64])> { self.lines.iter() }
+}
+
+/// Deliberately wrong variants of the protocol, compiled only into test builds, so that the
+/// test suite can show it catches each one (a test that cannot fail is a defect).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Canaries {
+    /// MAC computed without the line address (splicing lines goes unnoticed).
+    pub mac_without_address: bool,
+    /// MAC computed without the counter (replaying old data + MAC goes unnoticed).
+    pub mac_without_counter: bool,
+    /// Counter updates do not reach the tree (replaying a counter block goes unnoticed).
+    pub skip_tree_update: bool,
+    /// Recovery does not compare the rebuilt root with the on-chip root.
+    pub skip_root_check: bool,
+    /// A minor counter wraps to 0 instead of bumping the major and re-encrypting (pad reuse).
+    pub minor_wrap_without_reencryption: bool,
+    /// Under strict persistence the data is persisted but its counter block is not
+    /// (a crash then leaves new data under an old counter).
+    pub persist_data_before_counter: bool,
+    /// Tree-node hashes do not bind the node's position (swapping two counter blocks with
+    /// their subtrees' entries goes unnoticed).
+    pub hash_without_position: bool,
+    /// Reads skip the data MAC check (tampered data is returned).
+    pub skip_data_mac_check: bool,
+}
+
+/// The functional state of one controller.
+pub struct Functional {
+    pub keys: Keys,
+    pub image: NvmImage,
+    /// The on-chip root register: one 64-bit entry per child of the root.
+    pub root: [u8; 64],
+    pub mac_bits: u32,
+    /// Every pad used for encryption (enabled in tests and campaigns).
+    pub reuse: Option<PadReuseDetector>,
+    /// First pad reuse seen (the run continues; harnesses check this).
+    pub reuse_violation: Option<secmem_crypto::PadReuse>,
+    pub canaries: Canaries,
+    /// Running hash of every persistent write (address + bytes) and root update, in order:
+    /// two runs with the same seed must produce the same value.
+    pub event_log: blake3::Hasher,
+}
+
+impl Functional {
+    pub fn new(seed: u64, mac_bits: u32) -> Functional {
+        Functional {
+            keys: Keys::from_seed(seed),
+            image: NvmImage::default(),
+            root: [0; 64],
+            mac_bits,
+            reuse: None,
+            reuse_violation: None,
+            canaries: Canaries::default(),
+            event_log: blake3::Hasher::new(),
+        }
+    }
+
+    /// Writes `bytes` to the persistent image and logs the event.
+    #[inline]
+    pub fn persist(&mut self, device_line: u64, bytes: [u8; 64]) {
+        self.event_log.update(&device_line.to_le_bytes());
+        self.event_log.update(&bytes);
+        self.image.put(device_line, bytes);
+    }
+
+    /// The entry a parent stores for a child block at (`level`, `index`): 0 for an all-zero
+    /// (never written) block, else its keyed hash (never 0).
+    pub fn child_entry(&self, level: usize, index: u64, block: &[u8; 64]) -> u64 {
+        if block == &[0u8; 64] {
+            return 0;
+        }
+        let (lvl, idx) = if self.canaries.hash_without_position { (0, 0) } else { (level as u32, index) };
+        self.keys.node_hash(lvl, idx, block).max(1)
+    }
+
+    /// The MAC of a data line's ciphertext under counter (major, minor).
+    pub fn data_mac(&self, ct: &[u8; 64], line: u64, major: u64, minor: u8) -> u64 {
+        let line = if self.canaries.mac_without_address { 0 } else { line };
+        let (major, minor) = if self.canaries.mac_without_counter { (0, 0) } else { (major, minor) };
+        self.keys.line_mac(ct, line, major, minor, self.mac_bits)
+    }
+
+    /// Encrypts a plaintext line in place (recording the pad for the reuse detector).
+    pub fn encrypt(&mut self, buf: &mut [u8; 64], line: u64, major: u64, minor: u8) {
+        if let Some(r) = self.reuse.as_mut() {
+            if let Err(e) = r.record(self.keys.key_id(), 0, line, major, minor) {
+                self.reuse_violation.get_or_insert(e);
+            }
+        }
+        xor_line(buf, &self.keys.pad(line, major, minor));
+    }
+
+    /// Decrypts a ciphertext line in place.
+    pub fn decrypt(&self, buf: &mut [u8; 64], line: u64, major: u64, minor: u8) {
+        xor_line(buf, &self.keys.pad(line, major, minor));
+    }
+
+    pub fn root_entry(&self, slot: usize) -> u64 { node_entry(&self.root, slot) }
+
+    pub fn set_root_entry(&mut self, slot: usize, v: u64) {
+        set_node_entry(&mut self.root, slot, v);
+        self.event_log.update(b"root");
+        self.event_log.update(&(slot as u64).to_le_bytes());
+        self.event_log.update(&v.to_le_bytes());
+    }
+
+    /// The 64-bit event-log digest so far.
+    pub fn event_log_digest(&self) -> u64 {
+        let h = self.event_log.clone().finalize();
+        u64::from_le_bytes(h.as_bytes()[..8].try_into().unwrap())
+    }
+}
+
+pub use secmem_crypto::{node_entry as entry_of, set_node_entry as set_entry_of};
