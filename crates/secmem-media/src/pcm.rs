@@ -70,12 +70,10 @@
 //! WPQ. `examples/pcm_speed.rs` measures > 20 M random accesses/s on one core.
 
 use crate::{AccessKind, MediaStats, MemRequest, MemoryPort};
-use rustc_hash::FxHashMap;
 use secmem_core::addr::{LINE_SHIFT, PAGE_SHIFT};
 use secmem_core::error::{ensure, ConfigError};
 use secmem_core::{config_enum, config_section, Cycle};
-use std::cmp::Reverse;
-use std::collections::{BinaryHeap, VecDeque};
+use std::collections::VecDeque;
 
 config_enum! {
     /// When writes leave the write pending queue for the banks.
@@ -156,15 +154,20 @@ impl PcmConfig {
 }
 
 /// One channel's data bus as a bitmap of booked cycles over a sliding window that starts at
-/// the last pruning point (the latest request's issue cycle, rounded down to 64). Booking is
-/// O(1) in the common case: check the `len` bits at `ready`, else jump past the last booked
-/// cycle found and check again. Being a calendar rather than a single `free_at`, it lets a
-/// burst fill a gap before a burst booked earlier for a later cycle.
+/// the last pruning point (the latest request's issue cycle, rounded down to 64). Being a
+/// calendar rather than a single `free_at`, it lets a burst fill a gap before a burst booked
+/// earlier for a later cycle.
 ///
-/// Bookings further ahead than the window (2^20 cycles, 262 µs at 4 GHz) are not recorded:
-/// the WPQ and read-queue bounds keep closed-loop callers far inside it, so only open-loop
-/// callers that ignore returned cycles can get there, and then banks, not the bus, are the
-/// bottleneck anyway.
+/// [`book`](Self::book) returns the earliest start `s >= ready` whose `len` cycles are all
+/// free, except that a start whose window would end past the calendar's range is taken as is
+/// (and not recorded). Bookings further ahead than the window (2^20 cycles, 262 µs at 4 GHz)
+/// are therefore not recorded: the WPQ and read-queue bounds keep closed-loop callers far
+/// inside it, so only open-loop callers that ignore returned cycles can get there, and then
+/// banks, not the bus, are the bottleneck anyway.
+///
+/// Cost: a burst that fits a free slot at `ready` (the common case) is one or two word tests
+/// and stores; otherwise the search skips whole runs of booked cycles a word at a time, so a
+/// burst queued behind `k` back-to-back bursts costs O(k / 64 words), not O(k) probes.
 #[derive(Clone, Debug)]
 struct BusCalendar {
     /// Ring of `words.len()` (a power of two) words; bit `c & 63` of word `(c >> 6) % len`
@@ -191,18 +194,31 @@ impl BusCalendar {
     #[inline]
     fn window_end(&self) -> u64 { self.base + 64 * self.words.len() as u64 }
 
+    /// Ring index of the word holding cycle `c`.
+    #[inline]
+    fn slot(&self, c: u64) -> usize { (c >> 6) as usize & (self.words.len() - 1) }
+
     /// Forgets cycles before `now`: no later request can be ready before `now`.
+    ///
+    /// The device calls this lazily, just before booking on this channel, with the latest
+    /// issue cycle seen on any channel. Clearing the words between the old and the new base
+    /// in one go clears exactly what pruning at every request would have cleared, since no
+    /// booking on this channel happened in between.
     #[inline]
     fn prune(&mut self, now: u64) {
         let new_base = now & !63;
-        if new_base <= self.base {
-            return;
+        if new_base > self.base {
+            self.advance(new_base);
         }
-        let mask = self.words.len() - 1;
+    }
+
+    fn advance(&mut self, new_base: u64) {
         let k = (new_base - self.base) >> 6;
         if k >= self.words.len() as u64 {
             self.words.fill(0);
         } else {
+            // Usually one or two words: a plain loop beats a memset call.
+            let mask = self.words.len() - 1;
             let first = (self.base >> 6) as usize;
             for w in first..first + k as usize {
                 self.words[w & mask] = 0;
@@ -215,11 +231,61 @@ impl BusCalendar {
     /// start. A window outside the calendar's range is returned without being recorded.
     #[inline]
     fn book(&mut self, ready: u64, len: u64) -> u64 {
-        let mask = self.words.len() - 1;
-        let mut s = ready;
-        if s < self.base {
-            return s;
+        if ready < self.base || ready + len > self.window_end() {
+            return ready;
         }
+        // Fast path: the burst fits at `ready` itself. `len` in 1..=64 spans at most two
+        // words; the 128-bit mask covers both (the second word's part is empty when the
+        // burst ends in the first, and the ring index then wraps harmlessly).
+        if len.wrapping_sub(1) < 64 {
+            let bits = ((u64::MAX >> (64 - len)) as u128) << (ready & 63);
+            let (lo, hi) = (bits as u64, (bits >> 64) as u64);
+            let (w0, w1) = (self.slot(ready), self.slot(ready + 64));
+            if self.words[w0] & lo | self.words[w1] & hi == 0 {
+                self.words[w0] |= lo;
+                self.words[w1] |= hi;
+                return ready;
+            }
+        }
+        self.book_search(ready, len)
+    }
+
+    /// [`book`](Self::book) when the burst does not fit at `ready`; `base <= ready` and
+    /// `ready + len <= window_end()`.
+    #[inline(never)]
+    fn book_search(&mut self, ready: u64, len: u64) -> u64 {
+        // Starts after `last` would end past the window.
+        let last = self.window_end() - len;
+        let mut s = ready;
+        while let Some(p) = self.first_booked(s, s + len) {
+            // Every start in (s, p] overlaps `p`, every start up to the next free cycle begins
+            // on a booked one: the next candidate is the first free cycle after `p`.
+            s = self.first_free(p + 1, last + 1);
+            if s > last {
+                return self.beyond_window(ready, len);
+            }
+        }
+        let e = s + len;
+        let mut c = s;
+        while c < e {
+            let word_start = c & !63;
+            let w = self.slot(c);
+            self.words[w] |= bit_range(c & 63, (e - word_start).min(64));
+            c = word_start + 64;
+        }
+        s
+    }
+
+    /// The start [`book`](Self::book) returns, unrecorded, when no free window starts in
+    /// `ready..=window_end() - len`. The original search stepped from one candidate to just
+    /// past the highest booked cycle of the first word that overlaps it, and returned the
+    /// first candidate whose window ends past the calendar; that candidate depends on the
+    /// stepping, so it is replayed here step by step. Only bookings running into the end of
+    /// the window get here: open-loop callers, once per bank catching up with the horizon.
+    #[cold]
+    #[inline(never)]
+    fn beyond_window(&self, ready: u64, len: u64) -> u64 {
+        let mut s = ready;
         'search: loop {
             let e = s + len;
             if e > self.window_end() {
@@ -228,36 +294,66 @@ impl BusCalendar {
             let mut c = s;
             while c < e {
                 let word_start = c & !63;
-                let hit = self.words[(c >> 6) as usize & mask] & bit_range(c & 63, (e - word_start).min(64));
+                let hit = self.words[self.slot(c)] & bit_range(c & 63, (e - word_start).min(64));
                 if hit != 0 {
-                    // The last booked cycle in range: any window starting at or before it overlaps it.
                     s = word_start + 63 - hit.leading_zeros() as u64 + 1;
                     continue 'search;
                 }
                 c = word_start + 64;
             }
-            break;
+            unreachable!("no free window starts in ready..=window_end() - len");
         }
-        let e = s + len;
+    }
+
+    /// First booked cycle in `s..e` (inside the window), if any.
+    #[inline]
+    fn first_booked(&self, s: u64, e: u64) -> Option<u64> {
         let mut c = s;
         while c < e {
             let word_start = c & !63;
-            self.words[(c >> 6) as usize & mask] |= bit_range(c & 63, (e - word_start).min(64));
+            let hit = self.words[self.slot(c)] & bit_range(c & 63, (e - word_start).min(64));
+            if hit != 0 {
+                return Some(word_start + hit.trailing_zeros() as u64);
+            }
             c = word_start + 64;
         }
-        s
+        None
+    }
+
+    /// First free cycle at or after `from`, or `limit` if there is none before it
+    /// (`limit <= window_end()`).
+    #[inline]
+    fn first_free(&self, from: u64, limit: u64) -> u64 {
+        let mut c = from;
+        while c < limit {
+            let word_start = c & !63;
+            let free = !self.words[self.slot(c)] & (u64::MAX << (c & 63));
+            if free != 0 {
+                return (word_start + free.trailing_zeros() as u64).min(limit);
+            }
+            c = word_start + 64;
+        }
+        limit
     }
 }
 
 /// The read queue: per entry, the cycle its last read returns; an entry is free from then.
-/// Entries are grouped by [`RQ_GROUP`] with each group's earliest return kept, so that both
-/// "some free entry" (light load: the first probes succeed) and "the entry that frees first"
-/// (full queue) cost O(1) expected / O(entries / RQ_GROUP + RQ_GROUP), never a heap update.
+///
+/// A read takes the first free entry among [`RQ_PROBES`] probed from a rotating cursor, else
+/// the entry that frees first (the lowest index among equal cycles). Entries are grouped by
+/// [`RQ_GROUP`] with a lower bound of each group's earliest return kept, so that both cases
+/// cost O(1) expected / O(entries / RQ_GROUP + RQ_GROUP), never a heap update: under light
+/// load the first probe succeeds and the bounds are barely touched; when the queue is full
+/// one pass over the bounds finds the earliest entry, refreshing only stale bounds it meets.
 #[derive(Clone, Debug)]
 struct ReadQueue {
     /// Padded to whole groups with `u64::MAX` (never free, never earliest).
     done: Vec<u64>,
+    /// Per group, `<=` its earliest `done`; equal unless `stale` says otherwise.
     group_min: Vec<u64>,
+    /// Per group: `group_min` may be below the true minimum (its minimum entry was
+    /// overwritten with a later cycle and the group was not rescanned yet).
+    stale: Vec<bool>,
     entries: usize,
     cursor: usize,
 }
@@ -276,7 +372,7 @@ impl ReadQueue {
         let groups = entries.div_ceil(RQ_GROUP);
         let mut done = vec![u64::MAX; groups * RQ_GROUP];
         done[..entries].fill(0);
-        ReadQueue { done, group_min: vec![0; groups], entries, cursor: 0 }
+        ReadQueue { done, group_min: vec![0; groups], stale: vec![false; groups], entries, cursor: 0 }
     }
 
     #[inline]
@@ -286,31 +382,64 @@ impl ReadQueue {
     /// cycle it does (`stalled`). Returns the entry and the cycle the read enters the queue.
     #[inline]
     fn enter(&mut self, t: u64) -> (RqSlot, u64) {
-        let mut i = self.cursor;
-        for _ in 0..RQ_PROBES.min(self.entries) {
-            if self.done[i] <= t {
-                self.cursor = self.next(i);
-                return (RqSlot { index: i, stalled: false }, t);
-            }
-            i = self.next(i);
+        let i = self.cursor;
+        if self.done[i] <= t {
+            self.cursor = self.next(i);
+            return (RqSlot { index: i, stalled: false }, t);
         }
-        let g = argmin(&self.group_min);
-        let index = g * RQ_GROUP + argmin(&self.done[g * RQ_GROUP..(g + 1) * RQ_GROUP]);
-        let first = self.done[index];
+        self.enter_slow(t)
+    }
+
+    /// [`enter`](Self::enter) when the entry at the cursor is busy.
+    #[inline(never)]
+    fn enter_slow(&mut self, t: u64) -> (RqSlot, u64) {
+        let (index, first) = self.earliest();
+        if first <= t {
+            // Some entry is free: the remaining probes pick it if they see a free one first.
+            let mut i = self.next(self.cursor);
+            for _ in 1..RQ_PROBES.min(self.entries) {
+                if self.done[i] <= t {
+                    self.cursor = self.next(i);
+                    return (RqSlot { index: i, stalled: false }, t);
+                }
+                i = self.next(i);
+            }
+        }
+        // Otherwise (in particular whenever the queue is full, without probing: every probe
+        // would fail) the entry that frees first.
         self.cursor = self.next(index);
         (RqSlot { index, stalled: first > t }, first.max(t))
+    }
+
+    /// The lowest index among the entries that free first, and the cycle it frees.
+    fn earliest(&mut self) -> (usize, u64) {
+        loop {
+            let g = argmin(&self.group_min);
+            let range = g * RQ_GROUP..(g + 1) * RQ_GROUP;
+            if !self.stale[g] {
+                let i = g * RQ_GROUP + argmin(&self.done[range]);
+                return (i, self.done[i]);
+            }
+            // A stale bound is below the group's minimum; refresh it and look again. Groups
+            // before it whose bounds are larger cannot hold the first minimum, and exact
+            // bounds are never below the true minimum, so the search ends on an exact one.
+            self.group_min[g] = self.done[range].iter().copied().min().expect("group");
+            self.stale[g] = false;
+        }
     }
 
     /// Records that the read in entry `index` returns at `done`.
     #[inline]
     fn set(&mut self, index: usize, done: u64) {
-        let old = self.done[index];
-        self.done[index] = done;
+        let old = std::mem::replace(&mut self.done[index], done);
         let g = index / RQ_GROUP;
         if done < self.group_min[g] {
+            // Below every entry of the group (the bound is <= all of them): exact again.
             self.group_min[g] = done;
+            self.stale[g] = false;
         } else if old == self.group_min[g] {
-            self.group_min[g] = self.done[g * RQ_GROUP..(g + 1) * RQ_GROUP].iter().copied().min().expect("group");
+            // The minimum may have moved up; the bound stays valid, rescan only when needed.
+            self.stale[g] = true;
         }
     }
 }
@@ -319,9 +448,11 @@ impl ReadQueue {
 #[inline]
 fn argmin(xs: &[u64]) -> usize {
     let mut best = 0;
+    let mut best_x = xs[0];
     for (i, &x) in xs.iter().enumerate().skip(1) {
-        if x < xs[best] {
+        if x < best_x {
             best = i;
+            best_x = x;
         }
     }
     best
@@ -329,6 +460,143 @@ fn argmin(xs: &[u64]) -> usize {
 
 /// Map value of a line whose write is queued (not yet issued to a bank).
 const QUEUED: u64 = u64::MAX;
+
+/// Key of an empty [`LineTable`] slot; no line number (address >> 6) can be this.
+const NO_LINE: u64 = u64::MAX;
+
+/// The lines with a write in the WPQ → their array completion cycle, or `QUEUED`: an
+/// open-addressed, linearly probed table sized to 4 × the WPQ, so that a lookup, typically a
+/// miss, is one multiply and one or two probes (the general-purpose hash map cost several
+/// times that per access). Deletion shifts entries back, so there are no tombstones.
+#[derive(Clone, Debug)]
+struct LineTable {
+    /// `(line, value)`; `line == NO_LINE` marks an empty slot. Length is a power of two,
+    /// more than the WPQ size, so a probe always ends on an empty slot.
+    slots: Vec<(u64, u64)>,
+    /// `64 - log2(slots.len())`: the multiplicative hash keeps the product's top bits.
+    shift: u32,
+}
+
+impl LineTable {
+    fn new(max_entries: usize) -> LineTable {
+        let n = (4 * max_entries).next_power_of_two().max(8);
+        LineTable { slots: vec![(NO_LINE, 0); n], shift: 64 - n.trailing_zeros() }
+    }
+
+    #[inline]
+    fn mask(&self) -> usize { self.slots.len() - 1 }
+
+    #[inline]
+    fn home(&self, line: u64) -> usize {
+        // Fibonacci hashing: spreads strided line numbers (regions, pages) well.
+        (line.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> self.shift) as usize
+    }
+
+    /// `Ok(slot)` holding `line`, or `Err(slot)`: the empty slot where it would go.
+    #[inline]
+    fn find(&self, line: u64) -> Result<usize, usize> {
+        let mask = self.mask();
+        let mut i = self.home(line);
+        loop {
+            let key = self.slots[i].0;
+            if key == line {
+                return Ok(i);
+            }
+            if key == NO_LINE {
+                return Err(i);
+            }
+            i = (i + 1) & mask;
+        }
+    }
+
+    /// Fills the empty slot `slot` returned by [`find`](Self::find) (no change in between).
+    #[inline]
+    fn insert_at(&mut self, slot: usize, line: u64, value: u64) { self.slots[slot] = (line, value); }
+
+    /// Removes `line`, which must be present.
+    fn remove(&mut self, line: u64) {
+        let mask = self.mask();
+        let Ok(mut hole) = self.find(line) else {
+            debug_assert!(false, "line {line:#x} not in the WPQ table");
+            return;
+        };
+        // Backward-shift deletion: move later entries of the probe run into the hole unless
+        // their home lies cyclically in (hole, j], where they are already reachable.
+        let mut j = hole;
+        loop {
+            j = (j + 1) & mask;
+            let key = self.slots[j].0;
+            if key == NO_LINE {
+                break;
+            }
+            let home = self.home(key);
+            if (j.wrapping_sub(home) & mask) >= (j.wrapping_sub(hole) & mask) {
+                self.slots[hole] = self.slots[j];
+                hole = j;
+            }
+        }
+        self.slots[hole].0 = NO_LINE;
+    }
+}
+
+/// Issued writes still holding a WPQ slot, as `(burst start, line)` in a binary min-heap on
+/// the burst start. Only the earliest start and "every write started by `t`" are ever asked
+/// for, so the order among equal starts does not matter and the line takes no part in it.
+#[derive(Clone, Debug, Default)]
+struct IssuedHeap {
+    items: Vec<(u64, u64)>,
+}
+
+impl IssuedHeap {
+    #[inline]
+    fn len(&self) -> usize { self.items.len() }
+
+    /// Earliest burst start, `u64::MAX` if empty.
+    #[inline]
+    fn min_start(&self) -> u64 { self.items.first().map_or(u64::MAX, |x| x.0) }
+
+    #[inline]
+    fn push(&mut self, start: u64, line: u64) {
+        let mut i = self.items.len();
+        self.items.push((start, line));
+        while i > 0 {
+            let parent = (i - 1) / 2;
+            if self.items[parent].0 <= start {
+                break;
+            }
+            self.items[i] = self.items[parent];
+            i = parent;
+        }
+        self.items[i] = (start, line);
+    }
+
+    /// Removes the earliest entry; the heap must be non-empty. Returns its line.
+    #[inline]
+    fn pop_line(&mut self) -> u64 {
+        let line = self.items[0].1;
+        let last = self.items.pop().expect("non-empty heap");
+        let n = self.items.len();
+        if n > 0 {
+            let mut i = 0;
+            loop {
+                let mut c = 2 * i + 1;
+                if c >= n {
+                    break;
+                }
+                if c + 1 < n && self.items[c + 1].0 < self.items[c].0 {
+                    c += 1;
+                }
+                if last.0 <= self.items[c].0 {
+                    break;
+                }
+                self.items[i] = self.items[c];
+                i = c;
+            }
+            self.items[i] = last;
+        }
+        line
+    }
+}
 
 /// A PCM DIMM behind [`MemoryPort`]. See the module docs for the model.
 #[derive(Clone, Debug)]
@@ -343,7 +611,11 @@ pub struct PcmMedia {
     ch_bits: u32,
     ch_mask: u64,
     bank_mask: u64,
-    banks_per_channel: usize,
+    /// Line number → interleaving unit: 0 (lines) or `PAGE_SHIFT - LINE_SHIFT` (pages).
+    unit_shift: u32,
+    /// Interleaving unit → internal bank index `bank << ch_bits | channel` (bank-major,
+    /// so the channel is the low bits and one mask yields both).
+    bank_index_mask: u64,
     page_interleave: bool,
     // Queue limits.
     wpq_cap: usize,
@@ -354,17 +626,23 @@ pub struct PcmMedia {
     read_energy: f64,
     write_energy: f64,
     // State.
-    /// Per bank (channel-major): cycle the bank finishes its last issued access.
+    /// Per bank (internal index, see `bank_index_mask`): cycle the bank finishes its last
+    /// issued access.
     bank_busy: Vec<u64>,
     /// Per channel data bus.
     bus: Vec<BusCalendar>,
+    /// Latest issue cycle of any request: the point every calendar is pruned to, lazily,
+    /// when next booked.
+    latest_issue: u64,
     read_queue: ReadQueue,
     /// Lines of the writes accepted but not issued, oldest first.
     wpq_queued: VecDeque<u64>,
-    /// Issued writes still holding a WPQ slot: (burst start, line), min-heap.
-    wpq_issued: BinaryHeap<Reverse<(u64, u64)>>,
+    /// Issued writes still holding a WPQ slot.
+    wpq_issued: IssuedHeap,
+    /// `wpq_issued.min_start()`, cached: the per-access "anything to retire?" test.
+    next_retire: u64,
     /// Every line with a write in the WPQ → its array completion cycle, or `QUEUED`.
-    wpq_lines: FxHashMap<u64, u64>,
+    wpq_lines: LineTable,
     /// Latest array completion of any issued write.
     last_write_done: u64,
     stats: MediaStats,
@@ -384,19 +662,20 @@ impl PcmMedia {
         let wpq_low = (wpq_cap * cfg.write_drain_low_pct as usize / 100).min(wpq_high - 1);
         let cyc = |ns: f64| Cycle::from_ns(ns.max(0.0), cpu_freq_mhz).0.max(1);
         let rq_cap = (cfg.read_queue_entries as usize).max(1);
-        let mut wpq_lines = FxHashMap::default();
-        wpq_lines.reserve(2 * wpq_cap);
+        let page_interleave = cfg.address_mapping == AddressMapping::PageInterleave;
+        let ch_bits = channels.trailing_zeros();
         PcmMedia {
             cfg: cfg.clone(),
             capacity_bytes: cfg.capacity_gib << 30,
             read_lat: cyc(cfg.read_latency_ns),
             write_lat: cyc(cfg.write_latency_ns),
             bus_xfer: cyc(cfg.bus_transfer_ns),
-            ch_bits: channels.trailing_zeros(),
+            ch_bits,
             ch_mask: channels as u64 - 1,
             bank_mask: banks as u64 - 1,
-            banks_per_channel: banks as usize,
-            page_interleave: cfg.address_mapping == AddressMapping::PageInterleave,
+            unit_shift: if page_interleave { PAGE_SHIFT - LINE_SHIFT } else { 0 },
+            bank_index_mask: (channels as u64 * banks as u64) - 1,
+            page_interleave,
             wpq_cap,
             wpq_high,
             wpq_low,
@@ -406,10 +685,12 @@ impl PcmMedia {
             write_energy: cfg.write_energy_nj,
             bank_busy: vec![0; channels as usize * banks as usize],
             bus: vec![BusCalendar::new(BUS_WINDOW_WORDS); channels as usize],
+            latest_issue: 0,
             read_queue: ReadQueue::new(rq_cap),
             wpq_queued: VecDeque::with_capacity(wpq_cap + 1),
-            wpq_issued: BinaryHeap::with_capacity(wpq_cap + 1),
-            wpq_lines,
+            wpq_issued: IssuedHeap { items: Vec::with_capacity(wpq_cap + 1) },
+            next_retire: u64::MAX,
+            wpq_lines: LineTable::new(wpq_cap),
             last_write_done: 0,
             stats: MediaStats::default(),
         }
@@ -424,10 +705,20 @@ impl PcmMedia {
         ((unit & self.ch_mask) as u32, ((unit >> self.ch_bits) & self.bank_mask) as u32)
     }
 
+    /// `(channel, internal bank index)` of a line: the same banks as [`map`](Self::map),
+    /// numbered `bank << ch_bits | channel`.
     #[inline]
     fn bank_index(&self, line: u64) -> (usize, usize) {
-        let (ch, bank) = self.map(line << LINE_SHIFT);
-        (ch as usize, ch as usize * self.banks_per_channel + bank as usize)
+        let b = ((line >> self.unit_shift) & self.bank_index_mask) as usize;
+        (b & self.ch_mask as usize, b)
+    }
+
+    /// Books a `bus_xfer` burst on channel `ch` at or after `ready`; returns its start.
+    #[inline]
+    fn book_bus(&mut self, ch: usize, ready: u64) -> u64 {
+        let bus = &mut self.bus[ch];
+        bus.prune(self.latest_issue);
+        bus.book(ready, self.bus_xfer)
     }
 
     /// Writes accepted into the WPQ and not yet issued to a bank.
@@ -453,33 +744,34 @@ impl PcmMedia {
     /// Retires issued writes whose burst started by `t`: they leave the WPQ.
     #[inline]
     fn retire_issued(&mut self, t: u64) {
-        while let Some(&Reverse((start, line))) = self.wpq_issued.peek() {
-            if start > t {
-                break;
-            }
-            self.wpq_issued.pop();
-            self.wpq_lines.remove(&line);
+        if self.next_retire <= t {
+            self.retire_issued_slow(t);
         }
     }
 
+    #[inline(never)]
+    fn retire_issued_slow(&mut self, t: u64) {
+        while self.wpq_issued.min_start() <= t {
+            let line = self.wpq_issued.pop_line();
+            self.wpq_lines.remove(line);
+        }
+        self.next_retire = self.wpq_issued.min_start();
+    }
+
     /// Issues the write to `line` at decision cycle `t`; returns its array completion cycle.
+    /// The caller records the completion in `wpq_lines` when it needs it (`adr = false`).
     #[inline]
     fn issue_write(&mut self, line: u64, t: u64) -> u64 {
         let (ch, b) = self.bank_index(line);
         let ready = t.max(self.bank_busy[b]);
-        let start = self.bus[ch].book(ready, self.bus_xfer);
+        let start = self.book_bus(ch, ready);
         let done = start + self.bus_xfer + self.write_lat;
         self.bank_busy[b] = done;
         if !self.adr {
             self.stats.bank_conflict_cycles += start - t;
         }
-        self.wpq_issued.push(Reverse((start, line)));
-        if !self.adr {
-            // Only a non-persistent WPQ needs the completion, for writes that coalesce into this one.
-            if let Some(v) = self.wpq_lines.get_mut(&line) {
-                *v = done;
-            }
-        }
+        self.wpq_issued.push(start, line);
+        self.next_retire = self.next_retire.min(start);
         self.last_write_done = self.last_write_done.max(done);
         self.stats.array_writes += 1;
         self.stats.energy_nj += self.write_energy;
@@ -487,6 +779,7 @@ impl PcmMedia {
     }
 
     /// Issues queued writes oldest-first at cycle `t` until at most `keep` remain queued.
+    #[inline(never)]
     fn issue_queued(&mut self, keep: usize, t: u64) {
         while self.wpq_queued.len() > keep {
             let line = self.wpq_queued.pop_front().expect("non-empty");
@@ -494,9 +787,10 @@ impl PcmMedia {
         }
     }
 
+    #[inline]
     fn read(&mut self, line: u64, t: u64) -> u64 {
         self.retire_issued(t);
-        if self.wpq_lines.contains_key(&line) {
+        if self.wpq_lines.find(line).is_ok() {
             self.stats.wpq_read_hits += 1;
             return t + self.bus_xfer;
         }
@@ -509,41 +803,61 @@ impl PcmMedia {
         self.stats.bank_conflict_cycles += start - t;
         let array_done = start + self.read_lat;
         self.bank_busy[b] = array_done;
-        let data_at = self.bus[ch].book(array_done, self.bus_xfer) + self.bus_xfer;
+        let data_at = self.book_bus(ch, array_done) + self.bus_xfer;
         self.read_queue.set(slot.index, data_at);
         self.stats.array_reads += 1;
         self.stats.energy_nj += self.read_energy;
         data_at
     }
 
+    #[inline]
     fn write(&mut self, line: u64, t: u64) -> u64 {
         self.retire_issued(t);
-        if let Some(&done) = self.wpq_lines.get(&line) {
-            self.stats.wpq_coalesced += 1;
-            // With ADR the merge is persistent at once; without, when the merged write lands
-            // (adr = false issues eagerly, so `done` is never QUEUED then).
-            return if self.adr || done == QUEUED { t } else { done.max(t) };
-        }
+        let mut slot = match self.wpq_lines.find(line) {
+            Ok(slot) => return self.coalesce(self.wpq_lines.slots[slot].1, t),
+            Err(slot) => slot,
+        };
         let mut t = t;
         if self.wpq_occupancy() >= self.wpq_cap {
-            if self.wpq_issued.is_empty() {
-                // Only reachable if the watermark never fired; issue the oldest to make room.
-                self.issue_queued(self.wpq_queued.len() - 1, t);
-            }
-            let &Reverse((first_start, _)) = self.wpq_issued.peek().expect("an issued write");
-            t = t.max(first_start);
-            self.retire_issued(t);
-            self.stats.wpq_full_stalls += 1;
+            t = self.wait_for_wpq_slot(t);
+            // Retiring moved table entries: look for the line's empty slot again.
+            slot = self.wpq_lines.find(line).expect_err("line not in the WPQ");
         }
-        self.wpq_lines.insert(line, QUEUED);
         if self.eager {
             let done = self.issue_write(line, t);
+            // Only a non-persistent WPQ needs the completion, for writes that coalesce into this one.
+            self.wpq_lines.insert_at(slot, line, if self.adr { QUEUED } else { done });
             return if self.adr { t } else { done };
         }
+        self.wpq_lines.insert_at(slot, line, QUEUED);
         self.wpq_queued.push_back(line);
         if self.wpq_occupancy() >= self.wpq_high {
             self.issue_queued(self.wpq_low, t);
         }
+        t
+    }
+
+    /// A write to a line that has a write in the WPQ (`done`: its completion or `QUEUED`).
+    #[cold]
+    fn coalesce(&mut self, done: u64, t: u64) -> u64 {
+        self.stats.wpq_coalesced += 1;
+        // With ADR the merge is persistent at once; without, when the merged write lands
+        // (adr = false issues eagerly, so `done` is never QUEUED then).
+        if self.adr || done == QUEUED { t } else { done.max(t) }
+    }
+
+    /// A write found the WPQ full: waits until the earliest issued write starts its burst
+    /// and frees its slot; returns that cycle (or `t` if later).
+    #[cold]
+    #[inline(never)]
+    fn wait_for_wpq_slot(&mut self, t: u64) -> u64 {
+        if self.wpq_issued.len() == 0 {
+            // Only reachable if the watermark never fired; issue the oldest to make room.
+            self.issue_queued(self.wpq_queued.len() - 1, t);
+        }
+        let t = t.max(self.wpq_issued.min_start());
+        self.retire_issued(t);
+        self.stats.wpq_full_stalls += 1;
         t
     }
 }
@@ -554,9 +868,7 @@ impl MemoryPort for PcmMedia {
         debug_assert!(req.addr < self.capacity_bytes, "address {:#x} beyond device capacity", req.addr);
         let line = req.addr >> LINE_SHIFT;
         let class = req.class as usize;
-        for bus in &mut self.bus {
-            bus.prune(req.issue.0);
-        }
+        self.latest_issue = self.latest_issue.max(req.issue.0);
         Cycle(match req.kind {
             AccessKind::Read => {
                 self.stats.reads_by_class[class] += 1;

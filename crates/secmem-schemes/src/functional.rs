@@ -104,9 +104,9 @@ pub struct Canaries {
     /// Under strict persistence the data is persisted but its counter block is not
     /// (a crash then leaves new data under an old counter).
     pub persist_data_before_counter: bool,
-    /// Tree-node hashes do not bind the node's position (swapping two counter blocks with
-    /// their subtrees' entries goes unnoticed).
-    pub hash_without_position: bool,
+    /// Fetched counter blocks are not checked against their tree parent (replaying an old
+    /// counter block with its old data and MAC goes unnoticed).
+    pub skip_counter_verification: bool,
     /// Reads skip the data MAC check (tampered data is returned).
     pub skip_data_mac_check: bool,
 }
@@ -156,8 +156,7 @@ impl Functional {
         if block == &[0u8; 64] {
             return 0;
         }
-        let (lvl, idx) = if self.canaries.hash_without_position { (0, 0) } else { (level as u32, index) };
-        self.keys.node_hash(lvl, idx, block).max(1)
+        self.keys.node_hash(level as u32, index, block).max(1)
     }
 
     /// The MAC of a data line's ciphertext under counter (major, minor).

@@ -23,6 +23,27 @@ use secmem_schemes::{Design, IntegrityError, McStats, SecureMc};
 use secmem_trace::{Op, Record};
 use serde::Serialize;
 
+#[cfg(feature = "canaries")]
+thread_local! {
+    static CANARIES: std::cell::Cell<secmem_schemes::Canaries> = std::cell::Cell::new(secmem_schemes::Canaries::default());
+}
+
+/// Switches planted bugs on for controllers built later on this thread (test builds only).
+#[cfg(feature = "canaries")]
+pub fn set_test_canaries(c: secmem_schemes::Canaries) { CANARIES.with(|x| x.set(c)) }
+
+/// The planted bugs in force (always none outside test builds).
+pub(crate) fn test_canaries() -> secmem_schemes::Canaries {
+    #[cfg(feature = "canaries")]
+    {
+        CANARIES.with(|x| x.get())
+    }
+    #[cfg(not(feature = "canaries"))]
+    {
+        secmem_schemes::Canaries::default()
+    }
+}
+
 /// Core-side counters.
 #[derive(Clone, Debug, Default, PartialEq, Serialize)]
 pub struct CoreStats {
@@ -138,6 +159,7 @@ impl Engine {
             SecureMc::new(&cfg.security, &cfg.tree, &cfg.metadata_cache, cfg.data_bytes(), Box::new(media))?
         };
         if let Some(f) = mc.func.as_mut() {
+            f.canaries = test_canaries();
             if cfg.run.check_pad_reuse {
                 f.reuse = Some(secmem_crypto::PadReuseDetector::new());
             }
@@ -165,6 +187,9 @@ impl Engine {
     }
 
     pub fn now(&self) -> Cycle { self.now }
+
+    /// Core-side counters so far (cheap; `snapshot` copies everything).
+    pub fn core_stats(&self) -> &CoreStats { &self.stats }
 
     /// Checks a record's address before it touches anything.
     fn check(&self, rec: &Record, index: u64) -> Result<(), RecordError> {

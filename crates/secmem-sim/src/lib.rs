@@ -7,6 +7,7 @@
 pub mod bench;
 pub mod config;
 pub mod engine;
+pub mod harness;
 pub mod hierarchy;
 pub mod presets;
 pub mod report;

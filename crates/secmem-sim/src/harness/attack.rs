@@ -1,0 +1,394 @@
+//! Attack injection on a post-run NVM image.
+//!
+//! The trace runs in functional mode with a plaintext oracle; a copy of the image is kept
+//! at the middle of the run (the attacker's recording, for replays). At the end every dirty
+//! line is written back and the design's metadata is flushed, so NVM is consistent with the
+//! on-chip root; then the controller restarts cold (crash + recovery). Each injection modifies
+//! the image, drops every cached metadata block (so the modified blocks are fetched and
+//! verified), reads a target line through the design, checks that the failure has the
+//! expected class and address, and restores the image.
+//!
+//! Classes (expected failure in brackets):
+//! * `tamper-data` — flip bits of a written line's ciphertext [data-mac, that line];
+//! * `tamper-mac` — flip bits of its MAC [data-mac, that line];
+//! * `tamper-counter` — flip bits of a written page's counter block [counter, that block];
+//! * `tamper-tree-level-L` — flip bits of a stored tree node at level L on a written path
+//!   [tree-level-L, that node];
+//! * `replay-data-mac` — put back a line's old ciphertext and MAC block [data-mac, that line];
+//! * `replay-data-mac-counter` — also its old counter block [counter, that block];
+//! * `replay-tree-path` — old counter block and old path nodes [the highest replayed block
+//!   that differs from the current one];
+//! * `splice-data-mac` — swap two written lines' ciphertexts and MACs [data-mac, first line];
+//! * `splice-counter` — swap two written pages' counter blocks [counter, first block].
+
+use super::crash::{collect, record_error};
+use crate::config::Config;
+use crate::engine::Engine;
+use crate::run::{SimError, TraceInput};
+use rand::{Rng, SeedableRng};
+use rustc_hash::{FxHashMap, FxHashSet};
+use secmem_core::addr::{page_of_line, LINE_SHIFT};
+use secmem_core::Cycle;
+use secmem_schemes::controller::{get_bits, set_bits};
+use secmem_schemes::functional::NvmImage;
+use secmem_schemes::{Design, IntegrityError, SecureMc};
+use serde::Serialize;
+use std::cell::RefCell;
+use std::collections::BTreeMap;
+use std::rc::Rc;
+
+#[derive(Clone, Debug, Default, Serialize, PartialEq)]
+pub struct ClassOutcome {
+    pub injected: u64,
+    pub detected: u64,
+    /// Detected, but with another class or address than expected.
+    pub misattributed: u64,
+    /// Not detected and the returned plaintext differs from the oracle.
+    pub tampered_plaintext_returned: u64,
+}
+
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct AttackOutcome {
+    pub classes: BTreeMap<String, ClassOutcome>,
+    pub clean_reads: u64,
+    pub false_alarms: u64,
+    pub examples: Vec<String>,
+}
+
+impl AttackOutcome {
+    /// Every injection detected with the right class and address, and no false alarm.
+    pub fn all_detected(&self) -> bool {
+        self.false_alarms == 0 && self.classes.values().all(|c| c.detected == c.injected && c.misattributed == 0)
+    }
+}
+
+pub const BASE_CLASSES: &[&str] = &[
+    "tamper-data",
+    "tamper-mac",
+    "tamper-counter",
+    "replay-data-mac",
+    "replay-data-mac-counter",
+    "replay-tree-path",
+    "splice-data-mac",
+    "splice-counter",
+];
+
+/// Every class name for a tree of `root_level` (tree levels 1..root_level-1 are stored).
+pub fn class_names(root_level: usize) -> Vec<String> {
+    let mut v: Vec<String> = BASE_CLASSES.iter().map(|s| s.to_string()).collect();
+    for l in 1..root_level {
+        v.push(format!("tamper-tree-level-{l}"));
+    }
+    v
+}
+
+/// One prepared injection.
+struct Injection {
+    /// (device line, new bytes).
+    writes: Vec<(u64, [u8; 64])>,
+    /// Data line to read.
+    target: u64,
+    /// Expected (class, address).
+    expect: (String, u64),
+}
+
+struct World {
+    image_now: NvmImage,
+    image_old: NvmImage,
+    written: Vec<u64>,
+    changed: Vec<u64>,
+    pages: Vec<u64>,
+    oracle: FxHashMap<u64, [u8; 64]>,
+}
+
+pub fn attack_campaign(
+    cfg: &Config,
+    input: &TraceInput,
+    classes: Option<&[String]>,
+    per_class: u64,
+    clean_reads: u64,
+    seed: u64,
+) -> Result<AttackOutcome, SimError> {
+    let mut fcfg = cfg.clone();
+    fcfg.run.functional = true;
+    if !fcfg.security.enabled {
+        return Err(SimError::Config(secmem_core::ConfigError::new("security.enabled", "attack injection needs secure memory")));
+    }
+    let records = collect(&fcfg, input)?;
+    let mut engine = Engine::new(&fcfg)?;
+    let oracle: Rc<RefCell<FxHashMap<u64, [u8; 64]>>> = Rc::default();
+    let written_late: Rc<RefCell<FxHashSet<u64>>> = Rc::default();
+    let mid = records.len() / 2;
+    let late = Rc::new(RefCell::new(false));
+    {
+        let (o, w, l) = (oracle.clone(), written_late.clone(), late.clone());
+        engine.on_persist = Some(Box::new(move |line, data| {
+            o.borrow_mut().insert(line, *data);
+            if *l.borrow() {
+                w.borrow_mut().insert(line);
+            }
+        }));
+    }
+    let mut image_old = NvmImage::default();
+    for (i, r) in records.iter().enumerate() {
+        if i == mid {
+            image_old = engine.mc.func.as_ref().unwrap().image.clone();
+            *late.borrow_mut() = true;
+        }
+        engine.step(r, i as u64).map_err(|x| record_error(input, cfg, x))?;
+    }
+    let integrity = |e: IntegrityError| SimError::Integrity { trace: input.describe(cfg), message: e.to_string() };
+    engine.flush_hierarchy().map_err(integrity)?;
+    engine.finish_design().map_err(integrity)?;
+    let Engine { mut mc, mut design, .. } = engine;
+    design.crash(&mut mc, false);
+    design
+        .recover(&mut mc, Cycle::ZERO)
+        .map_err(|e| SimError::Integrity { trace: input.describe(cfg), message: format!("post-run recovery: {e}") })?;
+
+    let oracle = Rc::try_unwrap(oracle).map(|c| c.into_inner()).unwrap_or_else(|rc| rc.borrow().clone());
+    let mut written: Vec<u64> = oracle.keys().copied().collect();
+    written.sort_unstable();
+    if written.is_empty() {
+        return Err(SimError::Config(secmem_core::ConfigError::new("workload", "the trace wrote nothing to memory: no target to attack")));
+    }
+    let late_set = written_late.borrow();
+    let mut changed: Vec<u64> = written.iter().copied().filter(|l| late_set.contains(l)).collect();
+    changed.sort_unstable();
+    let mut pages: Vec<u64> = written.iter().map(|&l| page_of_line(l)).collect();
+    pages.dedup();
+    let world = World { image_now: mc.func.as_ref().unwrap().image.clone(), image_old, written, changed, pages, oracle };
+
+    let root_level = mc.layout.tree.root_level();
+    let names: Vec<String> = match classes {
+        Some(c) => c.to_vec(),
+        None => class_names(root_level),
+    };
+    let known = class_names(root_level);
+    for n in &names {
+        if !known.contains(n) {
+            return Err(SimError::Config(secmem_core::ConfigError::new(
+                "attack.class",
+                format!("unknown attack class '{n}'; known: {}", known.join(", ")),
+            )));
+        }
+    }
+    let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(seed);
+    let mut out = AttackOutcome::default();
+    for name in &names {
+        let mut co = ClassOutcome::default();
+        for _ in 0..per_class {
+            let Some(inj) = prepare(name, &world, &mc, &mut rng) else { continue };
+            co.injected += 1;
+            run_injection(&mut mc, design.as_mut(), &world, inj, &mut co, &mut out.examples, name);
+        }
+        out.classes.insert(name.clone(), co);
+    }
+    // Clean reads: every line read must verify and equal the oracle.
+    mc.drop_metadata_caches();
+    for i in 0..clean_reads {
+        if i % 4096 == 0 {
+            mc.drop_metadata_caches(); // re-verify from NVM now and then, not only from cache
+        }
+        let line = world.written[rng.gen_range(0..world.written.len())];
+        out.clean_reads += 1;
+        match design.read(&mut mc, line, Cycle::ZERO) {
+            Ok((_, Some(p))) if p == world.oracle[&line] => {}
+            other => {
+                out.false_alarms += 1;
+                if out.examples.len() < 8 {
+                    out.examples.push(format!("clean read of line {line:#x}: {:?}", other.map(|x| x.1.map(|d| d[0]))));
+                }
+            }
+        }
+    }
+    Ok(out)
+}
+
+fn flip(bytes: &mut [u8; 64], rng: &mut impl Rng) {
+    // One to three random bits.
+    for _ in 0..rng.gen_range(1..=3) {
+        let bit = rng.gen_range(0..512);
+        bytes[bit / 8] ^= 1 << (bit % 8);
+    }
+}
+
+fn prepare(name: &str, w: &World, mc: &SecureMc, rng: &mut impl Rng) -> Option<Injection> {
+    let layout = &mc.layout;
+    let tree = &layout.tree;
+    let pick = |v: &Vec<u64>, rng: &mut dyn rand::RngCore| -> Option<u64> { (!v.is_empty()).then(|| v[rng.gen_range(0..v.len())]) };
+    let line_addr = |l: u64| l << LINE_SHIFT;
+    let counter_line = |p: u64| layout.counter_addr(p) >> LINE_SHIFT;
+    let mac_of = |l: u64| layout.mac_addr(l);
+    // A written line of a page.
+    let line_in = |p: u64| w.written.iter().copied().find(|&l| page_of_line(l) == p);
+    match name {
+        "tamper-data" => {
+            let l = pick(&w.written, rng)?;
+            let mut b = w.image_now.get(l);
+            flip(&mut b, rng);
+            Some(Injection { writes: vec![(l, b)], target: l, expect: ("data-mac".into(), line_addr(l)) })
+        }
+        "tamper-mac" => {
+            let l = pick(&w.written, rng)?;
+            let (maddr, slot) = mac_of(l);
+            let mut b = w.image_now.get(maddr >> LINE_SHIFT);
+            let per = layout.macs_per_block;
+            let width = 512 / per;
+            let v = get_bits(&b, slot, per) ^ (1u64 << rng.gen_range(0..width));
+            set_bits(&mut b, slot, per, v);
+            Some(Injection { writes: vec![(maddr >> LINE_SHIFT, b)], target: l, expect: ("data-mac".into(), line_addr(l)) })
+        }
+        "tamper-counter" => {
+            let p = pick(&w.pages, rng)?;
+            let mut b = w.image_now.get(counter_line(p));
+            flip(&mut b, rng);
+            Some(Injection { writes: vec![(counter_line(p), b)], target: line_in(p)?, expect: ("counter".into(), layout.counter_addr(p)) })
+        }
+        n if n.starts_with("tamper-tree-level-") => {
+            let level: usize = n["tamper-tree-level-".len()..].parse().ok()?;
+            let p = pick(&w.pages, rng)?;
+            let mut idx = p;
+            for _ in 0..level {
+                idx = tree.parent(0, idx).1; // parent index only depends on the index
+            }
+            let addr = tree.node_addr(level, idx);
+            let mut b = w.image_now.get(addr >> LINE_SHIFT);
+            flip(&mut b, rng);
+            Some(Injection { writes: vec![(addr >> LINE_SHIFT, b)], target: line_in(p)?, expect: (format!("tree-level-{level}"), addr) })
+        }
+        "replay-data-mac" => {
+            let l = pick(&w.changed, rng)?;
+            let (maddr, _) = mac_of(l);
+            Some(Injection {
+                writes: vec![(l, w.image_old.get(l)), (maddr >> LINE_SHIFT, w.image_old.get(maddr >> LINE_SHIFT))],
+                target: l,
+                expect: ("data-mac".into(), line_addr(l)),
+            })
+        }
+        "replay-data-mac-counter" => {
+            let l = pick(&w.changed, rng)?;
+            let p = page_of_line(l);
+            let (maddr, _) = mac_of(l);
+            Some(Injection {
+                writes: vec![
+                    (l, w.image_old.get(l)),
+                    (maddr >> LINE_SHIFT, w.image_old.get(maddr >> LINE_SHIFT)),
+                    (counter_line(p), w.image_old.get(counter_line(p))),
+                ],
+                target: l,
+                expect: ("counter".into(), layout.counter_addr(p)),
+            })
+        }
+        "replay-tree-path" => {
+            let l = pick(&w.changed, rng)?;
+            let p = page_of_line(l);
+            let (maddr, _) = mac_of(l);
+            let mut writes = vec![
+                (l, w.image_old.get(l)),
+                (maddr >> LINE_SHIFT, w.image_old.get(maddr >> LINE_SHIFT)),
+                (counter_line(p), w.image_old.get(counter_line(p))),
+            ];
+            // The highest replayed block that differs from today's is what the walk trips on.
+            let mut expect = (w.image_old.get(counter_line(p)) != w.image_now.get(counter_line(p)))
+                .then(|| ("counter".to_string(), layout.counter_addr(p)));
+            let mut idx = p;
+            for level in 1..tree.root_level() {
+                idx = tree.parent(0, idx).1;
+                let a = tree.node_addr(level, idx);
+                let old = w.image_old.get(a >> LINE_SHIFT);
+                if old != w.image_now.get(a >> LINE_SHIFT) {
+                    expect = Some((format!("tree-level-{level}"), a));
+                }
+                writes.push((a >> LINE_SHIFT, old));
+            }
+            Some(Injection { writes, target: l, expect: expect? })
+        }
+        "splice-data-mac" => {
+            if w.written.len() < 2 {
+                return None;
+            }
+            let a = pick(&w.written, rng)?;
+            let b = loop {
+                let b = pick(&w.written, rng)?;
+                if b != a && w.image_now.get(a) != w.image_now.get(b) {
+                    break b;
+                }
+            };
+            let (ma, sa) = mac_of(a);
+            let (mb, sb) = mac_of(b);
+            let per = layout.macs_per_block;
+            let mut blocks: FxHashMap<u64, [u8; 64]> = FxHashMap::default();
+            blocks.insert(ma >> LINE_SHIFT, w.image_now.get(ma >> LINE_SHIFT));
+            blocks.insert(mb >> LINE_SHIFT, w.image_now.get(mb >> LINE_SHIFT));
+            let va = get_bits(&blocks[&(ma >> LINE_SHIFT)], sa, per);
+            let vb = get_bits(&blocks[&(mb >> LINE_SHIFT)], sb, per);
+            set_bits(blocks.get_mut(&(ma >> LINE_SHIFT)).unwrap(), sa, per, vb);
+            set_bits(blocks.get_mut(&(mb >> LINE_SHIFT)).unwrap(), sb, per, va);
+            let mut writes = vec![(a, w.image_now.get(b)), (b, w.image_now.get(a))];
+            writes.extend(blocks);
+            Some(Injection { writes, target: a, expect: ("data-mac".into(), line_addr(a)) })
+        }
+        "splice-counter" => {
+            if w.pages.len() < 2 {
+                return None;
+            }
+            let p = pick(&w.pages, rng)?;
+            let q = loop {
+                let q = pick(&w.pages, rng)?;
+                if q != p && w.image_now.get(counter_line(p)) != w.image_now.get(counter_line(q)) {
+                    break q;
+                }
+            };
+            Some(Injection {
+                writes: vec![(counter_line(p), w.image_now.get(counter_line(q))), (counter_line(q), w.image_now.get(counter_line(p)))],
+                target: line_in(p)?,
+                expect: ("counter".into(), layout.counter_addr(p)),
+            })
+        }
+        _ => None,
+    }
+}
+
+fn run_injection(
+    mc: &mut SecureMc,
+    design: &mut dyn Design,
+    w: &World,
+    inj: Injection,
+    co: &mut ClassOutcome,
+    examples: &mut Vec<String>,
+    name: &str,
+) {
+    let saved: Vec<(u64, [u8; 64])> = inj.writes.iter().map(|(l, _)| (*l, w.image_now.get(*l))).collect();
+    {
+        let f = mc.func.as_mut().unwrap();
+        for (l, b) in &inj.writes {
+            f.image.put(*l, *b);
+        }
+    }
+    mc.drop_metadata_caches();
+    match design.read(mc, inj.target, Cycle::ZERO) {
+        Err(e) => {
+            co.detected += 1;
+            if (e.class(), e.addr()) != (inj.expect.0.clone(), inj.expect.1) {
+                co.misattributed += 1;
+                if examples.len() < 8 {
+                    examples.push(format!("{name}: expected {} at {:#x}, got {}", inj.expect.0, inj.expect.1, e));
+                }
+            }
+        }
+        Ok((_, plain)) => {
+            if plain.as_ref() != w.oracle.get(&inj.target) {
+                co.tampered_plaintext_returned += 1;
+            }
+            if examples.len() < 8 {
+                examples.push(format!("{name}: undetected on line {:#x}", inj.target));
+            }
+        }
+    }
+    let f = mc.func.as_mut().unwrap();
+    for (l, b) in saved {
+        f.image.put(l, b);
+    }
+    mc.drop_metadata_caches();
+}

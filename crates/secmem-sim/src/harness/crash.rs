@@ -1,0 +1,195 @@
+//! Crash injection with verified recovery.
+//!
+//! A campaign runs a trace twice. The first pass (counting mode, same counts) finds the
+//! *persist points*: the records during which at least one write reached memory. Crash points
+//! are drawn from them with the seed. The second pass runs in functional mode with an
+//! independent plaintext oracle (the content of every line as last written to memory); at each
+//! crash point it copies what survives a crash — the NVM image and the on-chip root register
+//! (the write pending queue is in the ADR domain and already applied to the image) — into a
+//! recovery controller whose volatile state starts empty, runs the design's recovery, and reads
+//! every line the oracle knows through the full secure read path. A point recovers when
+//! recovery succeeds and every line equals the oracle.
+//!
+//! The harness knows nothing of the baseline: designs that add their own recovery (Horus'
+//! vault, BMF's roots) plug in through `Design::crash` / `Design::recover`.
+
+use crate::config::Config;
+use crate::engine::Engine;
+use crate::run::{open_records, SimError, TraceInput};
+use rand::seq::SliceRandom;
+use rand::SeedableRng;
+use rustc_hash::FxHashMap;
+use secmem_core::Cycle;
+use secmem_media::pcm::PcmMedia;
+use secmem_schemes::functional::NvmImage;
+use secmem_schemes::SecureMc;
+use secmem_trace::Record;
+use serde::Serialize;
+use std::cell::RefCell;
+use std::rc::Rc;
+
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct CrashOutcome {
+    pub points: u64,
+    pub recovered: u64,
+    /// Points whose recovery failed or that read back a line different from the oracle.
+    pub mismatches: u64,
+    /// Recovery failed closed (detected inconsistency) at this many points.
+    pub recovery_failures: u64,
+    /// Lines read back that differed from the oracle or failed verification, over all points.
+    pub bad_lines: u64,
+    /// Lines checked against the oracle, over all points.
+    pub lines_checked: u64,
+    /// The first few failures, described.
+    pub examples: Vec<String>,
+    /// Mean recovery work per point.
+    pub mean_recovery_counter_blocks: f64,
+    pub mean_recovery_hashes: f64,
+    pub mean_recovery_cycles: f64,
+    /// Records in the trace and persist points available.
+    pub records: u64,
+    pub persist_points: u64,
+}
+
+/// Reads all records (campaigns replay the trace, so it must fit in memory).
+pub(crate) fn collect(cfg: &Config, input: &TraceInput) -> Result<Vec<Record>, SimError> {
+    let (it, _) = open_records(cfg, input)?;
+    let limit = if cfg.run.max_requests == 0 { usize::MAX } else { cfg.run.max_requests as usize };
+    it.take(limit).collect::<Result<Vec<_>, _>>().map_err(SimError::from)
+}
+
+pub(crate) fn record_error(input: &TraceInput, cfg: &Config, e: crate::engine::RecordError) -> SimError {
+    SimError::Record { trace: input.describe(cfg), error: e }
+}
+
+/// A recovery controller with the run's geometry and keys, and empty volatile state.
+pub(crate) fn fresh_controller(cfg: &Config) -> Result<SecureMc, SimError> {
+    let layout = secmem_core::tree::SecureLayout::new(cfg.data_bytes(), cfg.tree.arity, cfg.security.mac_bits)?;
+    let mut pcm = cfg.pcm.clone();
+    pcm.capacity_gib = layout.end.div_ceil(1 << 30);
+    let mut mc = SecureMc::new_functional(
+        &cfg.security,
+        &cfg.tree,
+        &cfg.metadata_cache,
+        cfg.data_bytes(),
+        Box::new(PcmMedia::new(&pcm, cfg.core.freq_mhz)),
+        cfg.run.seed,
+    )?;
+    mc.func.as_mut().expect("functional").canaries = crate::engine::test_canaries();
+    Ok(mc)
+}
+
+pub fn crash_campaign(cfg: &Config, input: &TraceInput, points: u64, seed: u64) -> Result<CrashOutcome, SimError> {
+    if !cfg.pcm.adr {
+        return Err(SimError::Config(secmem_core::ConfigError::new(
+            "pcm.adr",
+            "crash injection models the ADR persistence domain (writes persist when accepted); set pcm.adr = true",
+        )));
+    }
+    let records = collect(cfg, input)?;
+    // Pass 1 (counting mode): which records persist something.
+    let mut counting = cfg.clone();
+    counting.run.functional = false;
+    let mut persist_records: Vec<u64> = Vec::new();
+    {
+        let mut e = Engine::new(&counting)?;
+        let mut last = 0u64;
+        for (i, r) in records.iter().enumerate() {
+            e.step(r, i as u64).map_err(|x| record_error(input, cfg, x))?;
+            let now = e.core_stats().memory_writes_issued;
+            if now > last {
+                persist_records.push(i as u64);
+                last = now;
+            }
+        }
+    }
+    let mut out = CrashOutcome { records: records.len() as u64, persist_points: persist_records.len() as u64, ..Default::default() };
+    let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(seed);
+    persist_records.shuffle(&mut rng);
+    persist_records.truncate(points as usize);
+    persist_records.sort_unstable();
+
+    // Pass 2 (functional): crash at each chosen point and recover.
+    let mut fcfg = cfg.clone();
+    fcfg.run.functional = true;
+    let mut engine = Engine::new(&fcfg)?;
+    let oracle: Rc<RefCell<FxHashMap<u64, [u8; 64]>>> = Rc::default();
+    let o2 = oracle.clone();
+    engine.on_persist = Some(Box::new(move |line, data| {
+        o2.borrow_mut().insert(line, *data);
+    }));
+    let mut recovery = fresh_controller(&fcfg)?;
+    let mut design = secmem_schemes::design::build(&fcfg.run.design).map_err(|m| SimError::Config(secmem_core::ConfigError::new("run.design", m)))?;
+    let mut next = 0usize;
+    let (mut sum_blocks, mut sum_hashes, mut sum_cycles) = (0f64, 0f64, 0f64);
+    for (i, r) in records.iter().enumerate() {
+        if next >= persist_records.len() {
+            break;
+        }
+        engine.step(r, i as u64).map_err(|x| record_error(input, cfg, x))?;
+        if persist_records[next] != i as u64 {
+            continue;
+        }
+        next += 1;
+        out.points += 1;
+        // What survives: the NVM image and the root register.
+        let live = engine.mc.func.as_ref().expect("functional");
+        let (image, root): (NvmImage, [u8; 64]) = (live.image.clone(), live.root);
+        {
+            let f = recovery.func.as_mut().expect("functional");
+            f.image = image;
+            f.root = root;
+        }
+        design.crash(&mut recovery, false);
+        let ok = match design.recover(&mut recovery, Cycle::ZERO) {
+            Ok(rep) => {
+                sum_blocks += rep.counter_blocks_read as f64;
+                sum_hashes += rep.hashes as f64;
+                sum_cycles += rep.cycles as f64;
+                true
+            }
+            Err(e) => {
+                out.recovery_failures += 1;
+                if out.examples.len() < 5 {
+                    out.examples.push(format!("crash after record {i}: {e}"));
+                }
+                false
+            }
+        };
+        let mut bad = 0u64;
+        if ok {
+            let oracle = oracle.borrow();
+            let mut lines: Vec<(&u64, &[u8; 64])> = oracle.iter().collect();
+            lines.sort_unstable_by_key(|x| *x.0);
+            for (&line, want) in lines {
+                out.lines_checked += 1;
+                match design.read(&mut recovery, line, Cycle::ZERO) {
+                    Ok((_, Some(got))) if &got == want => {}
+                    Ok((_, got)) => {
+                        bad += 1;
+                        if out.examples.len() < 5 {
+                            out.examples.push(format!("crash after record {i}: line {line:#x} reads {:02x?}.. expected {:02x?}..", got.map(|g| g[0]), want[0]));
+                        }
+                    }
+                    Err(e) => {
+                        bad += 1;
+                        if out.examples.len() < 5 {
+                            out.examples.push(format!("crash after record {i}: {e}"));
+                        }
+                    }
+                }
+            }
+        }
+        out.bad_lines += bad;
+        if ok && bad == 0 {
+            out.recovered += 1;
+        } else {
+            out.mismatches += 1;
+        }
+    }
+    let n = out.points.max(1) as f64;
+    out.mean_recovery_counter_blocks = sum_blocks / n;
+    out.mean_recovery_hashes = sum_hashes / n;
+    out.mean_recovery_cycles = sum_cycles / n;
+    Ok(out)
+}
