@@ -11,7 +11,9 @@ True
 from .api import (
     Report,
     SecmemError,
+    attack,
     bench,
+    crash,
     config_json,
     config_toml,
     flatten,
@@ -29,7 +31,9 @@ __version__ = _version()
 __all__ = [
     "Report",
     "SecmemError",
+    "attack",
     "bench",
+    "crash",
     "config_json",
     "config_toml",
     "flatten",

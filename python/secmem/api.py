@@ -161,6 +161,38 @@ def trace_info(path: str, format: Optional[str] = None) -> Dict[str, Any]:
     return json.loads(_call(_native.trace_info, _path(path), format))
 
 
+def crash(
+    preset: Optional[str] = None,
+    trace: Optional[str] = None,
+    config: Optional[str] = None,
+    params=None,
+    points: int = 2000,
+    seed: int = 1,
+) -> Dict[str, Any]:
+    """Crash injection with verified recovery: runs the trace in functional mode, crashes at
+    ``points`` seeded persist points, recovers each and checks every line against a plaintext
+    oracle. Returns ``{"points", "recovered", "mismatches", ...}``."""
+    return json.loads(_call(_native.crash, preset, _path(config), _overrides(params), _path(trace), points, seed))
+
+
+def attack(
+    preset: Optional[str] = None,
+    trace: Optional[str] = None,
+    config: Optional[str] = None,
+    params=None,
+    per_class: int = 500,
+    seed: int = 1,
+    classes: Optional[Sequence[str]] = None,
+    clean_reads: int = 1_000_000,
+) -> Dict[str, Any]:
+    """Attack injection on the post-run NVM image (tamper, replay, splice); returns
+    ``{class: {"injected", "detected", ...}, "clean_reads", "false_alarms", "all_detected"}``."""
+    cls = list(classes) if classes else None
+    return json.loads(
+        _call(_native.attack, preset, _path(config), _overrides(params), _path(trace), per_class, seed, cls, clean_reads)
+    )
+
+
 def bench_scenarios() -> List[Dict[str, str]]:
     return json.loads(_native.bench_scenarios())
 

@@ -7,6 +7,8 @@
     secmem trace gen --pattern P --requests N --footprint-bytes B --read-ratio R --seed S -o FILE
     secmem trace convert IN OUT [--to binary|text] [--from FORMAT]
     secmem trace info FILE [--format FORMAT]
+    secmem crash --preset strict [--trace FILE] --points N --seed S
+    secmem attack --preset NAME [--trace FILE] --per-class N --seed S
     secmem bench [--scenario NAME ...] [--scale X]
 
 Errors (bad config, bad trace, bad record) print one line naming the field, file, line or
@@ -97,6 +99,21 @@ def cmd_trace_info(a) -> int:
     return 0
 
 
+def cmd_crash(a) -> int:
+    out = api.crash(preset=a.preset, trace=a.trace, config=a.config, params=a.param, points=a.points, seed=a.seed)
+    print(json.dumps(out, indent=2))
+    return 0 if out["points"] > 0 and out["recovered"] == out["points"] and out["mismatches"] == 0 else 1
+
+
+def cmd_attack(a) -> int:
+    out = api.attack(
+        preset=a.preset, trace=a.trace, config=a.config, params=a.param, per_class=a.per_class, seed=a.seed,
+        classes=a.cls or None, clean_reads=a.clean_reads,
+    )
+    print(json.dumps(out, indent=2))
+    return 0 if out["all_detected"] else 1
+
+
 def cmd_bench(a) -> int:
     print(json.dumps(api.bench(a.scenario or None, scale=a.scale), indent=2))
     return 0
@@ -160,6 +177,26 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("file")
     p.add_argument("--format", default=None)
     p.set_defaults(fn=cmd_trace_info)
+
+    p = sub.add_parser("crash", help="crash injection with verified recovery (functional mode)")
+    p.add_argument("--preset", help="preset name; `strict` is the recoverable baseline")
+    p.add_argument("--config")
+    p.add_argument("--trace", help="trace file (default: the config's [workload] generator)")
+    p.add_argument("--points", type=int, default=2000, help="seeded crash points (default 2000)")
+    p.add_argument("--seed", type=int, default=1)
+    _add_params(p)
+    p.set_defaults(fn=cmd_crash)
+
+    p = sub.add_parser("attack", help="attack injection on the post-run NVM image (functional mode)")
+    p.add_argument("--preset")
+    p.add_argument("--config")
+    p.add_argument("--trace", help="trace file (default: the config's [workload] generator)")
+    p.add_argument("--per-class", type=int, default=500, help="injections per attack class (default 500)")
+    p.add_argument("--seed", type=int, default=1)
+    p.add_argument("--class", dest="cls", action="append", default=[], help="only this class (repeatable)")
+    p.add_argument("--clean-reads", type=int, default=1_000_000, help="verified clean reads checked for false alarms")
+    _add_params(p)
+    p.set_defaults(fn=cmd_attack)
 
     p = sub.add_parser("bench", help="measure simulation speed and peak memory (JSON)")
     p.add_argument("--scenario", action="append", default=[], help="scenario name (repeatable; default: all)")

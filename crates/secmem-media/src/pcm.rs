@@ -159,24 +159,38 @@ impl PcmConfig {
 /// earlier for a later cycle.
 ///
 /// [`book`](Self::book) returns the earliest start `s >= ready` whose `len` cycles are all
-/// free, except that a start whose window would end past the calendar's range is taken as is
-/// (and not recorded). Bookings further ahead than the window (2^20 cycles, 262 µs at 4 GHz)
-/// are therefore not recorded: the WPQ and read-queue bounds keep closed-loop callers far
-/// inside it, so only open-loop callers that ignore returned cycles can get there, and then
-/// banks, not the bus, are the bottleneck anyway.
+/// free, except near the end of the window: a search that runs past it returns a start whose
+/// window ends past the calendar, unrecorded (see [`beyond_window`](Self::beyond_window)).
+/// Bookings further ahead than the window (2^20 cycles, 262 µs at 4 GHz) are therefore not
+/// recorded: the WPQ and read-queue bounds keep closed-loop callers far inside it, so only
+/// open-loop callers that ignore returned cycles can get there, and then banks, not the bus,
+/// are the bottleneck anyway.
 ///
-/// Cost: a burst that fits a free slot at `ready` (the common case) is one or two word tests
-/// and stores; otherwise the search skips whole runs of booked cycles a word at a time, so a
-/// burst queued behind `k` back-to-back bursts costs O(k / 64 words), not O(k) probes.
+/// Cost, O(1) in the common cases: pruning only moves `base` (words carry their word number,
+/// so a ring slot left over from an older word reads as free and nothing is ever cleared); a
+/// burst that fits at `ready` costs one or two word tests and stores; otherwise the search
+/// skips whole runs of booked cycles a word at a time and starts past the run the previous
+/// search proved full (`hint`), so a drain issuing many writes at one cycle does not rescan
+/// the bursts it just booked.
 #[derive(Clone, Debug)]
 struct BusCalendar {
-    /// Ring of `words.len()` (a power of two) words; bit `c & 63` of word `(c >> 6) % len`
-    /// is cycle `c`, for `base <= c < base + 64 * len`.
-    words: Vec<u64>,
+    /// Ring of `slots.len()` (a power of two) slots: slot `w % len` holds `(w, bits)` for word
+    /// number `w` (bit `c & 63` is cycle `c = 64 w + (c & 63)`), or a stale word, which reads
+    /// as all free. Only words `base / 64 .. base / 64 + len` are ever read or written, and
+    /// they have distinct slots.
+    slots: Vec<(u64, u64)>,
     base: u64,
+    /// No free window of `hint_len` cycles starts in `hint.0..hint.1` at or after `base`.
+    /// Bookings only add booked cycles and pruning only forgets cycles before `base`, so the
+    /// fact stays true until the next search extends or replaces it.
+    hint: (u64, u64),
+    hint_len: u64,
 }
 
 const BUS_WINDOW_WORDS: usize = 1 << 14;
+
+/// Word number no cycle has: marks a never-written ring slot.
+const NO_WORD: u64 = u64::MAX;
 
 /// Bits `lo..hi` of a word, `lo < hi <= 64`.
 #[inline]
@@ -188,44 +202,33 @@ fn bit_range(lo: u64, hi: u64) -> u64 {
 impl BusCalendar {
     fn new(window_words: usize) -> BusCalendar {
         debug_assert!(window_words.is_power_of_two());
-        BusCalendar { words: vec![0; window_words], base: 0 }
+        BusCalendar { slots: vec![(NO_WORD, 0); window_words], base: 0, hint: (0, 0), hint_len: 0 }
     }
 
     #[inline]
-    fn window_end(&self) -> u64 { self.base + 64 * self.words.len() as u64 }
+    fn window_end(&self) -> u64 { self.base + 64 * self.slots.len() as u64 }
 
-    /// Ring index of the word holding cycle `c`.
     #[inline]
-    fn slot(&self, c: u64) -> usize { (c >> 6) as usize & (self.words.len() - 1) }
+    fn slot(&self, w: u64) -> usize { w as usize & (self.slots.len() - 1) }
+
+    /// Booked cycles of word number `w`.
+    #[inline]
+    fn word(&self, w: u64) -> u64 {
+        let (tag, bits) = self.slots[self.slot(w)];
+        if tag == w { bits } else { 0 }
+    }
+
+    /// Books the cycles `mask` of word number `w`.
+    #[inline]
+    fn set(&mut self, w: u64, mask: u64) {
+        let bits = self.word(w) | mask;
+        let i = self.slot(w);
+        self.slots[i] = (w, bits);
+    }
 
     /// Forgets cycles before `now`: no later request can be ready before `now`.
-    ///
-    /// The device calls this lazily, just before booking on this channel, with the latest
-    /// issue cycle seen on any channel. Clearing the words between the old and the new base
-    /// in one go clears exactly what pruning at every request would have cleared, since no
-    /// booking on this channel happened in between.
     #[inline]
-    fn prune(&mut self, now: u64) {
-        let new_base = now & !63;
-        if new_base > self.base {
-            self.advance(new_base);
-        }
-    }
-
-    fn advance(&mut self, new_base: u64) {
-        let k = (new_base - self.base) >> 6;
-        if k >= self.words.len() as u64 {
-            self.words.fill(0);
-        } else {
-            // Usually one or two words: a plain loop beats a memset call.
-            let mask = self.words.len() - 1;
-            let first = (self.base >> 6) as usize;
-            for w in first..first + k as usize {
-                self.words[w & mask] = 0;
-            }
-        }
-        self.base = new_base;
-    }
+    fn prune(&mut self, now: u64) { self.base = self.base.max(now & !63); }
 
     /// Books the earliest free `len`-cycle window starting at or after `ready`; returns its
     /// start. A window outside the calendar's range is returned without being recorded.
@@ -234,16 +237,23 @@ impl BusCalendar {
         if ready < self.base || ready + len > self.window_end() {
             return ready;
         }
-        // Fast path: the burst fits at `ready` itself. `len` in 1..=64 spans at most two
-        // words; the 128-bit mask covers both (the second word's part is empty when the
-        // burst ends in the first, and the ring index then wraps harmlessly).
-        if len.wrapping_sub(1) < 64 {
-            let bits = ((u64::MAX >> (64 - len)) as u128) << (ready & 63);
-            let (lo, hi) = (bits as u64, (bits >> 64) as u64);
-            let (w0, w1) = (self.slot(ready), self.slot(ready + 64));
-            if self.words[w0] & lo | self.words[w1] & hi == 0 {
-                self.words[w0] |= lo;
-                self.words[w1] |= hi;
+        // Fast path: the burst fits at `ready` itself (`len` in 1..=64, so one or two words).
+        let (w, off) = (ready >> 6, ready & 63);
+        if len.wrapping_sub(1) < 64 - off {
+            let mask = (u64::MAX >> (64 - len)) << off;
+            let bits = self.word(w);
+            if bits & mask == 0 {
+                let i = self.slot(w);
+                self.slots[i] = (w, bits | mask);
+                return ready;
+            }
+        } else if len.wrapping_sub(1) < 64 {
+            let (lo, hi) = (u64::MAX << off, u64::MAX >> (128 - off - len));
+            let (bits_lo, bits_hi) = (self.word(w), self.word(w + 1));
+            if bits_lo & lo | bits_hi & hi == 0 {
+                let (i, j) = (self.slot(w), self.slot(w + 1));
+                self.slots[i] = (w, bits_lo | lo);
+                self.slots[j] = (w + 1, bits_hi | hi);
                 return ready;
             }
         }
@@ -256,7 +266,11 @@ impl BusCalendar {
     fn book_search(&mut self, ready: u64, len: u64) -> u64 {
         // Starts after `last` would end past the window.
         let last = self.window_end() - len;
-        let mut s = ready;
+        let hinted = len == self.hint_len && self.hint.0 <= ready && ready < self.hint.1;
+        let mut s = if hinted { self.hint.1 } else { ready };
+        if s > last {
+            return self.beyond_window(ready, len);
+        }
         while let Some(p) = self.first_booked(s, s + len) {
             // Every start in (s, p] overlaps `p`, every start up to the next free cycle begins
             // on a booked one: the next candidate is the first free cycle after `p`.
@@ -269,19 +283,21 @@ impl BusCalendar {
         let mut c = s;
         while c < e {
             let word_start = c & !63;
-            let w = self.slot(c);
-            self.words[w] |= bit_range(c & 63, (e - word_start).min(64));
+            self.set(c >> 6, bit_range(c & 63, (e - word_start).min(64)));
             c = word_start + 64;
         }
+        // No free window starts before `s` (searched) nor in `s..e` (each overlaps this one).
+        self.hint = (if hinted { self.hint.0 } else { ready }, e);
+        self.hint_len = len;
         s
     }
 
     /// The start [`book`](Self::book) returns, unrecorded, when no free window starts in
-    /// `ready..=window_end() - len`. The original search stepped from one candidate to just
-    /// past the highest booked cycle of the first word that overlaps it, and returned the
-    /// first candidate whose window ends past the calendar; that candidate depends on the
+    /// `ready..=window_end() - len`. The original search stepped from a candidate to just
+    /// past the highest booked cycle of the first word overlapping it, and returned the first
+    /// candidate whose window ends past the calendar; which candidate that is depends on the
     /// stepping, so it is replayed here step by step. Only bookings running into the end of
-    /// the window get here: open-loop callers, once per bank catching up with the horizon.
+    /// the window get here (open-loop callers, as a bank's backlog passes the horizon).
     #[cold]
     #[inline(never)]
     fn beyond_window(&self, ready: u64, len: u64) -> u64 {
@@ -294,14 +310,14 @@ impl BusCalendar {
             let mut c = s;
             while c < e {
                 let word_start = c & !63;
-                let hit = self.words[self.slot(c)] & bit_range(c & 63, (e - word_start).min(64));
+                let hit = self.word(c >> 6) & bit_range(c & 63, (e - word_start).min(64));
                 if hit != 0 {
                     s = word_start + 63 - hit.leading_zeros() as u64 + 1;
                     continue 'search;
                 }
                 c = word_start + 64;
             }
-            unreachable!("no free window starts in ready..=window_end() - len");
+            unreachable!("a free window starts in ready..=window_end() - len");
         }
     }
 
@@ -311,7 +327,7 @@ impl BusCalendar {
         let mut c = s;
         while c < e {
             let word_start = c & !63;
-            let hit = self.words[self.slot(c)] & bit_range(c & 63, (e - word_start).min(64));
+            let hit = self.word(c >> 6) & bit_range(c & 63, (e - word_start).min(64));
             if hit != 0 {
                 return Some(word_start + hit.trailing_zeros() as u64);
             }
@@ -327,7 +343,7 @@ impl BusCalendar {
         let mut c = from;
         while c < limit {
             let word_start = c & !63;
-            let free = !self.words[self.slot(c)] & (u64::MAX << (c & 63));
+            let free = !self.word(c >> 6) & (u64::MAX << (c & 63));
             if free != 0 {
                 return (word_start + free.trailing_zeros() as u64).min(limit);
             }
@@ -339,27 +355,30 @@ impl BusCalendar {
 
 /// The read queue: per entry, the cycle its last read returns; an entry is free from then.
 ///
-/// A read takes the first free entry among [`RQ_PROBES`] probed from a rotating cursor, else
-/// the entry that frees first (the lowest index among equal cycles). Entries are grouped by
-/// [`RQ_GROUP`] with a lower bound of each group's earliest return kept, so that both cases
-/// cost O(1) expected / O(entries / RQ_GROUP + RQ_GROUP), never a heap update: under light
-/// load the first probe succeeds and the bounds are barely touched; when the queue is full
-/// one pass over the bounds finds the earliest entry, refreshing only stale bounds it meets.
+/// A read takes the entry at a rotating cursor if it is free; else, if some entry is free,
+/// the first free one among the next [`RQ_PROBES`]` - 1`; else the entry that frees first
+/// (the lowest index among equal cycles). That last one comes from a winner tree over the
+/// entries, kept lazily: [`set`](Self::set) only notes the entry, and the tree is brought up
+/// to date when the cursor entry is busy, by replaying the noted entries' paths to the root
+/// or, after more than [`RQ_MAX_DIRTY`] of them, rebuilding it. Light load (the cursor entry
+/// is free) thus costs O(1) per read, a full queue O(log entries).
 #[derive(Clone, Debug)]
 struct ReadQueue {
-    /// Padded to whole groups with `u64::MAX` (never free, never earliest).
+    /// Per entry; padded to a power of two `p` with `u64::MAX` (never free, never earliest).
     done: Vec<u64>,
-    /// Per group, `<=` its earliest `done`; equal unless `stale` says otherwise.
-    group_min: Vec<u64>,
-    /// Per group: `group_min` may be below the true minimum (its minimum entry was
-    /// overwritten with a later cycle and the group was not rescanned yet).
-    stale: Vec<bool>,
+    /// Winner tree: `win[j]`, `1 <= j < p`, is the entry with the earliest `done` under node
+    /// `j` (children `2j`, `2j + 1`), the lower index on ties; `win[p + i] = i` (leaves).
+    win: Vec<u32>,
+    /// Entries whose `done` changed since the tree was last brought up to date.
+    dirty: [u32; RQ_MAX_DIRTY],
+    /// Number of `dirty` entries in use; more than `RQ_MAX_DIRTY`: rebuild the whole tree.
+    n_dirty: usize,
     entries: usize,
     cursor: usize,
 }
 
-const RQ_GROUP: usize = 8;
 const RQ_PROBES: usize = 4;
+const RQ_MAX_DIRTY: usize = 8;
 
 #[derive(Copy, Clone, Debug)]
 struct RqSlot {
@@ -369,10 +388,16 @@ struct RqSlot {
 
 impl ReadQueue {
     fn new(entries: usize) -> ReadQueue {
-        let groups = entries.div_ceil(RQ_GROUP);
-        let mut done = vec![u64::MAX; groups * RQ_GROUP];
+        let p = entries.next_power_of_two();
+        let mut done = vec![u64::MAX; p];
         done[..entries].fill(0);
-        ReadQueue { done, group_min: vec![0; groups], stale: vec![false; groups], entries, cursor: 0 }
+        let mut win = vec![0u32; 2 * p];
+        for (i, w) in win[p..].iter_mut().enumerate() {
+            *w = i as u32;
+        }
+        let mut q = ReadQueue { done, win, dirty: [0; RQ_MAX_DIRTY], n_dirty: RQ_MAX_DIRTY + 1, entries, cursor: 0 };
+        q.refresh();
+        q
     }
 
     #[inline]
@@ -393,7 +418,9 @@ impl ReadQueue {
     /// [`enter`](Self::enter) when the entry at the cursor is busy.
     #[inline(never)]
     fn enter_slow(&mut self, t: u64) -> (RqSlot, u64) {
-        let (index, first) = self.earliest();
+        self.refresh();
+        let index = self.win[1] as usize;
+        let first = self.done[index];
         if first <= t {
             // Some entry is free: the remaining probes pick it if they see a free one first.
             let mut i = self.next(self.cursor);
@@ -405,57 +432,49 @@ impl ReadQueue {
                 i = self.next(i);
             }
         }
-        // Otherwise (in particular whenever the queue is full, without probing: every probe
-        // would fail) the entry that frees first.
+        // Otherwise (in particular whenever the queue is full: every probe would fail) the
+        // entry that frees first.
         self.cursor = self.next(index);
         (RqSlot { index, stalled: first > t }, first.max(t))
-    }
-
-    /// The lowest index among the entries that free first, and the cycle it frees.
-    fn earliest(&mut self) -> (usize, u64) {
-        loop {
-            let g = argmin(&self.group_min);
-            let range = g * RQ_GROUP..(g + 1) * RQ_GROUP;
-            if !self.stale[g] {
-                let i = g * RQ_GROUP + argmin(&self.done[range]);
-                return (i, self.done[i]);
-            }
-            // A stale bound is below the group's minimum; refresh it and look again. Groups
-            // before it whose bounds are larger cannot hold the first minimum, and exact
-            // bounds are never below the true minimum, so the search ends on an exact one.
-            self.group_min[g] = self.done[range].iter().copied().min().expect("group");
-            self.stale[g] = false;
-        }
     }
 
     /// Records that the read in entry `index` returns at `done`.
     #[inline]
     fn set(&mut self, index: usize, done: u64) {
-        let old = std::mem::replace(&mut self.done[index], done);
-        let g = index / RQ_GROUP;
-        if done < self.group_min[g] {
-            // Below every entry of the group (the bound is <= all of them): exact again.
-            self.group_min[g] = done;
-            self.stale[g] = false;
-        } else if old == self.group_min[g] {
-            // The minimum may have moved up; the bound stays valid, rescan only when needed.
-            self.stale[g] = true;
+        self.done[index] = done;
+        if let Some(d) = self.dirty.get_mut(self.n_dirty) {
+            *d = index as u32;
         }
+        self.n_dirty = (self.n_dirty + 1).min(RQ_MAX_DIRTY + 1);
     }
-}
 
-/// Index of the first minimum of a non-empty slice.
-#[inline]
-fn argmin(xs: &[u64]) -> usize {
-    let mut best = 0;
-    let mut best_x = xs[0];
-    for (i, &x) in xs.iter().enumerate().skip(1) {
-        if x < best_x {
-            best = i;
-            best_x = x;
+    /// Brings the winner tree up to date.
+    fn refresh(&mut self) {
+        let p = self.done.len();
+        if self.n_dirty > RQ_MAX_DIRTY {
+            for j in (1..p).rev() {
+                self.play(j);
+            }
+        } else {
+            // Replaying each changed leaf's path bottom-up leaves every node computed after
+            // all changes below it (the last replay through a node comes after the others).
+            for k in 0..self.n_dirty {
+                let mut j = (p + self.dirty[k] as usize) / 2;
+                while j >= 1 {
+                    self.play(j);
+                    j /= 2;
+                }
+            }
         }
+        self.n_dirty = 0;
     }
-    best
+
+    /// Recomputes node `j` from its children.
+    #[inline]
+    fn play(&mut self, j: usize) {
+        let (l, r) = (self.win[2 * j], self.win[2 * j + 1]);
+        self.win[j] = if self.done[r as usize] < self.done[l as usize] { r } else { l };
+    }
 }
 
 /// Map value of a line whose write is queued (not yet issued to a bank).
@@ -539,62 +558,79 @@ impl LineTable {
     }
 }
 
-/// Issued writes still holding a WPQ slot, as `(burst start, line)` in a binary min-heap on
-/// the burst start. Only the earliest start and "every write started by `t`" are ever asked
-/// for, so the order among equal starts does not matter and the line takes no part in it.
-#[derive(Clone, Debug, Default)]
-struct IssuedHeap {
-    items: Vec<(u64, u64)>,
+/// Issued writes still holding a WPQ slot, as `(burst start, line)` per bank in issue order,
+/// plus a min-tree over the banks' earliest starts.
+///
+/// Only the earliest start and "every write started by `t`" are ever asked for (the order
+/// among equal starts does not matter). A bank's writes start in issue order — a write's
+/// burst waits for the bank to finish its previous access, which ends after that access's
+/// own burst — so per-bank FIFOs are already sorted and only the banks' heads need ordering:
+/// a tree over `channels * banks` leaves, O(log banks) per change instead of a heap over the
+/// whole WPQ.
+#[derive(Clone, Debug)]
+struct IssuedWrites {
+    per_bank: Vec<VecDeque<(u64, u64)>>,
+    /// `tree[nb + b]`: earliest start in bank `b`'s FIFO (`u64::MAX` if empty); `tree[j]`,
+    /// `1 <= j < nb`: the minimum of its children `2j` and `2j + 1`. `tree[1]` is the minimum
+    /// (with a single bank the leaf is `tree[1]` itself).
+    tree: Vec<u64>,
+    len: usize,
 }
 
-impl IssuedHeap {
+impl IssuedWrites {
+    fn new(banks: usize) -> IssuedWrites {
+        debug_assert!(banks.is_power_of_two());
+        IssuedWrites { per_bank: vec![VecDeque::new(); banks], tree: vec![u64::MAX; 2 * banks], len: 0 }
+    }
+
     #[inline]
-    fn len(&self) -> usize { self.items.len() }
+    fn len(&self) -> usize { self.len }
 
     /// Earliest burst start, `u64::MAX` if empty.
     #[inline]
-    fn min_start(&self) -> u64 { self.items.first().map_or(u64::MAX, |x| x.0) }
+    fn min_start(&self) -> u64 { self.tree[1] }
 
     #[inline]
-    fn push(&mut self, start: u64, line: u64) {
-        let mut i = self.items.len();
-        self.items.push((start, line));
-        while i > 0 {
-            let parent = (i - 1) / 2;
-            if self.items[parent].0 <= start {
-                break;
-            }
-            self.items[i] = self.items[parent];
-            i = parent;
+    fn push(&mut self, bank: usize, start: u64, line: u64) {
+        let q = &mut self.per_bank[bank];
+        debug_assert!(q.back().is_none_or(|&(last, _)| last < start), "bank bursts out of order");
+        q.push_back((start, line));
+        self.len += 1;
+        if q.len() == 1 {
+            self.set_leaf(bank, start);
         }
-        self.items[i] = (start, line);
     }
 
-    /// Removes the earliest entry; the heap must be non-empty. Returns its line.
+    /// Removes a write with the earliest start; there must be one. Returns its line.
     #[inline]
-    fn pop_line(&mut self) -> u64 {
-        let line = self.items[0].1;
-        let last = self.items.pop().expect("non-empty heap");
-        let n = self.items.len();
-        if n > 0 {
-            let mut i = 0;
-            loop {
-                let mut c = 2 * i + 1;
-                if c >= n {
-                    break;
-                }
-                if c + 1 < n && self.items[c + 1].0 < self.items[c].0 {
-                    c += 1;
-                }
-                if last.0 <= self.items[c].0 {
-                    break;
-                }
-                self.items[i] = self.items[c];
-                i = c;
+    fn pop_earliest(&mut self) -> u64 {
+        let nb = self.per_bank.len();
+        // Walk down along the minimum.
+        let mut j = 1;
+        while j < nb {
+            j *= 2;
+            if self.tree[j] != self.tree[j / 2] {
+                j += 1;
             }
-            self.items[i] = last;
         }
+        let bank = j - nb;
+        let q = &mut self.per_bank[bank];
+        let (_, line) = q.pop_front().expect("an issued write");
+        let next = q.front().map_or(u64::MAX, |&(start, _)| start);
+        self.len -= 1;
+        self.set_leaf(bank, next);
         line
+    }
+
+    #[inline]
+    fn set_leaf(&mut self, bank: usize, start: u64) {
+        let mut j = self.per_bank.len() + bank;
+        self.tree[j] = start;
+        while j > 1 {
+            let m = self.tree[j].min(self.tree[j ^ 1]);
+            j /= 2;
+            self.tree[j] = m;
+        }
     }
 }
 
@@ -638,7 +674,7 @@ pub struct PcmMedia {
     /// Lines of the writes accepted but not issued, oldest first.
     wpq_queued: VecDeque<u64>,
     /// Issued writes still holding a WPQ slot.
-    wpq_issued: IssuedHeap,
+    wpq_issued: IssuedWrites,
     /// `wpq_issued.min_start()`, cached: the per-access "anything to retire?" test.
     next_retire: u64,
     /// Every line with a write in the WPQ → its array completion cycle, or `QUEUED`.
@@ -688,7 +724,7 @@ impl PcmMedia {
             latest_issue: 0,
             read_queue: ReadQueue::new(rq_cap),
             wpq_queued: VecDeque::with_capacity(wpq_cap + 1),
-            wpq_issued: IssuedHeap { items: Vec::with_capacity(wpq_cap + 1) },
+            wpq_issued: IssuedWrites::new(channels as usize * banks as usize),
             next_retire: u64::MAX,
             wpq_lines: LineTable::new(wpq_cap),
             last_write_done: 0,
@@ -752,7 +788,7 @@ impl PcmMedia {
     #[inline(never)]
     fn retire_issued_slow(&mut self, t: u64) {
         while self.wpq_issued.min_start() <= t {
-            let line = self.wpq_issued.pop_line();
+            let line = self.wpq_issued.pop_earliest();
             self.wpq_lines.remove(line);
         }
         self.next_retire = self.wpq_issued.min_start();
@@ -770,7 +806,7 @@ impl PcmMedia {
         if !self.adr {
             self.stats.bank_conflict_cycles += start - t;
         }
-        self.wpq_issued.push(start, line);
+        self.wpq_issued.push(b, start, line);
         self.next_retire = self.next_retire.min(start);
         self.last_write_done = self.last_write_done.max(done);
         self.stats.array_writes += 1;

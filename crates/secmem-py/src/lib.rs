@@ -137,6 +137,55 @@ fn trace_info(py: Python<'_>, path: &str, format: Option<&str>) -> PyResult<Stri
     Ok(info.to_json())
 }
 
+/// Crash injection: JSON {"points", "recovered", "mismatches", ...}.
+#[pyfunction]
+#[pyo3(signature = (preset=None, config=None, overrides=vec![], trace=None, points=2000, seed=1))]
+fn crash(
+    py: Python<'_>,
+    preset: Option<&str>,
+    config: Option<&str>,
+    overrides: Vec<String>,
+    trace: Option<String>,
+    points: u64,
+    seed: u64,
+) -> PyResult<String> {
+    let cfg = load(preset, config, overrides)?;
+    let input = trace.map_or(TraceInput::Workload, |t| TraceInput::File(PathBuf::from(t)));
+    let out = py.allow_threads(|| secmem_sim::harness::crash_campaign(&cfg, &input, points, seed)).map_err(err)?;
+    Ok(serde_json::to_string(&out).unwrap())
+}
+
+/// Attack injection: JSON {class: {"injected", "detected", ...}, "clean_reads", "false_alarms"}.
+#[pyfunction]
+#[pyo3(signature = (preset=None, config=None, overrides=vec![], trace=None, per_class=500, seed=1, classes=None, clean_reads=1_000_000))]
+#[allow(clippy::too_many_arguments)]
+fn attack(
+    py: Python<'_>,
+    preset: Option<&str>,
+    config: Option<&str>,
+    overrides: Vec<String>,
+    trace: Option<String>,
+    per_class: u64,
+    seed: u64,
+    classes: Option<Vec<String>>,
+    clean_reads: u64,
+) -> PyResult<String> {
+    let cfg = load(preset, config, overrides)?;
+    let input = trace.map_or(TraceInput::Workload, |t| TraceInput::File(PathBuf::from(t)));
+    let out = py
+        .allow_threads(|| secmem_sim::harness::attack_campaign(&cfg, &input, classes.as_deref(), per_class, clean_reads, seed))
+        .map_err(err)?;
+    let mut obj = serde_json::Map::new();
+    for (k, v) in &out.classes {
+        obj.insert(k.clone(), serde_json::to_value(v).unwrap());
+    }
+    obj.insert("clean_reads".into(), out.clean_reads.into());
+    obj.insert("false_alarms".into(), out.false_alarms.into());
+    obj.insert("all_detected".into(), out.all_detected().into());
+    obj.insert("examples".into(), serde_json::to_value(&out.examples).unwrap());
+    Ok(serde_json::Value::Object(obj).to_string())
+}
+
 /// `[{"name", "description"}]` of the bench scenarios.
 #[pyfunction]
 fn bench_scenarios() -> String {
@@ -167,6 +216,8 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(trace_gen, m)?)?;
     m.add_function(wrap_pyfunction!(trace_convert, m)?)?;
     m.add_function(wrap_pyfunction!(trace_info, m)?)?;
+    m.add_function(wrap_pyfunction!(crash, m)?)?;
+    m.add_function(wrap_pyfunction!(attack, m)?)?;
     m.add_function(wrap_pyfunction!(bench_scenarios, m)?)?;
     m.add_function(wrap_pyfunction!(bench_run, m)?)?;
     m.add_function(wrap_pyfunction!(version, m)?)?;

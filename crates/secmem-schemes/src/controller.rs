@@ -595,11 +595,8 @@ impl SecureMc {
     /// Decrypts and verifies the NVM copy of data `line` under counter (major, minor).
     fn open_line(&self, line: u64, major: u64, minor: u8) -> Result<[u8; 64], IntegrityError> {
         let f = self.func.as_ref().expect("functional");
-        if (major, minor) == (0, 0) {
-            return Ok([0; 64]); // never written
-        }
-        let mut buf = f.image.get(line);
-        if !f.canaries.skip_data_mac_check && f.data_mac(&buf, line, major, minor) != self.stored_mac(line) {
+        let mut buf = f.ciphertext(line);
+        if !f.canaries.skip_data_mac_check && f.data_mac(&buf, line, major, minor) != f.effective_mac(self.stored_mac(line), line) {
             return Err(IntegrityError::DataMac { line, addr: line << LINE_SHIFT });
         }
         f.decrypt(&mut buf, line, major, minor);

@@ -8,10 +8,12 @@
 //! have been checked. Timing and traffic are decided by exactly the same code as in counting
 //! mode, so both modes report the same counts.
 //!
-//! Conventions of the sparse image (secure memory is assumed initialised at boot):
-//! * a data line whose counter is (major 0, minor 0) has never been written: it reads as
-//!   zeros and has no MAC (the first write moves its minor to 1, an overflow moves the major
-//!   to >= 1, so (0, 0) never comes back);
+//! Conventions of the sparse image (secure memory is initialised at boot, lazily):
+//! * a data line absent from the image holds its boot content: zeros encrypted under counter
+//!   (0, 0), i.e. the pad itself; a MAC slot holding 0 stands for that boot content's MAC
+//!   (real MACs are never 0: a computed 0 is stored as 1). Every read is therefore verified,
+//!   never-written lines included, and a line whose counter was lost fails its MAC check
+//!   instead of reading as zeros;
 //! * a tree-node entry of 0 stands for a child block that is still all zeros (never written);
 //!   a real hash that happens to be 0 is stored as 1, so the two cannot be confused.
 //!   Replacing a written block by zeros is therefore still caught: its parent entry is not 0.
@@ -159,11 +161,22 @@ impl Functional {
         self.keys.node_hash(level as u32, index, block).max(1)
     }
 
-    /// The MAC of a data line's ciphertext under counter (major, minor).
+    /// The MAC of a data line's ciphertext under counter (major, minor); never 0 (0 marks a
+    /// boot-time MAC slot).
     pub fn data_mac(&self, ct: &[u8; 64], line: u64, major: u64, minor: u8) -> u64 {
         let line = if self.canaries.mac_without_address { 0 } else { line };
         let (major, minor) = if self.canaries.mac_without_counter { (0, 0) } else { (major, minor) };
-        self.keys.line_mac(ct, line, major, minor, self.mac_bits)
+        self.keys.line_mac(ct, line, major, minor, self.mac_bits).max(1)
+    }
+
+    /// The ciphertext NVM holds for data `line`: the image's, or the boot content.
+    pub fn ciphertext(&self, line: u64) -> [u8; 64] {
+        if self.image.contains(line) { self.image.get(line) } else { self.keys.pad(line, 0, 0) }
+    }
+
+    /// The MAC a slot stands for: its value, or for 0 the boot content's MAC.
+    pub fn effective_mac(&self, stored: u64, line: u64) -> u64 {
+        if stored != 0 { stored } else { self.data_mac(&self.keys.pad(line, 0, 0), line, 0, 0) }
     }
 
     /// Encrypts a plaintext line in place (recording the pad for the reuse detector).

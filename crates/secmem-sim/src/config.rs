@@ -60,6 +60,7 @@ config_section! {
         stride_bytes: u64 = 4096 => "Distance between consecutive accesses for the stride pattern, bytes";
         zipf_theta: f64 = 0.99 => "Skew of the zipf (hot/cold) pattern";
         inst_gap: u32 = 10 => "Non-memory instructions between consecutive records";
+        persist_writes: bool = false => "Follow every generated write with a clwb of its line and a fence, as a persistent-memory program persists its stores (adds 2 records per write)";
         seed: u64 = 1 => "Seed of the generator";
     }
 }

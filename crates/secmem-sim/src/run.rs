@@ -86,6 +86,13 @@ pub fn open_records(cfg: &Config, input: &TraceInput) -> Result<(RecordIter, Opt
             let spec = workload_spec(cfg)?;
             let n = spec.requests;
             let gen = secmem_trace::generate::Generator::new(&spec).map_err(|m| ConfigError::new("workload", m))?;
+            if cfg.workload.persist_writes {
+                let persisted = gen.flat_map(|r| {
+                    let extra = (r.op == secmem_trace::Op::Write).then(|| [secmem_trace::Record::flush(r.addr, 0), secmem_trace::Record::fence(0)]);
+                    std::iter::once(r).chain(extra.into_iter().flatten())
+                });
+                return Ok((Box::new(persisted.map(Ok)), None));
+            }
             Ok((Box::new(gen.map(Ok)), Some(n)))
         }
     }

@@ -205,10 +205,19 @@ pub fn attack_campaign(
     Ok(out)
 }
 
+/// Flips one to three distinct random bits (a bit flipped twice would be no tampering).
 fn flip(bytes: &mut [u8; 64], rng: &mut impl Rng) {
-    // One to three random bits.
-    for _ in 0..rng.gen_range(1..=3) {
+    let n = rng.gen_range(1..=3);
+    let mut bits = [usize::MAX; 3];
+    let mut k = 0;
+    while k < n {
         let bit = rng.gen_range(0..512);
+        if !bits[..k].contains(&bit) {
+            bits[k] = bit;
+            k += 1;
+        }
+    }
+    for &bit in &bits[..n] {
         bytes[bit / 8] ^= 1 << (bit % 8);
     }
 }

@@ -40,6 +40,9 @@ pub struct CrashOutcome {
     pub bad_lines: u64,
     /// Lines checked against the oracle, over all points.
     pub lines_checked: u64,
+    /// Lines that read back *without* an integrity error but differ from the oracle: silent
+    /// corruption, the one outcome a secure memory must never produce.
+    pub silent_corruptions: u64,
     /// The first few failures, described.
     pub examples: Vec<String>,
     /// Mean recovery work per point.
@@ -102,6 +105,12 @@ pub fn crash_campaign(cfg: &Config, input: &TraceInput, points: u64, seed: u64) 
                 last = now;
             }
         }
+    }
+    if persist_records.is_empty() {
+        return Err(SimError::Config(secmem_core::ConfigError::new(
+            "workload",
+            "the trace never writes to memory, so there is no persist point to crash at (use flushes/fences, e.g. workload.persist_writes = true, or a footprint larger than the caches)",
+        )));
     }
     let mut out = CrashOutcome { records: records.len() as u64, persist_points: persist_records.len() as u64, ..Default::default() };
     let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(seed);
@@ -167,6 +176,7 @@ pub fn crash_campaign(cfg: &Config, input: &TraceInput, points: u64, seed: u64) 
                     Ok((_, Some(got))) if &got == want => {}
                     Ok((_, got)) => {
                         bad += 1;
+                        out.silent_corruptions += 1;
                         if out.examples.len() < 5 {
                             out.examples.push(format!("crash after record {i}: line {line:#x} reads {:02x?}.. expected {:02x?}..", got.map(|g| g[0]), want[0]));
                         }
