@@ -102,10 +102,12 @@ def run(
     config: Optional[str] = None,
     params=None,
     out: Optional[str] = None,
+    save_image: Optional[str] = None,
 ) -> Report:
     """Runs one simulation. ``trace=None`` uses the config's built-in synthetic workload.
-    With ``out``, also writes ``out/report.json`` and ``out/config.toml``."""
-    text = _call(_native.run, preset, _path(config), _overrides(params), _path(trace), _path(out))
+    With ``out``, also writes ``out/report.json`` and ``out/config.toml``. With
+    ``save_image`` (functional mode), saves the post-run NVM image there."""
+    text = _call(_native.run, preset, _path(config), _overrides(params), _path(trace), _path(out), _path(save_image))
     return Report(json.loads(text))
 
 
@@ -191,6 +193,12 @@ def attack(
     return json.loads(
         _call(_native.attack, preset, _path(config), _overrides(params), _path(trace), per_class, seed, cls, clean_reads)
     )
+
+
+def image_verify(path: str, preset: Optional[str] = None, config: Optional[str] = None, params=None) -> Dict[str, Any]:
+    """Loads a saved NVM image (rejecting damaged files), recovers, and reads every data line
+    through the secure read path; returns counts and ``ok``."""
+    return json.loads(_call(_native.image_verify, _path(path), preset, _path(config), _overrides(params)))
 
 
 def bench_scenarios() -> List[Dict[str, str]]:

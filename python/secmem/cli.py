@@ -9,6 +9,7 @@
     secmem trace info FILE [--format FORMAT]
     secmem crash --preset strict [--trace FILE] --points N --seed S
     secmem attack --preset NAME [--trace FILE] --per-class N --seed S
+    secmem image verify FILE [--preset NAME]
     secmem bench [--scenario NAME ...] [--scale X]
 
 Errors (bad config, bad trace, bad record) print one line naming the field, file, line or
@@ -52,7 +53,7 @@ def _summary(rep: api.Report) -> str:
 
 
 def cmd_run(a) -> int:
-    rep = api.run(preset=a.preset, trace=a.trace, config=a.config, params=a.param, out=a.out)
+    rep = api.run(preset=a.preset, trace=a.trace, config=a.config, params=a.param, out=a.out, save_image=a.save_image)
     if a.json:
         print(json.dumps(rep, indent=2))
     else:
@@ -114,6 +115,12 @@ def cmd_attack(a) -> int:
     return 0 if out["all_detected"] else 1
 
 
+def cmd_image_verify(a) -> int:
+    out = api.image_verify(a.file, preset=a.preset, config=a.config, params=a.param)
+    print(json.dumps(out, indent=2))
+    return 0 if out["ok"] else 1
+
+
 def cmd_bench(a) -> int:
     print(json.dumps(api.bench(a.scenario or None, scale=a.scale), indent=2))
     return 0
@@ -137,6 +144,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--trace", help="trace file (any supported format); default: the config's [workload] generator")
     p.add_argument("--out", default="out", help="output directory (default: out)")
     p.add_argument("--json", action="store_true", help="print the whole report as JSON")
+    p.add_argument("--save-image", help="functional mode: save the post-run NVM image to this file")
     _add_params(p)
     p.set_defaults(fn=cmd_run)
 
@@ -197,6 +205,14 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--clean-reads", type=int, default=1_000_000, help="verified clean reads checked for false alarms")
     _add_params(p)
     p.set_defaults(fn=cmd_attack)
+
+    im = sub.add_parser("image", help="saved NVM images").add_subparsers(dest="sub", required=True, metavar="SUB")
+    p = im.add_parser("verify", help="recover from a saved NVM image and verify every data line")
+    p.add_argument("file")
+    p.add_argument("--preset")
+    p.add_argument("--config")
+    _add_params(p)
+    p.set_defaults(fn=cmd_image_verify)
 
     p = sub.add_parser("bench", help="measure simulation speed and peak memory (JSON)")
     p.add_argument("--scenario", action="append", default=[], help="scenario name (repeatable; default: all)")

@@ -76,3 +76,25 @@ def test_api_campaigns_return_dicts():
     assert out["tamper-data"]["injected"] == 20 and out["all_detected"]
     out = secmem.crash(preset="strict", points=50, params={"workload.requests": 5000, "workload.footprint_bytes": 1 << 20})
     assert out["recovered"] == 50
+
+
+def test_saved_image_verifies_and_a_damaged_or_tampered_one_is_refused(cli, tmp_path):
+    run = ["--preset", "horus", "-p", "run.functional=true", "-p", "workload.requests=20000",
+           "-p", "llc.size_kib=1024", "-p", "l2.size_kib=256", "--out", "o"]
+    cli("run", *run, "--save-image", "nvm.img", check=True)
+    res = cli("image", "verify", "nvm.img", "--preset", "horus")
+    out = json.loads(res.stdout)
+    assert res.returncode == 0 and out["ok"] and out["data_lines_verified"] > 1000
+    data = (tmp_path / "nvm.img").read_bytes()
+    (tmp_path / "trunc.img").write_bytes(data[: len(data) // 2])
+    res = cli("image", "verify", "trunc.img", "--preset", "horus")
+    assert res.returncode == 2 and "trunc.img" in res.stderr and "truncated" in res.stderr
+    bad = bytearray(data)
+    bad[200] ^= 1
+    (tmp_path / "rot.img").write_bytes(bytes(bad))
+    res = cli("image", "verify", "rot.img", "--preset", "horus")
+    assert res.returncode == 2 and "corrupt" in res.stderr
+    res = cli("image", "verify", "nvm.img", "--preset", "bmf")
+    assert res.returncode == 2 and "pcm.capacity_gib" in res.stderr
+    res = cli("run", "--preset", "horus", "--save-image", "x.img", "-p", "workload.requests=100")
+    assert res.returncode == 2 and "run.functional" in res.stderr

@@ -559,28 +559,25 @@ impl LineTable {
 }
 
 /// Issued writes still holding a WPQ slot, as `(burst start, line)` per bank in issue order,
-/// plus a min-tree over the banks' earliest starts.
+/// plus a min-heap of the non-empty banks keyed by their earliest start.
 ///
 /// Only the earliest start and "every write started by `t`" are ever asked for (the order
 /// among equal starts does not matter). A bank's writes start in issue order — a write's
 /// burst waits for the bank to finish its previous access, which ends after that access's
 /// own burst — so per-bank FIFOs are already sorted and only the banks' heads need ordering:
-/// a tree over `channels * banks` leaves, O(log banks) per change instead of a heap over the
-/// whole WPQ.
+/// the heap holds at most one entry per bank, and usually very few (an eager WPQ under light
+/// load has one or two writes in flight), instead of every write in the WPQ.
 #[derive(Clone, Debug)]
 struct IssuedWrites {
     per_bank: Vec<VecDeque<(u64, u64)>>,
-    /// `tree[nb + b]`: earliest start in bank `b`'s FIFO (`u64::MAX` if empty); `tree[j]`,
-    /// `1 <= j < nb`: the minimum of its children `2j` and `2j + 1`. `tree[1]` is the minimum
-    /// (with a single bank the leaf is `tree[1]` itself).
-    tree: Vec<u64>,
+    /// `(earliest start, bank)` of every non-empty bank, a binary min-heap on the start.
+    heads: Vec<(u64, usize)>,
     len: usize,
 }
 
 impl IssuedWrites {
     fn new(banks: usize) -> IssuedWrites {
-        debug_assert!(banks.is_power_of_two());
-        IssuedWrites { per_bank: vec![VecDeque::new(); banks], tree: vec![u64::MAX; 2 * banks], len: 0 }
+        IssuedWrites { per_bank: vec![VecDeque::new(); banks], heads: Vec::with_capacity(banks), len: 0 }
     }
 
     #[inline]
@@ -588,7 +585,7 @@ impl IssuedWrites {
 
     /// Earliest burst start, `u64::MAX` if empty.
     #[inline]
-    fn min_start(&self) -> u64 { self.tree[1] }
+    fn min_start(&self) -> u64 { self.heads.first().map_or(u64::MAX, |h| h.0) }
 
     #[inline]
     fn push(&mut self, bank: usize, start: u64, line: u64) {
@@ -597,40 +594,64 @@ impl IssuedWrites {
         q.push_back((start, line));
         self.len += 1;
         if q.len() == 1 {
-            self.set_leaf(bank, start);
+            self.heads.push((start, bank));
+            self.sift_up(self.heads.len() - 1);
         }
     }
 
     /// Removes a write with the earliest start; there must be one. Returns its line.
     #[inline]
     fn pop_earliest(&mut self) -> u64 {
-        let nb = self.per_bank.len();
-        // Walk down along the minimum.
-        let mut j = 1;
-        while j < nb {
-            j *= 2;
-            if self.tree[j] != self.tree[j / 2] {
-                j += 1;
-            }
-        }
-        let bank = j - nb;
+        let bank = self.heads[0].1;
         let q = &mut self.per_bank[bank];
         let (_, line) = q.pop_front().expect("an issued write");
-        let next = q.front().map_or(u64::MAX, |&(start, _)| start);
         self.len -= 1;
-        self.set_leaf(bank, next);
+        match q.front() {
+            // The bank's next write starts later: it sinks.
+            Some(&(next, _)) => self.heads[0].0 = next,
+            None => {
+                let last = self.heads.pop().expect("a head");
+                if self.heads.is_empty() {
+                    return line;
+                }
+                self.heads[0] = last;
+            }
+        }
+        self.sift_down(0);
         line
     }
 
-    #[inline]
-    fn set_leaf(&mut self, bank: usize, start: u64) {
-        let mut j = self.per_bank.len() + bank;
-        self.tree[j] = start;
-        while j > 1 {
-            let m = self.tree[j].min(self.tree[j ^ 1]);
-            j /= 2;
-            self.tree[j] = m;
+    fn sift_up(&mut self, mut i: usize) {
+        let x = self.heads[i];
+        while i > 0 {
+            let parent = (i - 1) / 2;
+            if self.heads[parent].0 <= x.0 {
+                break;
+            }
+            self.heads[i] = self.heads[parent];
+            i = parent;
         }
+        self.heads[i] = x;
+    }
+
+    fn sift_down(&mut self, mut i: usize) {
+        let n = self.heads.len();
+        let x = self.heads[i];
+        loop {
+            let mut c = 2 * i + 1;
+            if c >= n {
+                break;
+            }
+            if c + 1 < n && self.heads[c + 1].0 < self.heads[c].0 {
+                c += 1;
+            }
+            if x.0 <= self.heads[c].0 {
+                break;
+            }
+            self.heads[i] = self.heads[c];
+            i = c;
+        }
+        self.heads[i] = x;
     }
 }
 

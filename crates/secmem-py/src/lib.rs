@@ -42,7 +42,7 @@ fn config_json(preset: Option<&str>, config: Option<&str>, overrides: Vec<String
 /// Runs a simulation; returns the report as JSON. Writes `out/report.json` and
 /// `out/config.toml` when `out` is given. The GIL is released while simulating.
 #[pyfunction]
-#[pyo3(signature = (preset=None, config=None, overrides=vec![], trace=None, out=None))]
+#[pyo3(signature = (preset=None, config=None, overrides=vec![], trace=None, out=None, save_image=None))]
 fn run(
     py: Python<'_>,
     preset: Option<&str>,
@@ -50,13 +50,15 @@ fn run(
     overrides: Vec<String>,
     trace: Option<String>,
     out: Option<String>,
+    save_image: Option<String>,
 ) -> PyResult<String> {
     let cfg = load(preset, config, overrides)?;
     let input = trace.map_or(TraceInput::Workload, |t| TraceInput::File(PathBuf::from(t)));
+    let image = save_image.as_deref().map(Path::new);
     let report = py
         .allow_threads(|| match &out {
-            Some(dir) => secmem_sim::run_to_dir(&cfg, &input, Path::new(dir)),
-            None => secmem_sim::run(&cfg, &input),
+            Some(dir) => secmem_sim::run::run_to_dir_saving(&cfg, &input, Path::new(dir), image),
+            None => secmem_sim::run::run_saving(&cfg, &input, image),
         })
         .map_err(err)?;
     Ok(report.to_string())
@@ -186,6 +188,17 @@ fn attack(
     Ok(serde_json::Value::Object(obj).to_string())
 }
 
+/// Verifies a saved NVM image: JSON {"data_lines_verified", "integrity_failures", ...}.
+#[pyfunction]
+#[pyo3(signature = (path, preset=None, config=None, overrides=vec![]))]
+fn image_verify(py: Python<'_>, path: &str, preset: Option<&str>, config: Option<&str>, overrides: Vec<String>) -> PyResult<String> {
+    let cfg = load(preset, config, overrides)?;
+    let out = py.allow_threads(|| secmem_sim::harness::verify_image(&cfg, Path::new(path))).map_err(err)?;
+    let mut v = serde_json::to_value(&out).unwrap();
+    v["ok"] = out.ok().into();
+    Ok(v.to_string())
+}
+
 /// `[{"name", "description"}]` of the bench scenarios.
 #[pyfunction]
 fn bench_scenarios() -> String {
@@ -217,6 +230,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(trace_convert, m)?)?;
     m.add_function(wrap_pyfunction!(trace_info, m)?)?;
     m.add_function(wrap_pyfunction!(crash, m)?)?;
+    m.add_function(wrap_pyfunction!(image_verify, m)?)?;
     m.add_function(wrap_pyfunction!(attack, m)?)?;
     m.add_function(wrap_pyfunction!(bench_scenarios, m)?)?;
     m.add_function(wrap_pyfunction!(bench_run, m)?)?;

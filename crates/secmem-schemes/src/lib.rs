@@ -10,6 +10,7 @@ pub mod config;
 pub mod controller;
 pub mod design;
 pub mod functional;
+pub mod image_file;
 pub mod recovery;
 pub mod testing;
 

@@ -100,6 +100,21 @@ pub fn open_records(cfg: &Config, input: &TraceInput) -> Result<(RecordIter, Opt
 
 /// Runs `records` through a fresh engine; returns the report.
 pub fn run_records(cfg: &Config, records: RecordIter, total_hint: Option<u64>, trace_name: &str) -> Result<Value, SimError> {
+    run_records_saving(cfg, records, total_hint, trace_name, None)
+}
+
+/// As [`run_records`]; with `image_out`, after the run every dirty line is written back, the
+/// design's metadata is flushed and the NVM image is saved there (functional mode only).
+pub fn run_records_saving(
+    cfg: &Config,
+    records: RecordIter,
+    total_hint: Option<u64>,
+    trace_name: &str,
+    image_out: Option<&Path>,
+) -> Result<Value, SimError> {
+    if image_out.is_some() && !cfg.run.functional {
+        return Err(SimError::Config(ConfigError::new("run.functional", "saving an NVM image needs functional mode (-p run.functional=true)")));
+    }
     let start = Instant::now();
     let mut engine = Engine::new(cfg)?;
     let warmup = cfg.run.warmup_requests;
@@ -148,6 +163,21 @@ pub fn run_records(cfg: &Config, records: RecordIter, total_hint: Option<u64>, t
     let stats = report::stats(cfg, &roi, &engine.design.extra_stats());
     let meta = report::meta(cfg, trace_name.to_string(), cfg.run.functional, n, wall);
     let mut rep = report::report(cfg, &meta, stats);
+    if let Some(path) = image_out {
+        let integrity = |e: secmem_schemes::IntegrityError| SimError::Integrity { trace: trace_name.to_string(), message: e.to_string() };
+        engine.flush_hierarchy().map_err(integrity)?;
+        engine.finish_design().map_err(integrity)?;
+        let f = engine.mc.func.as_ref().expect("functional");
+        let meta = secmem_schemes::image_file::ImageMeta {
+            mac_bits: cfg.security.mac_bits,
+            minor_bits: cfg.security.minor_counter_bits,
+            arity: cfg.tree.arity as u32,
+            data_bytes: cfg.data_bytes(),
+            key_seed: cfg.run.seed,
+        };
+        secmem_schemes::image_file::save(path, &meta, &f.root, &f.image).map_err(|e| SimError::Io { path: e.path.clone(), message: e.message })?;
+        rep["meta"]["image"] = serde_json::json!(path.display().to_string());
+    }
     if let Some(f) = engine.mc.func.as_ref() {
         rep["meta"]["event_log_hash"] = serde_json::json!(format!("{:016x}", f.event_log_digest()));
         if let Some(v) = &f.reuse_violation {
@@ -167,16 +197,22 @@ fn show_progress(n: u64, total: Option<u64>, secs: f64) {
 }
 
 /// Runs a config on an input; the report as JSON.
-pub fn run(cfg: &Config, input: &TraceInput) -> Result<Value, SimError> {
+pub fn run(cfg: &Config, input: &TraceInput) -> Result<Value, SimError> { run_saving(cfg, input, None) }
+
+/// Runs and, with `image_out`, saves the NVM image afterwards.
+pub fn run_saving(cfg: &Config, input: &TraceInput, image_out: Option<&Path>) -> Result<Value, SimError> {
     let (records, hint) = open_records(cfg, input)?;
-    run_records(cfg, records, hint, &input.describe(cfg))
+    run_records_saving(cfg, records, hint, &input.describe(cfg), image_out)
 }
 
 /// Runs and writes `out_dir/report.json` and `out_dir/config.toml` (the resolved config).
-pub fn run_to_dir(cfg: &Config, input: &TraceInput, out_dir: &Path) -> Result<Value, SimError> {
+pub fn run_to_dir(cfg: &Config, input: &TraceInput, out_dir: &Path) -> Result<Value, SimError> { run_to_dir_saving(cfg, input, out_dir, None) }
+
+/// As [`run_to_dir`], optionally saving the NVM image.
+pub fn run_to_dir_saving(cfg: &Config, input: &TraceInput, out_dir: &Path, image_out: Option<&Path>) -> Result<Value, SimError> {
     let io = |e: std::io::Error| SimError::Io { path: out_dir.display().to_string(), message: e.to_string() };
     std::fs::create_dir_all(out_dir).map_err(io)?;
-    let report = run(cfg, input)?;
+    let report = run_saving(cfg, input, image_out)?;
     std::fs::write(out_dir.join("config.toml"), cfg.to_commented_toml()).map_err(io)?;
     let text = serde_json::to_string_pretty(&report).expect("report serializes");
     std::fs::write(out_dir.join("report.json"), text).map_err(io)?;

@@ -4,6 +4,8 @@
 
 pub mod attack;
 pub mod crash;
+pub mod image;
 
 pub use attack::{attack_campaign, AttackOutcome, ClassOutcome};
 pub use crash::{crash_campaign, CrashOutcome};
+pub use image::{verify_image, ImageCheck};
