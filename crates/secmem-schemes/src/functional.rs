@@ -67,7 +67,7 @@ impl std::fmt::Display for IntegrityError {
 impl std::error::Error for IntegrityError {}
 
 /// The persistent bytes of the device, by device line number; absent lines are zeros.
-#[derive(Clone, Default)]
+#[derive(Clone, Default, Debug)]
 pub struct NvmImage {
     lines: FxHashMap<u64, [u8; 64]>,
 }
