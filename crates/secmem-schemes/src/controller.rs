@@ -170,6 +170,8 @@ pub struct SecureMc {
     evictions: Vec<Evicted>,
     /// Functional mode: the bytes (image, payloads, root register) and the crypto.
     pub func: Option<Box<Functional>>,
+    /// Reused buffer of the blocks one tree walk fetched (functional mode).
+    chain_buf: Vec<(usize, u64, [u8; 64])>,
 }
 
 /// A dirty metadata block on its way to NVM.
@@ -261,6 +263,7 @@ impl SecureMc {
             stats: McStats::default(),
             evictions: Vec::with_capacity(16),
             func,
+            chain_buf: Vec::with_capacity(MAX_LEVELS),
         })
     }
 
@@ -366,8 +369,10 @@ impl SecureMc {
         // Miss: fetch this block and walk up until a cached ancestor (already verified) or the
         // root. All fetches issue at once; each fetched block is then hashed and compared with
         // its parent's entry, in parallel.
-        let functional = self.func.is_some();
-        let mut chain = [(0usize, 0u64, [0u8; 64]); MAX_LEVELS];
+        // Functional mode keeps the fetched bytes for verification; the buffer is reused so the
+        // hot path allocates nothing (and counting mode never touches it).
+        let mut chain = std::mem::take(&mut self.chain_buf);
+        chain.clear();
         let mut fetched = 0usize;
         let mut ready = now;
         let (mut lvl, mut idx) = (level, index);
@@ -377,7 +382,7 @@ impl SecureMc {
             ready = ready.max(self.device_read(addr, class, now));
             let bytes = self.func.as_ref().map(|f| f.image.get(addr >> LINE_SHIFT));
             if let Some(b) = bytes {
-                chain[fetched] = (lvl, idx, b);
+                chain.push((lvl, idx, b));
             }
             self.fill_meta(if lvl == 0 { Meta::Counter } else { Meta::Tree }, addr >> LINE_SHIFT, lvl == level && dirty, bytes);
             fetched += 1;
@@ -393,9 +398,9 @@ impl SecureMc {
             idx = pidx;
         }
         self.stats.mac_ops.tree_verify += fetched as u64;
-        if functional {
-            self.verify_chain(&chain[..fetched])?;
-        }
+        let verdict = if chain.is_empty() { Ok(()) } else { self.verify_chain(&chain) };
+        self.chain_buf = chain;
+        verdict?;
         Ok(ready + self.p.hash)
     }
 

@@ -1,0 +1,41 @@
+"""Are the README's commands true? Runs the main job of command 1 and every line of the
+README's command block, in order, in a scratch directory."""
+
+import os
+import re
+import shlex
+
+from conftest import REPO, secmem_cmd
+
+
+def readme_blocks():
+    text = open(os.path.join(REPO, "README.md")).read()
+    return text, re.findall(r"```(\w*)\n(.*?)```", text, re.S)
+
+
+def test_command_one_main_job_runs_on_built_in_defaults(cli, tmp_path):
+    text, blocks = readme_blocks()
+    first = blocks[0][1]
+    assert "pip install ." in first and "bash .ci/run" in first
+    main_job = re.search(r"\.venv/bin/(secmem run [^\n]*)", first).group(1)
+    cli(*shlex.split(main_job)[1:], check=True)
+    assert (tmp_path / "out" / "report.json").exists() and (tmp_path / "out" / "config.toml").exists()
+
+
+def test_every_readme_command_runs(cli, tmp_path):
+    text, _ = readme_blocks()
+    block = re.search(r"<!-- readme-commands.*?-->\s*```sh\n(.*?)```", text, re.S).group(1)
+    lines = [l for l in block.splitlines() if l.strip() and not l.startswith("#")]
+    assert len(lines) >= 10
+    for line in lines:
+        args = shlex.split(line)
+        assert args[0] == "secmem", line
+        res = cli(*args[1:])
+        assert res.returncode == 0, f"{line}\n{res.stdout[-2000:]}\n{res.stderr[-2000:]}"
+
+
+def test_python_example_runs():
+    text, blocks = readme_blocks()
+    code = next(b for lang, b in blocks if lang == "python")
+    code = code.replace("100_000", "20_000").replace("per_class=100, clean_reads=10_000", "per_class=5, clean_reads=100")
+    exec(compile(code, "README.md", "exec"), {})
