@@ -54,16 +54,41 @@ impl CounterBlock {
     pub fn encode(&self, minor_bits: u32) -> [u8; 64] {
         let mut out = [0u8; 64];
         out[..8].copy_from_slice(&self.major.to_le_bytes());
-        let mut bit = 64usize;
+        let mask = (1u64 << minor_bits) - 1;
+        // Accumulate minors into a bit buffer and spill whole bytes.
+        let (mut acc, mut nbits, mut pos) = (0u64, 0u32, 8usize);
         for &m in &self.minors {
-            for b in 0..minor_bits as usize {
-                if (m >> b) & 1 == 1 {
-                    out[(bit + b) / 8] |= 1 << ((bit + b) % 8);
-                }
+            acc |= (m as u64 & mask) << nbits;
+            nbits += minor_bits;
+            while nbits >= 8 {
+                out[pos] = acc as u8;
+                acc >>= 8;
+                nbits -= 8;
+                pos += 1;
             }
-            bit += minor_bits as usize;
+        }
+        if nbits > 0 {
+            out[pos] = acc as u8;
         }
         out
+    }
+
+    /// Inverse of [`encode`](Self::encode).
+    pub fn decode(bytes: &[u8; 64], minor_bits: u32) -> CounterBlock {
+        let mut cb = CounterBlock { major: u64::from_le_bytes(bytes[..8].try_into().unwrap()), minors: [0; 64] };
+        let mask = (1u64 << minor_bits) - 1;
+        let (mut acc, mut nbits, mut pos) = (0u64, 0u32, 8usize);
+        for m in cb.minors.iter_mut() {
+            while nbits < minor_bits {
+                acc |= (bytes[pos] as u64) << nbits;
+                nbits += 8;
+                pos += 1;
+            }
+            *m = (acc & mask) as u8;
+            acc >>= minor_bits;
+            nbits -= minor_bits;
+        }
+        cb
     }
 
     /// The (major, minor) of line `idx` straight from the encoded bytes, without decoding the
@@ -78,22 +103,6 @@ impl CounterBlock {
         (major, minor as u8)
     }
 
-    /// Inverse of [`encode`](Self::encode).
-    pub fn decode(bytes: &[u8; 64], minor_bits: u32) -> CounterBlock {
-        let mut major = [0u8; 8];
-        major.copy_from_slice(&bytes[..8]);
-        let mut cb = CounterBlock { major: u64::from_le_bytes(major), minors: [0; 64] };
-        let mut bit = 64usize;
-        for m in cb.minors.iter_mut() {
-            for b in 0..minor_bits as usize {
-                if (bytes[(bit + b) / 8] >> ((bit + b) % 8)) & 1 == 1 {
-                    *m |= 1 << b;
-                }
-            }
-            bit += minor_bits as usize;
-        }
-        cb
-    }
 }
 
 /// The current value of every page's counters (the architectural truth, whichever cache or

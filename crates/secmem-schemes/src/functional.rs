@@ -78,6 +78,9 @@ impl NvmImage {
     #[inline]
     pub fn put(&mut self, line: u64, bytes: [u8; 64]) { self.lines.insert(line, bytes); }
     pub fn contains(&self, line: u64) -> bool { self.lines.contains_key(&line) }
+    /// The bytes at `line`, if it was ever written.
+    #[inline]
+    pub fn get_opt(&self, line: u64) -> Option<&[u8; 64]> { self.lines.get(&line) }
     pub fn len(&self) -> usize { self.lines.len() }
     pub fn is_empty(&self) -> bool { self.lines.is_empty() }
     /// Device line numbers present in `[first, end)`, sorted.
@@ -171,7 +174,10 @@ impl Functional {
 
     /// The ciphertext NVM holds for data `line`: the image's, or the boot content.
     pub fn ciphertext(&self, line: u64) -> [u8; 64] {
-        if self.image.contains(line) { self.image.get(line) } else { self.keys.pad(line, 0, 0) }
+        match self.image.get_opt(line) {
+            Some(b) => *b,
+            None => self.keys.pad(line, 0, 0),
+        }
     }
 
     /// The MAC a slot stands for: its value, or for 0 the boot content's MAC.
