@@ -1,6 +1,6 @@
 //! Split counters (Yan et al., ISCA'06), as used by every design in secmem: one 64 B counter
 //! block per 4 KB page holds a 64-bit major counter and 64 minor counters (7 bits each by
-//! default; Lelantus shrinks them to 6). A line's encryption counter is (major, minor). A write
+//! default; the Lelantus design shrinks them to 6 to make room for its CoW fields). A line's encryption counter is (major, minor). A write
 //! bumps the line's minor; when the minor would wrap, the major is bumped, every minor of the
 //! page is reset, and the page's other lines must be re-encrypted under the new major.
 //!

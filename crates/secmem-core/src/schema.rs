@@ -177,7 +177,10 @@ pub fn parse_layer(text: &str, origin: &str) -> Result<toml::Value, ConfigError>
 pub fn finish<S: Section>(tree: toml::Value) -> Result<S, ConfigError> {
     serde_path_to_error::deserialize(tree).map_err(|e| {
         let path = e.path().to_string();
-        ConfigError::new(if path == "." { String::new() } else { path }, e.inner().to_string())
+        // One line: toml appends "\nin `field`", which the dotted path already says.
+        let msg = e.inner().to_string();
+        let msg = msg.lines().next().unwrap_or_default().to_string();
+        ConfigError::new(if path == "." { String::new() } else { path }, msg)
     })
 }
 

@@ -29,7 +29,7 @@ config_section! {
         aes_latency_cycles: u64 = 40 => "Latency of one AES pad generation, CPU cycles (Horus Table I: 40)";
         mac_latency_cycles: u64 = 160 => "Latency of one MAC computation over a data line, CPU cycles (Horus Table I single hash: 160)";
         hash_latency_cycles: u64 = 160 => "Latency of one integrity-tree node hash, CPU cycles (Horus Table I: 160)";
-        verify_on_critical_path: bool = false => "Reads wait for MAC and tree verification; false overlaps verification with data use (speculative, as in BMF and Horus)";
+        verify_on_critical_path: bool = false => "Reads also wait for the data MAC check; false overlaps it with data use (speculative, as in BMF and Horus). A fetched counter is always verified against the tree before its pad is used";
         metadata_persistence: MetadataPersistence = MetadataPersistence::WriteBack => "write-back (recovery-oblivious) or strict (write-through metadata, recoverable)";
     }
 }
@@ -37,7 +37,7 @@ config_section! {
 config_section! {
     /// The Bonsai Merkle Tree over counter blocks.
     pub struct TreeConfig {
-        arity: u64 = 8 => "Children per tree node (8 x 64-bit hashes fill a 64 B node); height is derived from capacity";
+        arity: u64 = 8 => "Children per tree node (8 x 64-bit hashes fill a 64 B node; functional mode needs <= 8); height is derived from capacity";
         update: TreeUpdate = TreeUpdate::Lazy => "lazy or eager tree update (Horus II-C)";
     }
 }
@@ -66,7 +66,7 @@ impl SecurityConfig {
 impl TreeConfig {
     pub fn validate(&self, path: &str) -> Result<(), ConfigError> {
         ensure((2..=64).contains(&self.arity), &format!("{path}.arity"), || {
-            format!("must be 2..=64 (arity 0 or 1 gives no tree; 64 x 8 B hashes fill a node), got {}", self.arity)
+            format!("must be 2..=64 (arity 0 or 1 gives no tree; a 64 B node holds at most 64 one-byte hashes), got {}", self.arity)
         })
     }
 }

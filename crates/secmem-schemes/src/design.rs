@@ -69,8 +69,8 @@ pub trait Design {
     /// matches the root register).
     fn finish(&mut self, mc: &mut SecureMc, now: Cycle) -> Result<Cycle, IntegrityError> { mc.flush_metadata(now) }
 
-    /// Power loss (after the engine dropped or drained the cache hierarchy as the persistence
-    /// domain says): the design loses its volatile state.
+    /// Power loss: the design loses its volatile state (the crash harness calls this on a
+    /// controller holding a copy of what survived: the NVM image and the root register).
     fn crash(&mut self, mc: &mut SecureMc, keep_metadata_caches: bool) { mc.crash(keep_metadata_caches) }
 
     /// Recovery after a crash: rebuild and verify what the design needs to read memory again.

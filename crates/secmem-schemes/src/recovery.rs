@@ -57,7 +57,8 @@ pub fn rebuild_and_verify(mc: &mut SecureMc, now: Cycle) -> Result<RecoveryRepor
     let Some(func) = mc.func.take() else {
         // Counting mode: count the work of reading every touched counter block.
         report.counter_blocks_read = mc.counters.pages_touched();
-        report.cycles = estimate(mc, now, report.counter_blocks_read, report.counter_blocks_read);
+        report.hashes = report.counter_blocks_read;
+        report.cycles = estimate(mc, now, report.counter_blocks_read, report.hashes);
         return Ok(report);
     };
     let result = rebuild(mc, &func, &layout, &mut report, now);

@@ -142,6 +142,19 @@ impl Config {
             format!("{} bytes exceed the memory's {} bytes (pcm.capacity_gib)", w.footprint_bytes, self.data_bytes())
         })?;
         ensure(w.requests > 0, "workload.requests", || "must be > 0".into())?;
+        crate::run::workload_spec(self)?;
+        ensure(
+            self.security.metadata_persistence != secmem_schemes::config::MetadataPersistence::Strict
+                || self.tree.update == secmem_schemes::config::TreeUpdate::Eager,
+            "security.metadata_persistence",
+            || "strict persistence needs tree.update = \"eager\" (a lazily updated root is stale after a crash)".into(),
+        )?;
+        ensure(!self.run.functional || self.tree.arity <= 8, "tree.arity", || {
+            format!("functional mode stores 64-bit hashes, 8 per 64 B node: arity must be <= 8, got {}", self.tree.arity)
+        })?;
+        ensure(!self.run.check_pad_reuse || self.run.functional, "run.check_pad_reuse", || {
+            "pads exist only in functional mode: set run.functional = true".into()
+        })?;
         Ok(())
     }
 

@@ -293,7 +293,8 @@ impl Engine {
 
     fn step_checked(&mut self, rec: &Record) {
         self.stats.records += 1;
-        self.retire_instructions(rec.inst_gap);
+        // The gap's instructions plus the record's own (load, store, clwb or fence).
+        self.retire_instructions(rec.inst_gap.saturating_add(1));
         match rec.op {
             Op::Read | Op::Write => {
                 let write = rec.op == Op::Write;

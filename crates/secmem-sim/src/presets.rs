@@ -12,8 +12,8 @@ pub struct Preset {
 
 pub const PRESETS: &[Preset] = &[
     Preset { name: "default", source: "built-in defaults (Horus Table I geometry)", toml: "" },
-    Preset { name: "horus", source: "Horus (HPCA'22) Table I and Table II", toml: include_str!("../../../configs/presets/horus.toml") },
-    Preset { name: "strict", source: "recoverable baseline: Horus Table I geometry, eager update, strict persistence (Horus II-C, Triad-NVM)", toml: include_str!("../../../configs/presets/strict.toml") },
+    Preset { name: "horus", source: "Horus (MICRO'22) Table I and Table II", toml: include_str!("../../../configs/presets/horus.toml") },
+    Preset { name: "strict", source: "recoverable baseline: Horus (MICRO'22) Table I geometry, eager update, strict persistence (Horus II-C, Triad-NVM)", toml: include_str!("../../../configs/presets/strict.toml") },
     Preset { name: "bmf", source: "Bonsai Merkle Forests (MICRO'21) Table 1", toml: include_str!("../../../configs/presets/bmf.toml") },
     Preset { name: "esd", source: "ESD Table I", toml: include_str!("../../../configs/presets/esd.toml") },
     Preset { name: "lelantus", source: "Lelantus (HPCA'20) Table III", toml: include_str!("../../../configs/presets/lelantus.toml") },

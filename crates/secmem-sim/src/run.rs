@@ -74,7 +74,11 @@ pub fn workload_spec(cfg: &Config) -> Result<secmem_trace::generate::GenSpec, Co
         inst_gap: w.inst_gap,
         base_addr: 0,
     };
-    spec.validate().map_err(|m| ConfigError::new("workload", m))?;
+    spec.validate().map_err(|m| {
+        // The generator's messages start with the field name: make it the dotted path.
+        let field = m.split_whitespace().next().unwrap_or("").trim_end_matches(':');
+        ConfigError::new(format!("workload.{field}"), m)
+    })?;
     Ok(spec)
 }
 
@@ -181,7 +185,7 @@ pub fn run_records_saving(
     if let Some(f) = engine.mc.func.as_ref() {
         rep["meta"]["event_log_hash"] = serde_json::json!(format!("{:016x}", f.event_log_digest()));
         if let Some(v) = &f.reuse_violation {
-            return Err(SimError::Integrity { trace: trace_name.to_string(), message: format!("pad reuse: {v}") });
+            return Err(SimError::Integrity { trace: trace_name.to_string(), message: v.to_string() });
         }
     }
     Ok(rep)

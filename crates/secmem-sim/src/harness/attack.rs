@@ -114,6 +114,21 @@ pub fn attack_campaign(
     if !fcfg.security.enabled {
         return Err(SimError::Config(secmem_core::ConfigError::new("security.enabled", "attack injection needs secure memory")));
     }
+    // Check the class names before spending a whole run.
+    let layout = secmem_core::tree::SecureLayout::new(fcfg.data_bytes(), fcfg.tree.arity, fcfg.security.mac_bits)?;
+    let known = class_names(layout.tree.root_level());
+    let names: Vec<String> = match classes {
+        Some(c) => c.to_vec(),
+        None => known.clone(),
+    };
+    for n in &names {
+        if !known.contains(n) {
+            return Err(SimError::Config(secmem_core::ConfigError::new(
+                "attack.class",
+                format!("unknown attack class '{n}'; known: {}", known.join(", ")),
+            )));
+        }
+    }
     let records = collect(&fcfg, input)?;
     let mut engine = Engine::new(&fcfg)?;
     let oracle: Rc<RefCell<FxHashMap<u64, [u8; 64]>>> = Rc::default();
@@ -159,20 +174,6 @@ pub fn attack_campaign(
     pages.dedup();
     let world = World { image_now: mc.func.as_ref().unwrap().image.clone(), image_old, written, changed, pages, oracle };
 
-    let root_level = mc.layout.tree.root_level();
-    let names: Vec<String> = match classes {
-        Some(c) => c.to_vec(),
-        None => class_names(root_level),
-    };
-    let known = class_names(root_level);
-    for n in &names {
-        if !known.contains(n) {
-            return Err(SimError::Config(secmem_core::ConfigError::new(
-                "attack.class",
-                format!("unknown attack class '{n}'; known: {}", known.join(", ")),
-            )));
-        }
-    }
     let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(seed);
     let mut out = AttackOutcome::default();
     for name in &names {

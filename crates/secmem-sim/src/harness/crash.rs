@@ -10,8 +10,11 @@
 //! every line the oracle knows through the full secure read path. A point recovers when
 //! recovery succeeds and every line equals the oracle.
 //!
-//! The harness knows nothing of the baseline: designs that add their own recovery (Horus'
-//! vault, BMF's roots) plug in through `Design::crash` / `Design::recover`.
+//! The harness knows nothing of the baseline: a design's own recovery (BMF's persistent
+//! roots, Lelantus' battery-backed counter cache) plugs in through `Design::crash` /
+//! `Design::recover` on the surviving image. What it does not have yet is a hook that runs on
+//! the *live* state at the moment of power loss (an eADR drain of the cache hierarchy, as
+//! Horus needs); that arrives with the Horus issue.
 
 use crate::config::Config;
 use crate::engine::Engine;
@@ -65,17 +68,22 @@ pub(crate) fn record_error(input: &TraceInput, cfg: &Config, e: crate::engine::R
     SimError::Record { trace: input.describe(cfg), error: e }
 }
 
-/// A recovery controller with the run's geometry and keys, and empty volatile state.
-pub(crate) fn fresh_controller(cfg: &Config) -> Result<SecureMc, SimError> {
+/// An idle device sized for the run's data and metadata.
+pub(crate) fn fresh_media(cfg: &Config) -> Result<Box<PcmMedia>, SimError> {
     let layout = secmem_core::tree::SecureLayout::new(cfg.data_bytes(), cfg.tree.arity, cfg.security.mac_bits)?;
     let mut pcm = cfg.pcm.clone();
     pcm.capacity_gib = layout.end.div_ceil(1 << 30);
+    Ok(Box::new(PcmMedia::new(&pcm, cfg.core.freq_mhz)))
+}
+
+/// A recovery controller with the run's geometry and keys, and empty volatile state.
+pub(crate) fn fresh_controller(cfg: &Config) -> Result<SecureMc, SimError> {
     let mut mc = SecureMc::new_functional(
         &cfg.security,
         &cfg.tree,
         &cfg.metadata_cache,
         cfg.data_bytes(),
-        Box::new(PcmMedia::new(&pcm, cfg.core.freq_mhz)),
+        fresh_media(cfg)?,
         cfg.run.seed,
     )?;
     mc.func.as_mut().expect("functional").canaries = crate::engine::test_canaries();
@@ -150,6 +158,8 @@ pub fn crash_campaign(cfg: &Config, input: &TraceInput, points: u64, seed: u64) 
             f.root = root;
         }
         design.crash(&mut recovery, false);
+        // Each recovery starts on an idle device at cycle 0, so its time is its own.
+        recovery.media = fresh_media(&fcfg)?;
         let ok = match design.recover(&mut recovery, Cycle::ZERO) {
             Ok(rep) => {
                 sum_blocks += rep.counter_blocks_read as f64;
