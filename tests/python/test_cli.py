@@ -120,3 +120,12 @@ def test_bench_prints_one_json_object_per_scenario(cli):
         assert v["requests_per_s"] > 0 and v["peak_rss_bytes"] > 0
     res = cli("bench", "--scenario", "nope")
     assert res.returncode == 2 and "secure-lazy-random" in res.stderr
+
+
+def test_absurd_sizes_are_refused_not_crashed_on(cli):
+    for param, field in [("l1.size_kib=99999999999", "l1.size_kib"), ("pcm.capacity_gib=99999999", "pcm.capacity_gib"),
+                         ("llc.ways=100000", "llc.ways"), ("workload.stride_bytes=3", "workload.stride_bytes")]:
+        res = cli("run", "-p", param, "-p", "workload.pattern=stride", "-p", "workload.requests=100")
+        assert res.returncode == 2 and field in res.stderr, (param, res.stderr)
+    # The largest memory secmem accepts still costs only what the run touches.
+    cli("run", "-p", "pcm.capacity_gib=1024", "-p", "workload.requests=10000", "--out", "big", check=True)

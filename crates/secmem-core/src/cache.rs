@@ -39,6 +39,10 @@ impl CacheConfig {
     /// Rejects geometries no cache can have, naming `path.field`.
     pub fn validate(&self, path: &str) -> Result<(), ConfigError> {
         ensure(self.size_kib > 0, &format!("{path}.size_kib"), || "must be > 0".into())?;
+        ensure(self.size_kib <= MAX_CACHE_KIB, &format!("{path}.size_kib"), || {
+            format!("{} KiB is larger than the {} KiB (4 GiB) secmem simulates", self.size_kib, MAX_CACHE_KIB)
+        })?;
+        ensure(self.ways <= 4096, &format!("{path}.ways"), || format!("must be <= 4096, got {}", self.ways))?;
         ensure(self.ways > 0, &format!("{path}.ways"), || "must be > 0".into())?;
         let lines = self.lines();
         ensure(self.size_kib * 1024 % 64 == 0 && lines >= self.ways as u64, &format!("{path}.size_kib"), || {
@@ -52,6 +56,9 @@ impl CacheConfig {
 }
 
 /// Tag value of an empty way.
+/// Largest simulated cache (4 GiB): beyond this the tag arrays would not fit a host.
+pub const MAX_CACHE_KIB: u64 = 4 << 20;
+
 const INVALID: u64 = u64::MAX >> 1;
 /// The dirty bit is kept in the tag word's top bit (line indices are < 2^58), so a lookup
 /// and a dirty check touch the same host cache line.

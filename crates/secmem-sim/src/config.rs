@@ -116,6 +116,9 @@ impl Config {
         self.l2.validate("l2")?;
         self.llc.validate("llc")?;
         self.pcm.validate("pcm")?;
+        ensure(self.pcm.capacity_gib <= 1024, "pcm.capacity_gib", || {
+            format!("{} GiB is more than the 1024 GiB secmem can address sparsely on one host", self.pcm.capacity_gib)
+        })?;
         self.security.validate("security")?;
         self.tree.validate("tree")?;
         self.metadata_cache.validate("metadata_cache")?;
