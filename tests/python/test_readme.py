@@ -39,3 +39,11 @@ def test_python_example_runs():
     code = next(b for lang, b in blocks if lang == "python")
     code = code.replace("100_000", "20_000").replace("per_class=100, clean_reads=10_000", "per_class=5, clean_reads=100")
     exec(compile(code, "README.md", "exec"), {})
+
+
+def test_config_reference_in_docs_is_current(cli):
+    """docs/config.md embeds `secmem config show default`; a schema change must regenerate it."""
+    text = open(os.path.join(REPO, "docs", "config.md")).read()
+    block = re.search(r"<!-- config-reference:begin -->\n```toml\n(.*?)```\n<!-- config-reference:end -->", text, re.S)
+    assert block, "docs/config.md lost its reference markers"
+    assert block.group(1) == cli("config", "show", "default", check=True).stdout
