@@ -1,6 +1,10 @@
 //! Measures how many random 64 B accesses per second the PCM model handles on one core.
 //!
-//! `cargo run --release -p secmem-media --example pcm_speed [accesses] [scenario filter]`
+//! `cargo run --release -p secmem-media --example pcm_speed [accesses] [scenario filter] [dyn]`
+//!
+//! With `dyn`, accesses go through `&mut dyn MemoryPort`, as the secure memory controller
+//! makes them (`Box<dyn MemoryPort>`): `access` is then a real call, not inlined into this
+//! loop, and its cost is what the simulator pays.
 //!
 //! Wall-clock rates: on a loaded machine run it twice and take the better figure.
 
@@ -22,8 +26,17 @@ impl Rng {
 }
 
 /// Runs `n` accesses (70% reads) to random lines, one every `gap` cycles on average.
-fn run(name: &str, cfg: &PcmConfig, n: u64, gap: u64) {
-    let mut dev = PcmMedia::new(cfg, 4000);
+fn run(name: &str, cfg: &PcmConfig, n: u64, gap: u64, dyn_port: bool) {
+    let mut pcm = PcmMedia::new(cfg, 4000);
+    if dyn_port {
+        // `black_box` hides the concrete type, so the call is not devirtualized and inlined.
+        run_on(name, std::hint::black_box(&mut pcm as &mut dyn MemoryPort), n, gap)
+    } else {
+        run_on(name, &mut pcm, n, gap)
+    }
+}
+
+fn run_on<M: MemoryPort + ?Sized>(name: &str, dev: &mut M, n: u64, gap: u64) {
     let lines = dev.capacity_bytes() / 64;
     assert!(lines.is_power_of_two());
     let mut rng = Rng(0x9E37_79B9_7F4A_7C15);
@@ -69,6 +82,7 @@ fn cpu_ns() -> Option<u64> {
 fn main() {
     let n: u64 = std::env::args().nth(1).and_then(|a| a.parse().ok()).unwrap_or(20_000_000);
     let filter = std::env::args().nth(2).unwrap_or_default();
+    let dyn_port = std::env::args().nth(3).is_some_and(|a| a == "dyn");
     let wm = PcmConfig::default();
     let eager = PcmConfig { drain_policy: DrainPolicy::Eager, ..PcmConfig::default() };
     // gap is a power of two; mean inter-arrival = gap cycles.
@@ -79,7 +93,7 @@ fn main() {
         ("eager, saturated (1/8 cyc)", &eager, 8),
     ] {
         if name.contains(filter.as_str()) {
-            run(name, cfg, n, gap);
+            run(name, cfg, n, gap, dyn_port);
         }
     }
 }

@@ -64,16 +64,32 @@
 //!
 //! # Cost
 //!
-//! A read costs O(1) expected work (one hash probe, a few read-queue probes, one bank and one
-//! bus-bitmap update); a write adds one hash insert/remove and one push/pop on a heap bounded
-//! by the WPQ size (each write is queued, issued and retired exactly once). Nothing scans the
-//! WPQ. `examples/pcm_speed.rs` measures > 20 M random accesses/s on one core.
+//! The controller sends about eleven device accesses per simulated request through
+//! `Box<dyn MemoryPort>`, so [`PcmMedia::access`] is kept to O(1) expected work with small
+//! constants, and only exact reformulations of the model are used for speed (a differential
+//! test runs every change against the previous implementation, `pcm/reference.rs`):
+//!
+//! * WPQ membership is an open-addressed table of lines sized to 8 × the WPQ, with one-byte
+//!   tags (a lookup, most often a miss, is one multiply and one byte compare in an array
+//!   that stays in L1); each bank's issued writes are a FIFO (they start in issue order) and
+//!   only the banks' earliest starts are ordered.
+//! * The bus calendar tags its words with their word number, so pruning is O(1); a burst that
+//!   fits where it is ready is two word tests and stores, without data-dependent branches; a
+//!   search skips booked runs a word at a time and remembers where the last one ended.
+//! * The read queue finds a free entry at its cursor in O(1) and keeps per-group minima,
+//!   refreshed only when the queue is full.
+//! * An eagerly issued write is entered in the WPQ only if it has not started by the next
+//!   request, which under light load it almost always has.
+//!
+//! Selects replace branches where the outcome is data-dependent (tag checks, minima). Under
+//! `examples/pcm_speed.rs` (`dyn` mode, as the controller calls it) a random access costs
+//! about 250 host instructions under light load, 420 when the queues are saturated.
 
 use crate::{AccessKind, MediaStats, MemRequest, MemoryPort};
 use secmem_core::addr::{LINE_SHIFT, PAGE_SHIFT};
 use secmem_core::error::{ensure, ConfigError};
 use secmem_core::{config_enum, config_section, Cycle};
-use std::collections::VecDeque;
+use std::hint::select_unpredictable;
 
 config_enum! {
     /// When writes leave the write pending queue for the banks.
@@ -92,10 +108,10 @@ config_enum! {
 }
 
 config_section! {
-    /// PCM DIMM timing and energy. Defaults follow Horus (MICRO 2022) Tables I/II and BMF
+    /// PCM DIMM timing and energy. Defaults follow Horus (MICRO'22) Tables I/II and BMF
     /// Table 1 where those give a value.
     pub struct PcmConfig {
-        capacity_gib: u64 = 32 => "Device capacity in GiB (Horus Table I: 32 GB PCM)";
+        capacity_gib: u64 = 32 => "Protected data capacity in GiB (Horus Table I: 32 GB PCM); the security metadata regions are placed above it on the same device";
         channels: u32 = 2 => "Number of channels, each with its own data bus (power of two)";
         banks_per_channel: u32 = 8 => "Banks per channel (power of two)";
         read_latency_ns: f64 = 150.0 => "Array read latency in ns (Horus Table I: 150 ns)";
@@ -179,6 +195,8 @@ struct BusCalendar {
     /// as all free. Only words `base / 64 .. base / 64 + len` are ever read or written, and
     /// they have distinct slots.
     slots: Vec<(u64, u64)>,
+    /// `64 * slots.len()`: the window length in cycles.
+    span: u64,
     base: u64,
     /// No free window of `hint_len` cycles starts in `hint.0..hint.1` at or after `base`.
     /// Bookings only add booked cycles and pruning only forgets cycles before `base`, so the
@@ -192,6 +210,11 @@ const BUS_WINDOW_WORDS: usize = 1 << 14;
 /// Word number no cycle has: marks a never-written ring slot.
 const NO_WORD: u64 = u64::MAX;
 
+/// The low `len` bits for a burst of `len` cycles that fits in a word (`1..=64`), else 0
+/// (bursts longer than a word, or empty, take the general search).
+#[inline]
+fn burst_mask(len: u64) -> u64 { if len == 0 || len > 64 { 0 } else { u64::MAX >> (64 - len) } }
+
 /// Bits `lo..hi` of a word, `lo < hi <= 64`.
 #[inline]
 fn bit_range(lo: u64, hi: u64) -> u64 {
@@ -201,12 +224,13 @@ fn bit_range(lo: u64, hi: u64) -> u64 {
 
 impl BusCalendar {
     fn new(window_words: usize) -> BusCalendar {
-        debug_assert!(window_words.is_power_of_two());
-        BusCalendar { slots: vec![(NO_WORD, 0); window_words], base: 0, hint: (0, 0), hint_len: 0 }
+        // Two words at least: the fast path touches two distinct slots.
+        debug_assert!(window_words.is_power_of_two() && window_words >= 2);
+        BusCalendar { slots: vec![(NO_WORD, 0); window_words], span: 64 * window_words as u64, base: 0, hint: (0, 0), hint_len: 0 }
     }
 
     #[inline]
-    fn window_end(&self) -> u64 { self.base + 64 * self.slots.len() as u64 }
+    fn window_end(&self) -> u64 { self.base + self.span }
 
     #[inline]
     fn slot(&self, w: u64) -> usize { w as usize & (self.slots.len() - 1) }
@@ -226,57 +250,113 @@ impl BusCalendar {
         self.slots[i] = (w, bits);
     }
 
-    /// Forgets cycles before `now`: no later request can be ready before `now`.
-    #[inline]
+    /// Forgets cycles before `now`: no later request can be ready before `now`. (The device
+    /// sets `base` directly, to the maximum it keeps.)
+    #[cfg(test)]
     fn prune(&mut self, now: u64) { self.base = self.base.max(now & !63); }
 
     /// Books the earliest free `len`-cycle window starting at or after `ready`; returns its
     /// start. A window outside the calendar's range is returned without being recorded.
-    #[inline]
-    fn book(&mut self, ready: u64, len: u64) -> u64 {
+    #[cfg(test)]
+    fn book(&mut self, ready: u64, len: u64) -> u64 { self.book_masked(ready, len, burst_mask(len)) }
+
+    /// [`book`](Self::book) with `burst_mask(len)` precomputed.
+    #[inline(always)]
+    fn book_masked(&mut self, ready: u64, len: u64, len_mask: u64) -> u64 {
+        // Fast path: `ready` at least a word before the window end (so word `w + 1` is in
+        // the window too and owns its slot) and the burst fits at `ready` itself. One
+        // unsigned comparison covers both ends: before `base` it wraps around to a huge
+        // offset. A burst of at most 64 cycles covers one or two words; both are handled
+        // alike, without branching on which (that is as unpredictable as `ready`'s low
+        // bits): the second word's mask is then empty.
+        if ready.wrapping_sub(self.base) < self.span - 64 && len_mask != 0 {
+            let (w, off) = (ready >> 6, ready & 63);
+            let mask = (len_mask as u128) << off;
+            let (lo, hi) = (mask as u64, (mask >> 64) as u64);
+            let (i, j) = (self.slot(w), self.slot(w + 1));
+            let ((tag_i, raw_i), (tag_j, raw_j)) = (self.slots[i], self.slots[j]);
+            let bits_i = select_unpredictable(tag_i == w, raw_i, 0);
+            let bits_j = select_unpredictable(tag_j == w + 1, raw_j, 0);
+            if bits_i & lo | bits_j & hi == 0 {
+                self.slots[i] = (w, bits_i | lo);
+                self.slots[j] = (w + 1, bits_j | hi);
+                return ready;
+            }
+        }
+        self.book_slow(ready, len, len_mask)
+    }
+
+    /// [`book`](Self::book) off the fast path: outside the window, within a word of its end,
+    /// or not fitting at `ready`.
+    #[inline(never)]
+    fn book_slow(&mut self, ready: u64, len: u64, len_mask: u64) -> u64 {
         if ready < self.base || ready + len > self.window_end() {
             return ready;
         }
-        // Fast path: the burst fits at `ready` itself (`len` in 1..=64, so one or two words).
-        let (w, off) = (ready >> 6, ready & 63);
-        if len.wrapping_sub(1) < 64 - off {
-            let mask = (u64::MAX >> (64 - len)) << off;
-            let bits = self.word(w);
-            if bits & mask == 0 {
-                let i = self.slot(w);
-                self.slots[i] = (w, bits | mask);
-                return ready;
-            }
-        } else if len.wrapping_sub(1) < 64 {
-            let (lo, hi) = (u64::MAX << off, u64::MAX >> (128 - off - len));
-            let (bits_lo, bits_hi) = (self.word(w), self.word(w + 1));
-            if bits_lo & lo | bits_hi & hi == 0 {
-                let (i, j) = (self.slot(w), self.slot(w + 1));
-                self.slots[i] = (w, bits_lo | lo);
-                self.slots[j] = (w + 1, bits_hi | hi);
-                return ready;
-            }
+        self.book_search(ready, len, len_mask)
+    }
+
+    /// Books `len_mask << (s & 63)` from word `s / 64` on (a burst of at most 64 cycles).
+    #[inline]
+    fn set_burst(&mut self, s: u64, len_mask: u64) {
+        let mask = (len_mask as u128) << (s & 63);
+        self.set(s >> 6, mask as u64);
+        if (mask >> 64) != 0 {
+            self.set((s >> 6) + 1, (mask >> 64) as u64);
         }
-        self.book_search(ready, len)
     }
 
     /// [`book`](Self::book) when the burst does not fit at `ready`; `base <= ready` and
     /// `ready + len <= window_end()`.
-    #[inline(never)]
-    fn book_search(&mut self, ready: u64, len: u64) -> u64 {
+    fn book_search(&mut self, ready: u64, len: u64, len_mask: u64) -> u64 {
+        if len_mask == 0 {
+            return self.book_search_long(ready, len);
+        }
         // Starts after `last` would end past the window.
         let last = self.window_end() - len;
         let hinted = len == self.hint_len && self.hint.0 <= ready && ready < self.hint.1;
         let mut s = if hinted { self.hint.1 } else { ready };
-        if s > last {
-            return self.beyond_window(ready, len);
-        }
-        while let Some(p) = self.first_booked(s, s + len) {
-            // Every start in (s, p] overlaps `p`, every start up to the next free cycle begins
-            // on a booked one: the next candidate is the first free cycle after `p`.
-            s = self.first_free(p + 1, last + 1);
+        loop {
             if s > last {
                 return self.beyond_window(ready, len);
+            }
+            // The 64 cycles from `s` at once: a burst fits at `s`, or the first booked cycle
+            // `s + p` and the booked run from it are skipped. Every start in (s, s + p]
+            // overlaps `s + p`, every start in the run begins on a booked cycle: no free
+            // window is skipped.
+            let v = self.bits_from(s);
+            let hit = v & len_mask;
+            if hit == 0 {
+                break;
+            }
+            let p = hit.trailing_zeros();
+            s += u64::from(p + (!(v >> p)).trailing_zeros());
+        }
+        self.set_burst(s, len_mask);
+        // No free window starts in ready..s (searched) nor in s..s + len (each overlaps this
+        // burst).
+        self.hint = (if hinted { self.hint.0 } else { ready }, s + len);
+        self.hint_len = len;
+        s
+    }
+
+    /// [`book_search`](Self::book_search) for bursts longer than a word (or empty), word by
+    /// word. No device configuration in use gets here; kept exact all the same.
+    #[cold]
+    #[inline(never)]
+    fn book_search_long(&mut self, ready: u64, len: u64) -> u64 {
+        let last = self.window_end() - len;
+        let hinted = len == self.hint_len && self.hint.0 <= ready && ready < self.hint.1;
+        let mut s = if hinted { self.hint.1 } else { ready };
+        loop {
+            if s > last {
+                return self.beyond_window(ready, len);
+            }
+            match self.first_booked(s, s + len) {
+                None => break,
+                // Every start in (s, p] overlaps `p`, every start up to the next free cycle
+                // begins on a booked one.
+                Some(p) => s = self.first_free(p + 1, last + 1),
             }
         }
         let e = s + len;
@@ -286,10 +366,18 @@ impl BusCalendar {
             self.set(c >> 6, bit_range(c & 63, (e - word_start).min(64)));
             c = word_start + 64;
         }
-        // No free window starts before `s` (searched) nor in `s..e` (each overlaps this one).
         self.hint = (if hinted { self.hint.0 } else { ready }, e);
         self.hint_len = len;
         s
+    }
+
+    /// Booked cycles `s .. s + 64`, bit `i` for cycle `s + i` (`s >= base`).
+    #[inline]
+    fn bits_from(&self, s: u64) -> u64 {
+        let w = s >> 6;
+        // A word past the window has another word's slot, so it reads as free.
+        let pair = (self.word(w + 1) as u128) << 64 | self.word(w) as u128;
+        (pair >> (s & 63)) as u64
     }
 
     /// The start [`book`](Self::book) returns, unrecorded, when no free window starts in
@@ -353,32 +441,130 @@ impl BusCalendar {
     }
 }
 
+/// The smallest of a set of `u64` values and the lowest index holding it, kept in groups
+/// of [`GROUP`]: each group caches its own minimum, so a change costs one group rescan and
+/// the minimum one pass over the group minima — O(GROUP + n / GROUP), with no pointer
+/// chasing and, the winner being data-dependent and unpredictable, selects rather than
+/// branches. A group can also be marked stale instead of rescanned at once, for callers that
+/// change values far more often than they ask for the minimum.
+#[derive(Clone, Debug)]
+struct GroupMin {
+    /// Padded to whole groups with `u64::MAX` (never below a real value, and after it on
+    /// ties).
+    vals: Vec<u64>,
+    /// Per group, `(minimum, its first index within the group)` unless stale.
+    groups: Vec<(u64, u32)>,
+    /// Bit `g % 64` set: groups `g`, `g + 64`, ... may be stale. One word, so marking a
+    /// group costs a shift and an OR (queues of more than 512 entries rescan a few extra
+    /// groups).
+    stale: u64,
+}
+
+const GROUP: usize = 8;
+
+/// `(minimum, first index holding it)` of a group, branch-free.
+#[inline(always)]
+fn group_argmin(g: &[u64; GROUP]) -> (u64, u32) {
+    let (mut best, mut at) = (g[0], 0);
+    for (k, &x) in g.iter().enumerate().skip(1) {
+        let lower = x < best;
+        best = select_unpredictable(lower, x, best);
+        at = select_unpredictable(lower, k as u32, at);
+    }
+    (best, at)
+}
+
+impl GroupMin {
+    /// `n` values, all `u64::MAX`.
+    fn new(n: usize) -> GroupMin {
+        let groups = n.div_ceil(GROUP).max(1);
+        GroupMin {
+            vals: vec![u64::MAX; groups * GROUP],
+            groups: vec![(u64::MAX, 0); groups],
+            stale: 0,
+        }
+    }
+
+    #[inline(always)]
+    fn get(&self, i: usize) -> u64 { self.vals[i] }
+
+    /// Sets value `i` and rescans its group.
+    #[inline]
+    fn set(&mut self, i: usize, v: u64) {
+        self.vals[i] = v;
+        self.rescan(i / GROUP);
+    }
+
+    /// Lowers value `i` to `v` (`v` must not exceed it): the group minimum follows in O(1).
+    #[inline]
+    fn lower(&mut self, i: usize, v: u64) {
+        debug_assert!(v <= self.vals[i]);
+        self.vals[i] = v;
+        let (g, k) = (i / GROUP, (i % GROUP) as u32);
+        let (m, at) = self.groups[g];
+        if v < m || (v == m && k < at) {
+            self.groups[g] = (v, k);
+        }
+    }
+
+    /// Sets value `i`, leaving its group to be rescanned by the next [`min`](Self::min).
+    #[inline(always)]
+    fn set_lazily(&mut self, i: usize, v: u64) {
+        self.vals[i] = v;
+        self.stale |= 1 << ((i / GROUP) % 64);
+    }
+
+    #[inline]
+    fn rescan(&mut self, g: usize) {
+        let chunk = self.vals.chunks_exact(GROUP).nth(g).expect("group");
+        self.groups[g] = group_argmin(chunk.try_into().expect("a whole group"));
+    }
+
+    /// `(smallest value, lowest index holding it)`.
+    #[inline]
+    fn min(&mut self) -> (u64, usize) {
+        if self.stale != 0 {
+            self.rescan_stale();
+        }
+        let (mut best, mut at) = self.groups[0];
+        let mut group = 0;
+        for (g, &(v, i)) in self.groups.iter().enumerate().skip(1) {
+            let lower = v < best;
+            best = select_unpredictable(lower, v, best);
+            at = select_unpredictable(lower, i, at);
+            group = select_unpredictable(lower, g, group);
+        }
+        (best, group * GROUP + at as usize)
+    }
+
+    fn rescan_stale(&mut self) {
+        let mut bits = std::mem::take(&mut self.stale);
+        while bits != 0 {
+            let mut g = bits.trailing_zeros() as usize;
+            while g < self.groups.len() {
+                self.rescan(g);
+                g += 64;
+            }
+            bits &= bits - 1;
+        }
+    }
+}
+
 /// The read queue: per entry, the cycle its last read returns; an entry is free from then.
 ///
 /// A read takes the entry at a rotating cursor if it is free; else, if some entry is free,
 /// the first free one among the next [`RQ_PROBES`]` - 1`; else the entry that frees first
-/// (the lowest index among equal cycles). That last one comes from a winner tree over the
-/// entries, kept lazily: [`set`](Self::set) only notes the entry, and the tree is brought up
-/// to date when the cursor entry is busy, by replaying the noted entries' paths to the root
-/// or, after more than [`RQ_MAX_DIRTY`] of them, rebuilding it. Light load (the cursor entry
-/// is free) thus costs O(1) per read, a full queue O(log entries).
+/// (the lowest index among equal cycles), from a [`GroupMin`] whose groups are rescanned
+/// lazily: under light load the cursor entry is free and a read costs O(1); a full queue
+/// rescans the one group the previous read changed.
 #[derive(Clone, Debug)]
 struct ReadQueue {
-    /// Per entry; padded to a power of two `p` with `u64::MAX` (never free, never earliest).
-    done: Vec<u64>,
-    /// Winner tree: `win[j]`, `1 <= j < p`, is the entry with the earliest `done` under node
-    /// `j` (children `2j`, `2j + 1`), the lower index on ties; `win[p + i] = i` (leaves).
-    win: Vec<u32>,
-    /// Entries whose `done` changed since the tree was last brought up to date.
-    dirty: [u32; RQ_MAX_DIRTY],
-    /// Number of `dirty` entries in use; more than `RQ_MAX_DIRTY`: rebuild the whole tree.
-    n_dirty: usize,
+    done: GroupMin,
     entries: usize,
     cursor: usize,
 }
 
 const RQ_PROBES: usize = 4;
-const RQ_MAX_DIRTY: usize = 8;
 
 #[derive(Copy, Clone, Debug)]
 struct RqSlot {
@@ -388,27 +574,22 @@ struct RqSlot {
 
 impl ReadQueue {
     fn new(entries: usize) -> ReadQueue {
-        let p = entries.next_power_of_two();
-        let mut done = vec![u64::MAX; p];
-        done[..entries].fill(0);
-        let mut win = vec![0u32; 2 * p];
-        for (i, w) in win[p..].iter_mut().enumerate() {
-            *w = i as u32;
+        let mut done = GroupMin::new(entries);
+        for i in 0..entries {
+            done.set(i, 0);
         }
-        let mut q = ReadQueue { done, win, dirty: [0; RQ_MAX_DIRTY], n_dirty: RQ_MAX_DIRTY + 1, entries, cursor: 0 };
-        q.refresh();
-        q
+        ReadQueue { done, entries, cursor: 0 }
     }
 
-    #[inline]
+    #[inline(always)]
     fn next(&self, i: usize) -> usize { if i + 1 == self.entries { 0 } else { i + 1 } }
 
     /// An entry for a read arriving at `t`: a free one, or the one that frees first and the
     /// cycle it does (`stalled`). Returns the entry and the cycle the read enters the queue.
-    #[inline]
+    #[inline(always)]
     fn enter(&mut self, t: u64) -> (RqSlot, u64) {
         let i = self.cursor;
-        if self.done[i] <= t {
+        if self.done.get(i) <= t {
             self.cursor = self.next(i);
             return (RqSlot { index: i, stalled: false }, t);
         }
@@ -418,14 +599,12 @@ impl ReadQueue {
     /// [`enter`](Self::enter) when the entry at the cursor is busy.
     #[inline(never)]
     fn enter_slow(&mut self, t: u64) -> (RqSlot, u64) {
-        self.refresh();
-        let index = self.win[1] as usize;
-        let first = self.done[index];
+        let (first, index) = self.done.min();
         if first <= t {
             // Some entry is free: the remaining probes pick it if they see a free one first.
             let mut i = self.next(self.cursor);
             for _ in 1..RQ_PROBES.min(self.entries) {
-                if self.done[i] <= t {
+                if self.done.get(i) <= t {
                     self.cursor = self.next(i);
                     return (RqSlot { index: i, stalled: false }, t);
                 }
@@ -439,98 +618,75 @@ impl ReadQueue {
     }
 
     /// Records that the read in entry `index` returns at `done`.
-    #[inline]
-    fn set(&mut self, index: usize, done: u64) {
-        self.done[index] = done;
-        if let Some(d) = self.dirty.get_mut(self.n_dirty) {
-            *d = index as u32;
-        }
-        self.n_dirty = (self.n_dirty + 1).min(RQ_MAX_DIRTY + 1);
-    }
-
-    /// Brings the winner tree up to date.
-    fn refresh(&mut self) {
-        let p = self.done.len();
-        if self.n_dirty > RQ_MAX_DIRTY {
-            for j in (1..p).rev() {
-                self.play(j);
-            }
-        } else {
-            // Replaying each changed leaf's path bottom-up leaves every node computed after
-            // all changes below it (the last replay through a node comes after the others).
-            for k in 0..self.n_dirty {
-                let mut j = (p + self.dirty[k] as usize) / 2;
-                while j >= 1 {
-                    self.play(j);
-                    j /= 2;
-                }
-            }
-        }
-        self.n_dirty = 0;
-    }
-
-    /// Recomputes node `j` from its children.
-    #[inline]
-    fn play(&mut self, j: usize) {
-        let (l, r) = (self.win[2 * j], self.win[2 * j + 1]);
-        self.win[j] = if self.done[r as usize] < self.done[l as usize] { r } else { l };
-    }
+    #[inline(always)]
+    fn set(&mut self, index: usize, done: u64) { self.done.set_lazily(index, done); }
 }
 
 /// Map value of a line whose write is queued (not yet issued to a bank).
 const QUEUED: u64 = u64::MAX;
 
-/// Key of an empty [`LineTable`] slot; no line number (address >> 6) can be this.
-const NO_LINE: u64 = u64::MAX;
-
 /// The lines with a write in the WPQ → their array completion cycle, or `QUEUED`: an
-/// open-addressed, linearly probed table sized to 4 × the WPQ, so that a lookup, typically a
-/// miss, is one multiply and one or two probes (the general-purpose hash map cost several
-/// times that per access). Deletion shifts entries back, so there are no tombstones.
+/// open-addressed, linearly probed table sized to 8 × the WPQ, so that a lookup, typically a
+/// miss, is one multiply and one probe (the general-purpose hash map cost several times
+/// that per access). Each slot has a one-byte tag in a separate array, so a probe touches a
+/// 1 KB array (for the default 128-entry WPQ) that stays in L1, and the slot itself only on a
+/// tag match. Deletion shifts entries back, so there are no tombstones.
 #[derive(Clone, Debug)]
 struct LineTable {
-    /// `(line, value)`; `line == NO_LINE` marks an empty slot. Length is a power of two,
+    /// Per slot, 0 if empty, else [`LineTable::tag`] of its line. Length is a power of two,
     /// more than the WPQ size, so a probe always ends on an empty slot.
+    tags: Vec<u8>,
+    /// `(line, value)` of the occupied slots.
     slots: Vec<(u64, u64)>,
-    /// `64 - log2(slots.len())`: the multiplicative hash keeps the product's top bits.
+    /// `64 - log2(tags.len())`: the multiplicative hash keeps the product's top bits.
     shift: u32,
 }
 
 impl LineTable {
     fn new(max_entries: usize) -> LineTable {
-        let n = (4 * max_entries).next_power_of_two().max(8);
-        LineTable { slots: vec![(NO_LINE, 0); n], shift: 64 - n.trailing_zeros() }
+        let n = (8 * max_entries).next_power_of_two().max(8);
+        LineTable { tags: vec![0; n], slots: vec![(0, 0); n], shift: 64 - n.trailing_zeros() }
     }
 
-    #[inline]
-    fn mask(&self) -> usize { self.slots.len() - 1 }
+    #[inline(always)]
+    fn mask(&self) -> usize { self.tags.len() - 1 }
 
-    #[inline]
-    fn home(&self, line: u64) -> usize {
-        // Fibonacci hashing: spreads strided line numbers (regions, pages) well.
-        (line.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> self.shift) as usize
+    /// `(home slot, tag)` of a line. Fibonacci hashing spreads strided line numbers (regions,
+    /// pages) well; the slot comes from the product's top bits, the tag (never 0) from the
+    /// seven below them.
+    #[inline(always)]
+    fn hash(&self, line: u64) -> (usize, u8) {
+        let h = line.wrapping_mul(0x9E37_79B9_7F4A_7C15);
+        ((h >> self.shift) as usize, ((h >> (self.shift - 7)) as u8 & 0x7f) | 0x80)
     }
 
     /// `Ok(slot)` holding `line`, or `Err(slot)`: the empty slot where it would go.
-    #[inline]
+    #[inline(always)]
     fn find(&self, line: u64) -> Result<usize, usize> {
         let mask = self.mask();
-        let mut i = self.home(line);
+        let (mut i, tag) = self.hash(line);
         loop {
-            let key = self.slots[i].0;
-            if key == line {
-                return Ok(i);
+            let t = self.tags[i & mask];
+            if t == 0 {
+                return Err(i & mask);
             }
-            if key == NO_LINE {
-                return Err(i);
+            if t == tag && self.slots[i & mask].0 == line {
+                return Ok(i & mask);
             }
-            i = (i + 1) & mask;
+            i += 1;
         }
     }
 
+    /// Value of the occupied slot `slot`.
+    #[inline]
+    fn value(&self, slot: usize) -> u64 { self.slots[slot].1 }
+
     /// Fills the empty slot `slot` returned by [`find`](Self::find) (no change in between).
     #[inline]
-    fn insert_at(&mut self, slot: usize, line: u64, value: u64) { self.slots[slot] = (line, value); }
+    fn insert_at(&mut self, slot: usize, line: u64, value: u64) {
+        self.tags[slot] = self.hash(line).1;
+        self.slots[slot] = (line, value);
+    }
 
     /// Removes `line`, which must be present.
     fn remove(&mut self, line: u64) {
@@ -544,115 +700,144 @@ impl LineTable {
         let mut j = hole;
         loop {
             j = (j + 1) & mask;
-            let key = self.slots[j].0;
-            if key == NO_LINE {
+            if self.tags[j] == 0 {
                 break;
             }
-            let home = self.home(key);
+            let home = self.hash(self.slots[j].0).0;
             if (j.wrapping_sub(home) & mask) >= (j.wrapping_sub(hole) & mask) {
+                self.tags[hole] = self.tags[j];
                 self.slots[hole] = self.slots[j];
                 hole = j;
             }
         }
-        self.slots[hole].0 = NO_LINE;
+        self.tags[hole] = 0;
     }
 }
 
-/// Issued writes still holding a WPQ slot, as `(burst start, line)` per bank in issue order,
-/// plus a min-heap of the non-empty banks keyed by their earliest start.
-///
-/// Only the earliest start and "every write started by `t`" are ever asked for (the order
-/// among equal starts does not matter). A bank's writes start in issue order — a write's
-/// burst waits for the bank to finish its previous access, which ends after that access's
-/// own burst — so per-bank FIFOs are already sorted and only the banks' heads need ordering:
-/// the heap holds at most one entry per bank, and usually very few (an eager WPQ under light
-/// load has one or two writes in flight), instead of every write in the WPQ.
+/// A FIFO of at most `capacity` items in a power-of-two ring: push and pop are a few
+/// instructions, with no growth check on the hot path.
 #[derive(Clone, Debug)]
-struct IssuedWrites {
-    per_bank: Vec<VecDeque<(u64, u64)>>,
-    /// `(earliest start, bank)` of every non-empty bank, a binary min-heap on the start.
-    heads: Vec<(u64, usize)>,
+struct Ring<T: Copy + Default> {
+    buf: Vec<T>,
+    head: usize,
     len: usize,
 }
 
-impl IssuedWrites {
-    fn new(banks: usize) -> IssuedWrites {
-        IssuedWrites { per_bank: vec![VecDeque::new(); banks], heads: Vec::with_capacity(banks), len: 0 }
+impl<T: Copy + Default> Ring<T> {
+    fn new(capacity: usize) -> Ring<T> {
+        Ring { buf: vec![T::default(); capacity.next_power_of_two()], head: 0, len: 0 }
     }
 
     #[inline]
     fn len(&self) -> usize { self.len }
 
-    /// Earliest burst start, `u64::MAX` if empty.
     #[inline]
-    fn min_start(&self) -> u64 { self.heads.first().map_or(u64::MAX, |h| h.0) }
+    fn mask(&self) -> usize { self.buf.len() - 1 }
+
+    #[inline]
+    fn front(&self) -> Option<T> { if self.len == 0 { None } else { Some(self.buf[self.head]) } }
+
+    #[inline]
+    fn push_back(&mut self, x: T) {
+        debug_assert!(self.len < self.buf.len(), "ring overflow");
+        let i = (self.head + self.len) & self.mask();
+        self.buf[i] = x;
+        self.len += 1;
+    }
+
+    #[inline]
+    fn pop_front(&mut self) -> Option<T> {
+        let x = self.front()?;
+        self.head = (self.head + 1) & self.mask();
+        self.len -= 1;
+        Some(x)
+    }
+}
+
+/// Issued writes still holding a WPQ slot, as `(burst start, line)` per bank in issue order,
+/// plus a [`GroupMin`] over the banks' earliest starts.
+///
+/// Only the earliest start and "every write started by `t`" are ever asked for (the order
+/// among equal starts does not matter). A bank's writes start in issue order — a write's
+/// burst waits for the bank to finish its previous access, which ends after that access's
+/// own burst — so per-bank FIFOs are already sorted and only the banks' heads need ordering.
+#[derive(Clone, Debug)]
+struct IssuedWrites {
+    /// Per bank, sized to the whole WPQ (one bank may hold every issued write).
+    per_bank: Vec<Ring<(u64, u64)>>,
+    /// Value `b`: the earliest start in bank `b`'s FIFO, `u64::MAX` if empty.
+    heads: GroupMin,
+    len: usize,
+}
+
+impl IssuedWrites {
+    fn new(banks: usize, wpq_cap: usize) -> IssuedWrites {
+        IssuedWrites { per_bank: vec![Ring::new(wpq_cap); banks], heads: GroupMin::new(banks), len: 0 }
+    }
+
+    #[inline(always)]
+    fn len(&self) -> usize { self.len }
 
     #[inline]
     fn push(&mut self, bank: usize, start: u64, line: u64) {
         let q = &mut self.per_bank[bank];
-        debug_assert!(q.back().is_none_or(|&(last, _)| last < start), "bank bursts out of order");
+        debug_assert!(q.len() == 0 || q.buf[(q.head + q.len - 1) & q.mask()].0 < start, "bank bursts out of order");
         q.push_back((start, line));
         self.len += 1;
         if q.len() == 1 {
-            self.heads.push((start, bank));
-            self.sift_up(self.heads.len() - 1);
+            self.heads.lower(bank, start);
         }
     }
 
-    /// Removes a write with the earliest start; there must be one. Returns its line.
-    #[inline]
-    fn pop_earliest(&mut self) -> u64 {
-        let bank = self.heads[0].1;
-        let q = &mut self.per_bank[bank];
-        let (_, line) = q.pop_front().expect("an issued write");
-        self.len -= 1;
-        match q.front() {
-            // The bank's next write starts later: it sinks.
-            Some(&(next, _)) => self.heads[0].0 = next,
-            None => {
-                let last = self.heads.pop().expect("a head");
-                if self.heads.is_empty() {
-                    return line;
+    /// Removes every write whose burst starts by `t`, passing its line to `retired`; returns
+    /// the earliest start left (`u64::MAX` if none). Only groups of banks whose earliest
+    /// start is due are visited, and in them only the due banks.
+    fn retire(&mut self, t: u64, mut retired: impl FnMut(u64)) -> u64 {
+        for g in 0..self.heads.groups.len() {
+            if self.heads.groups[g].0 > t {
+                continue;
+            }
+            // (Padding values are u64::MAX, but `t` may be too: stop at the real banks.)
+            for bank in g * GROUP..((g + 1) * GROUP).min(self.per_bank.len()) {
+                if self.heads.vals[bank] > t {
+                    continue;
                 }
-                self.heads[0] = last;
+                let q = &mut self.per_bank[bank];
+                let mut next = u64::MAX;
+                while let Some((start, line)) = q.front() {
+                    if start > t {
+                        next = start;
+                        break;
+                    }
+                    q.pop_front();
+                    self.len -= 1;
+                    retired(line);
+                }
+                self.heads.vals[bank] = next;
             }
+            self.heads.rescan(g);
         }
-        self.sift_down(0);
-        line
+        self.heads.min().0
     }
+}
 
-    fn sift_up(&mut self, mut i: usize) {
-        let x = self.heads[i];
-        while i > 0 {
-            let parent = (i - 1) / 2;
-            if self.heads[parent].0 <= x.0 {
-                break;
-            }
-            self.heads[i] = self.heads[parent];
-            i = parent;
-        }
-        self.heads[i] = x;
-    }
+/// See [`PcmMedia::fresh`].
+#[derive(Copy, Clone, Debug)]
+struct Fresh {
+    /// Burst start; `NO_FRESH` if there is no deferred write.
+    start: u64,
+    line: u64,
+    bank: usize,
+    /// Its `wpq_lines` value, and the empty table slot found for it (the table does not
+    /// change until the write is settled).
+    value: u64,
+    slot: usize,
+}
 
-    fn sift_down(&mut self, mut i: usize) {
-        let n = self.heads.len();
-        let x = self.heads[i];
-        loop {
-            let mut c = 2 * i + 1;
-            if c >= n {
-                break;
-            }
-            if c + 1 < n && self.heads[c + 1].0 < self.heads[c].0 {
-                c += 1;
-            }
-            if x.0 <= self.heads[c].0 {
-                break;
-            }
-            self.heads[i] = self.heads[c];
-            i = c;
-        }
-        self.heads[i] = x;
-    }
+const NO_FRESH: u64 = u64::MAX;
+
+impl Fresh {
+    const NONE: Fresh = Fresh { start: NO_FRESH, line: 0, bank: 0, value: 0, slot: 0 };
 }
 
 /// A PCM DIMM behind [`MemoryPort`]. See the module docs for the model.
@@ -664,14 +849,16 @@ pub struct PcmMedia {
     read_lat: u64,
     write_lat: u64,
     bus_xfer: u64,
+    /// `burst_mask(bus_xfer)`, for the calendars' fast path.
+    bus_mask: u64,
     // Mapping.
     ch_bits: u32,
     ch_mask: u64,
     bank_mask: u64,
     /// Line number → interleaving unit: 0 (lines) or `PAGE_SHIFT - LINE_SHIFT` (pages).
     unit_shift: u32,
-    /// Interleaving unit → internal bank index `bank << ch_bits | channel` (bank-major,
-    /// so the channel is the low bits and one mask yields both).
+    /// Interleaving unit → internal bank index `bank << ch_bits | channel` (bank-major, so
+    /// the channel is the low bits and one mask yields both).
     bank_index_mask: u64,
     page_interleave: bool,
     // Queue limits.
@@ -688,16 +875,29 @@ pub struct PcmMedia {
     bank_busy: Vec<u64>,
     /// Per channel data bus.
     bus: Vec<BusCalendar>,
-    /// Latest issue cycle of any request: the point every calendar is pruned to, lazily,
-    /// when next booked.
-    latest_issue: u64,
+    /// The latest issue cycle of any request, rounded down to 64: the point every calendar
+    /// is pruned to, lazily, when it is next booked.
+    bus_base: u64,
     read_queue: ReadQueue,
     /// Lines of the writes accepted but not issued, oldest first.
-    wpq_queued: VecDeque<u64>,
+    wpq_queued: Ring<u64>,
     /// Issued writes still holding a WPQ slot.
     wpq_issued: IssuedWrites,
-    /// `wpq_issued.min_start()`, cached: the per-access "anything to retire?" test.
+    /// The earliest burst start in `wpq_issued` (`u64::MAX` if none), cached: the
+    /// per-access "anything to retire?" test.
     next_retire: u64,
+    /// The latest eagerly issued write, not yet entered in `wpq_lines` and `wpq_issued`.
+    /// Nothing can look at the WPQ before the next request's (or `drain`'s)
+    /// [`retire_issued`](Self::retire_issued), and under light load its burst has usually
+    /// started by then, so the write would leave the WPQ right away: entering it is deferred
+    /// to that call, which drops it if its burst has started and else enters it as if it had
+    /// been there all along. This saves an eager WPQ a table insert and removal and a queue
+    /// push and pop per write.
+    fresh: Fresh,
+    /// Issue cycle of the latest request: with the current one, a guess at when the next
+    /// request comes, for deciding whether to defer a write (`fresh`). Only speed depends on
+    /// it.
+    last_issue: u64,
     /// Every line with a write in the WPQ → its array completion cycle, or `QUEUED`.
     wpq_lines: LineTable,
     /// Latest array completion of any issued write.
@@ -720,18 +920,20 @@ impl PcmMedia {
         let cyc = |ns: f64| Cycle::from_ns(ns.max(0.0), cpu_freq_mhz).0.max(1);
         let rq_cap = (cfg.read_queue_entries as usize).max(1);
         let page_interleave = cfg.address_mapping == AddressMapping::PageInterleave;
-        let ch_bits = channels.trailing_zeros();
+        let all_banks = channels as usize * banks as usize;
+        let bus_xfer = cyc(cfg.bus_transfer_ns);
         PcmMedia {
             cfg: cfg.clone(),
             capacity_bytes: cfg.capacity_gib << 30,
             read_lat: cyc(cfg.read_latency_ns),
             write_lat: cyc(cfg.write_latency_ns),
-            bus_xfer: cyc(cfg.bus_transfer_ns),
-            ch_bits,
+            bus_xfer,
+            bus_mask: burst_mask(bus_xfer),
+            ch_bits: channels.trailing_zeros(),
             ch_mask: channels as u64 - 1,
             bank_mask: banks as u64 - 1,
             unit_shift: if page_interleave { PAGE_SHIFT - LINE_SHIFT } else { 0 },
-            bank_index_mask: (channels as u64 * banks as u64) - 1,
+            bank_index_mask: all_banks as u64 - 1,
             page_interleave,
             wpq_cap,
             wpq_high,
@@ -740,13 +942,15 @@ impl PcmMedia {
             adr: cfg.adr,
             read_energy: cfg.read_energy_nj,
             write_energy: cfg.write_energy_nj,
-            bank_busy: vec![0; channels as usize * banks as usize],
+            bank_busy: vec![0; all_banks],
             bus: vec![BusCalendar::new(BUS_WINDOW_WORDS); channels as usize],
-            latest_issue: 0,
+            bus_base: 0,
             read_queue: ReadQueue::new(rq_cap),
-            wpq_queued: VecDeque::with_capacity(wpq_cap + 1),
-            wpq_issued: IssuedWrites::new(channels as usize * banks as usize),
+            wpq_queued: Ring::new(wpq_cap),
+            wpq_issued: IssuedWrites::new(all_banks, wpq_cap),
             next_retire: u64::MAX,
+            fresh: Fresh::NONE,
+            last_issue: 0,
             wpq_lines: LineTable::new(wpq_cap),
             last_write_done: 0,
             stats: MediaStats::default(),
@@ -764,18 +968,19 @@ impl PcmMedia {
 
     /// `(channel, internal bank index)` of a line: the same banks as [`map`](Self::map),
     /// numbered `bank << ch_bits | channel`.
-    #[inline]
+    #[inline(always)]
     fn bank_index(&self, line: u64) -> (usize, usize) {
         let b = ((line >> self.unit_shift) & self.bank_index_mask) as usize;
         (b & self.ch_mask as usize, b)
     }
 
     /// Books a `bus_xfer` burst on channel `ch` at or after `ready`; returns its start.
-    #[inline]
+    #[inline(always)]
     fn book_bus(&mut self, ch: usize, ready: u64) -> u64 {
         let bus = &mut self.bus[ch];
-        bus.prune(self.latest_issue);
-        bus.book(ready, self.bus_xfer)
+        // What `prune(latest issue)` would do, the maximum already taken in `access`.
+        bus.base = self.bus_base;
+        bus.book_masked(ready, self.bus_xfer, self.bus_mask)
     }
 
     /// Writes accepted into the WPQ and not yet issued to a bank.
@@ -783,7 +988,9 @@ impl PcmMedia {
 
     /// WPQ slots in use as of the last request: queued writes plus issued writes whose burst
     /// had not started yet.
-    pub fn wpq_occupancy(&self) -> usize { self.wpq_queued.len() + self.wpq_issued.len() }
+    pub fn wpq_occupancy(&self) -> usize {
+        self.wpq_queued.len() + self.wpq_issued.len() + usize::from(self.fresh.start != NO_FRESH)
+    }
 
     /// Number of entries at which the watermark policy starts issuing writes.
     pub fn wpq_high_watermark(&self) -> usize { self.wpq_high }
@@ -799,26 +1006,50 @@ impl PcmMedia {
     pub fn bus_transfer(&self) -> Cycle { Cycle(self.bus_xfer) }
 
     /// Retires issued writes whose burst started by `t`: they leave the WPQ.
-    #[inline]
+    #[inline(always)]
     fn retire_issued(&mut self, t: u64) {
+        if self.fresh.start != NO_FRESH {
+            if self.fresh.start <= t {
+                // Its burst has started: it leaves the WPQ without ever having been seen.
+                self.fresh.start = NO_FRESH;
+            } else {
+                self.admit_fresh();
+            }
+        }
         if self.next_retire <= t {
             self.retire_issued_slow(t);
         }
     }
 
+    /// Enters the deferred write `fresh` in the WPQ, where it would have been all along.
+    #[cold]
     #[inline(never)]
-    fn retire_issued_slow(&mut self, t: u64) {
-        while self.wpq_issued.min_start() <= t {
-            let line = self.wpq_issued.pop_earliest();
-            self.wpq_lines.remove(line);
-        }
-        self.next_retire = self.wpq_issued.min_start();
+    fn admit_fresh(&mut self) {
+        let Fresh { start, line, bank, value, slot } = std::mem::replace(&mut self.fresh, Fresh::NONE);
+        debug_assert_eq!(self.wpq_lines.find(line), Err(slot));
+        self.wpq_lines.insert_at(slot, line, value);
+        self.wpq_issued.push(bank, start, line);
+        self.next_retire = self.next_retire.min(start);
     }
 
-    /// Issues the write to `line` at decision cycle `t`; returns its array completion cycle.
-    /// The caller records the completion in `wpq_lines` when it needs it (`adr = false`).
-    #[inline]
-    fn issue_write(&mut self, line: u64, t: u64) -> u64 {
+    #[inline(never)]
+    fn retire_issued_slow(&mut self, t: u64) {
+        let lines = &mut self.wpq_lines;
+        self.next_retire = self.wpq_issued.retire(t, |line| lines.remove(line));
+    }
+
+    /// Issues the write to `line` at decision cycle `t` and records it as issued.
+    #[inline(always)]
+    fn issue_write(&mut self, line: u64, t: u64) {
+        let (bank, start, _) = self.schedule_write(line, t);
+        self.wpq_issued.push(bank, start, line);
+        self.next_retire = self.next_retire.min(start);
+    }
+
+    /// Schedules the write to `line` at decision cycle `t` on its bank and bus; returns
+    /// `(bank, burst start, array completion)`. The caller records the write as issued.
+    #[inline(always)]
+    fn schedule_write(&mut self, line: u64, t: u64) -> (usize, u64, u64) {
         let (ch, b) = self.bank_index(line);
         let ready = t.max(self.bank_busy[b]);
         let start = self.book_bus(ch, ready);
@@ -827,12 +1058,10 @@ impl PcmMedia {
         if !self.adr {
             self.stats.bank_conflict_cycles += start - t;
         }
-        self.wpq_issued.push(b, start, line);
-        self.next_retire = self.next_retire.min(start);
         self.last_write_done = self.last_write_done.max(done);
         self.stats.array_writes += 1;
         self.stats.energy_nj += self.write_energy;
-        done
+        (b, start, done)
     }
 
     /// Issues queued writes oldest-first at cycle `t` until at most `keep` remain queued.
@@ -844,7 +1073,7 @@ impl PcmMedia {
         }
     }
 
-    #[inline]
+    #[inline(always)]
     fn read(&mut self, line: u64, t: u64) -> u64 {
         self.retire_issued(t);
         if self.wpq_lines.find(line).is_ok() {
@@ -852,9 +1081,7 @@ impl PcmMedia {
             return t + self.bus_xfer;
         }
         let (slot, t) = self.read_queue.enter(t);
-        if slot.stalled {
-            self.stats.read_queue_full_stalls += 1;
-        }
+        self.stats.read_queue_full_stalls += slot.stalled as u64;
         let (ch, b) = self.bank_index(line);
         let start = t.max(self.bank_busy[b]);
         self.stats.bank_conflict_cycles += start - t;
@@ -867,11 +1094,13 @@ impl PcmMedia {
         data_at
     }
 
-    #[inline]
-    fn write(&mut self, line: u64, t: u64) -> u64 {
+    /// `gap`: cycles since the previous request (a hint for deferring, see `fresh`). Not
+    /// inlined into `access`, so that the read path does not pay for its registers.
+    #[inline(never)]
+    fn write(&mut self, line: u64, t: u64, gap: u64) -> u64 {
         self.retire_issued(t);
         let mut slot = match self.wpq_lines.find(line) {
-            Ok(slot) => return self.coalesce(self.wpq_lines.slots[slot].1, t),
+            Ok(slot) => return self.coalesce(self.wpq_lines.value(slot), t),
             Err(slot) => slot,
         };
         let mut t = t;
@@ -881,9 +1110,19 @@ impl PcmMedia {
             slot = self.wpq_lines.find(line).expect_err("line not in the WPQ");
         }
         if self.eager {
-            let done = self.issue_write(line, t);
+            let (bank, start, done) = self.schedule_write(line, t);
             // Only a non-persistent WPQ needs the completion, for writes that coalesce into this one.
-            self.wpq_lines.insert_at(slot, line, if self.adr { QUEUED } else { done });
+            let value = if self.adr { QUEUED } else { done };
+            if start - t <= gap.saturating_mul(4) {
+                // The burst will likely have started by the next request, judging by the last
+                // gap between requests: defer entering the write in the WPQ (see `fresh`).
+                // (A wrong guess costs a little time, never a different result.)
+                self.fresh = Fresh { start, line, bank, value, slot };
+            } else {
+                self.wpq_lines.insert_at(slot, line, value);
+                self.wpq_issued.push(bank, start, line);
+                self.next_retire = self.next_retire.min(start);
+            }
             return if self.adr { t } else { done };
         }
         self.wpq_lines.insert_at(slot, line, QUEUED);
@@ -896,6 +1135,7 @@ impl PcmMedia {
 
     /// A write to a line that has a write in the WPQ (`done`: its completion or `QUEUED`).
     #[cold]
+    #[inline(never)]
     fn coalesce(&mut self, done: u64, t: u64) -> u64 {
         self.stats.wpq_coalesced += 1;
         // With ADR the merge is persistent at once; without, when the merged write lands
@@ -912,7 +1152,7 @@ impl PcmMedia {
             // Only reachable if the watermark never fired; issue the oldest to make room.
             self.issue_queued(self.wpq_queued.len() - 1, t);
         }
-        let t = t.max(self.wpq_issued.min_start());
+        let t = t.max(self.next_retire);
         self.retire_issued(t);
         self.stats.wpq_full_stalls += 1;
         t
@@ -925,7 +1165,8 @@ impl MemoryPort for PcmMedia {
         debug_assert!(req.addr < self.capacity_bytes, "address {:#x} beyond device capacity", req.addr);
         let line = req.addr >> LINE_SHIFT;
         let class = req.class as usize;
-        self.latest_issue = self.latest_issue.max(req.issue.0);
+        self.bus_base = self.bus_base.max(req.issue.0 & !63);
+        let previous = std::mem::replace(&mut self.last_issue, req.issue.0);
         Cycle(match req.kind {
             AccessKind::Read => {
                 self.stats.reads_by_class[class] += 1;
@@ -933,7 +1174,7 @@ impl MemoryPort for PcmMedia {
             }
             AccessKind::Write => {
                 self.stats.writes_by_class[class] += 1;
-                self.write(line, req.issue.0)
+                self.write(line, req.issue.0, req.issue.0.wrapping_sub(previous))
             }
         })
     }
@@ -1373,7 +1614,8 @@ mod tests {
             prop::sample::select(vec![150.0, 0.25, 30.0]),
             prop::sample::select(vec![500.0, 0.5, 100.0]),
         );
-        (policy, queues, geometry, timing).prop_map(|((eager, adr, page), (rq, wq, high, low), (ch, banks), (bus, rd, wr))| {
+        (policy, queues, geometry, timing).prop_map(|(policy, queues, (ch, banks), (bus, rd, wr))| {
+            let ((eager, adr, page), (rq, wq, high, low)) = (policy, queues);
             PcmConfig {
                 drain_policy: if eager { DrainPolicy::Eager } else { DrainPolicy::Watermark },
                 adr,
@@ -1411,7 +1653,8 @@ mod tests {
     }
 
     /// Drives the model and the reference with the same steps; compares every result.
-    fn check_against_reference(cfg: &PcmConfig, steps: &[Step]) -> Result<(), TestCaseError> {
+    /// Returns the final stats, the last issue cycle and the final drain's cycle.
+    fn check_against_reference(cfg: &PcmConfig, steps: &[Step]) -> Result<(MediaStats, u64, u64), TestCaseError> {
         let mut new = PcmMedia::new(cfg, MHZ);
         let mut old = reference::PcmMedia::new(cfg, MHZ);
         let mut t = 0u64;
@@ -1427,22 +1670,58 @@ mod tests {
         prop_assert_eq!(new.stats(), old.stats());
         prop_assert_eq!(new.pending_writes(), old.pending_writes());
         prop_assert_eq!(new.wpq_occupancy(), old.wpq_occupancy());
-        prop_assert_eq!(new.drain(Cycle(t)), old.drain(Cycle(t)), "final drain");
+        let end = new.drain(Cycle(t));
+        prop_assert_eq!(end, old.drain(Cycle(t)), "final drain");
         prop_assert_eq!(new.stats(), old.stats());
         prop_assert_eq!(new.pending_writes(), old.pending_writes());
         prop_assert_eq!(new.wpq_occupancy(), old.wpq_occupancy());
-        Ok(())
+        Ok((new.stats().clone(), t, end.0))
     }
 
     proptest! {
-        #![proptest_config(ProptestConfig::with_cases(512))]
+        // At least 512 cases; more with PROPTEST_CASES (e.g. 20000 for a long soak).
+        #![proptest_config(ProptestConfig {
+            cases: ProptestConfig::default().cases.max(512),
+            ..ProptestConfig::default()
+        })]
         #[test]
         fn every_cycle_and_stat_matches_the_reference_model(cfg in diff_config(), steps in diff_steps(400)) {
             check_against_reference(&cfg, &steps)?;
         }
 
         #[test]
-        fn default_device_matches_the_reference_model(eager in any::<bool>(), adr in any::<bool>(), steps in diff_steps(600)) {
+        fn group_min_finds_the_lowest_index_of_the_smallest_value(
+            n in 1usize..40,
+            ops in prop::collection::vec((0usize..40, 0u64..20, 0u8..3), 1..300),
+        ) {
+            // Small values, so that ties are common.
+            let mut g = GroupMin::new(n);
+            let mut naive = vec![u64::MAX; n];
+            for (i, v, how) in ops {
+                let i = i % n;
+                match how {
+                    0 => g.set(i, v),
+                    1 => g.set_lazily(i, v),
+                    _ => {
+                        let v = v.min(naive[i]);
+                        g.lower(i, v);
+                        naive[i] = v;
+                        continue;
+                    }
+                }
+                naive[i] = v;
+                let best = *naive.iter().min().unwrap();
+                let first = naive.iter().position(|&x| x == best).unwrap();
+                prop_assert_eq!(g.min(), (best, first));
+            }
+        }
+
+        #[test]
+        fn default_device_matches_the_reference_model(
+            eager in any::<bool>(),
+            adr in any::<bool>(),
+            steps in diff_steps(600),
+        ) {
             let cfg = PcmConfig {
                 drain_policy: if eager { DrainPolicy::Eager } else { DrainPolicy::Watermark },
                 adr,
@@ -1484,7 +1763,10 @@ mod tests {
                 t = t.saturating_add_signed(dt);
                 let (slot, entered) = q.enter(t);
                 let (old_slot, old_entered) = old.enter(t);
-                prop_assert_eq!((slot.index, slot.stalled, entered), (old_slot.index, old_slot.stalled, old_entered));
+                prop_assert_eq!(
+                    (slot.index, slot.stalled, entered),
+                    (old_slot.index, old_slot.stalled, old_entered)
+                );
                 q.set(slot.index, entered + latency);
                 old.set(old_slot.index, old_entered + latency);
             }
@@ -1511,22 +1793,34 @@ mod tests {
                         let cfg = PcmConfig {
                             drain_policy: if eager { DrainPolicy::Eager } else { DrainPolicy::Watermark },
                             adr,
-                            address_mapping: if page { AddressMapping::PageInterleave } else { AddressMapping::LineInterleave },
+                            address_mapping: if page {
+                                AddressMapping::PageInterleave
+                            } else {
+                                AddressMapping::LineInterleave
+                            },
                             ..PcmConfig::default()
                         };
                         let lines = 32u64 << 24;
                         let steps: Vec<Step> = (0..40_000)
                             .map(|_| {
                                 let r = next();
-                                let dt = if (r >> 4) % 16 == 0 { -((r >> 40) as i64 % 3000) } else { (r & (2 * gap - 1)) as i64 };
+                                // One step in 16 goes back by up to 3000 cycles.
+                                let back = (r >> 4) % 16 == 0;
+                                let dt = if back { -((r >> 40) as i64 % 3000) } else { (r & (2 * gap - 1)) as i64 };
                                 let op = if (r >> 8) % 10 < 7 { 0 } else { DIFF_WRITE };
                                 // One access in 8 goes to a small hot set, so the WPQ forwards and coalesces.
                                 let line = if (r >> 12) % 8 == 0 { (r >> 20) % 64 } else { (r >> 20) & (lines - 1) };
                                 (dt, op, line * 64)
                             })
                             .collect();
-                        if let Err(e) = check_against_reference(&cfg, &steps) {
-                            panic!("eager {eager} adr {adr} page {page} gap {gap}: {e}");
+                        let (s, t, end) = check_against_reference(&cfg, &steps)
+                            .unwrap_or_else(|e| panic!("eager {eager} adr {adr} page {page} gap {gap}: {e}"));
+                        // The streams reach the states the fast paths must not get wrong.
+                        assert!(s.wpq_read_hits > 0 && s.wpq_coalesced > 0, "{s:?}");
+                        if gap == 8 {
+                            assert!(s.read_queue_full_stalls > 0 && s.wpq_full_stalls > 0, "{s:?}");
+                            // Bank backlogs ran past the bus window (bookings there go unrecorded).
+                            assert!(end > t + 64 * BUS_WINDOW_WORDS as u64, "end {end}, t {t}");
                         }
                     }
                 }
