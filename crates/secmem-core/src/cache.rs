@@ -189,8 +189,14 @@ impl SetAssocCache {
         // SAFETY: prefetching an in-bounds address has no effect on program state.
         unsafe {
             use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T0};
-            let base = self.set_of(line) * self.ways;
+            let set = self.set_of(line);
+            let base = set * self.ways;
             _mm_prefetch(self.tags.as_ptr().add(base) as *const i8, _MM_HINT_T0);
+            // The recency links and the set's head/tail, which the hit or fill will update.
+            _mm_prefetch(self.next.as_ptr().add(base) as *const i8, _MM_HINT_T0);
+            _mm_prefetch(self.prev.as_ptr().add(base) as *const i8, _MM_HINT_T0);
+            _mm_prefetch(self.head.as_ptr().add(set) as *const i8, _MM_HINT_T0);
+            _mm_prefetch(self.tail.as_ptr().add(set) as *const i8, _MM_HINT_T0);
         }
         #[cfg(not(target_arch = "x86_64"))]
         let _ = line;
