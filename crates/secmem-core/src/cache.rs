@@ -45,10 +45,10 @@ impl CacheConfig {
         ensure(self.ways <= 4096, &format!("{path}.ways"), || format!("must be <= 4096, got {}", self.ways))?;
         ensure(self.ways > 0, &format!("{path}.ways"), || "must be > 0".into())?;
         let lines = self.lines();
-        ensure(self.size_kib * 1024 % 64 == 0 && lines >= self.ways as u64, &format!("{path}.size_kib"), || {
+        ensure((self.size_kib * 1024).is_multiple_of(64) && lines >= self.ways as u64, &format!("{path}.size_kib"), || {
             format!("{} KiB holds {} lines, fewer than one set of {} ways", self.size_kib, lines, self.ways)
         })?;
-        ensure(lines % self.ways as u64 == 0, &format!("{path}.ways"), || {
+        ensure(lines.is_multiple_of(self.ways as u64), &format!("{path}.ways"), || {
             format!("{} lines do not divide into sets of {} ways", lines, self.ways)
         })?;
         Ok(())

@@ -85,7 +85,7 @@ impl SecureLayout {
         if arity > 64 {
             return Err(ConfigError::new("tree.arity", format!("must be <= 64 (each child hash must fit a 64 B node), got {arity}")));
         }
-        if data_bytes == 0 || data_bytes % PAGE_BYTES != 0 {
+        if data_bytes == 0 || !data_bytes.is_multiple_of(PAGE_BYTES) {
             return Err(ConfigError::new("pcm.capacity_gib", "data capacity must be a positive multiple of 4 KB"));
         }
         if !(8..=64).contains(&mac_bits) || 512 % mac_bits != 0 {

@@ -95,7 +95,7 @@ fn the_128th_write_to_a_line_overflows_and_reencrypts_the_other_63_lines() {
 #[test]
 fn read_with_counter_hit_overlaps_pad_generation_with_the_data_fetch() {
     let mut m = mc(TreeUpdate::Lazy);
-    m.read_line(0, Cycle(0)).unwrap().0; // warms the counter and MAC
+    m.read_line(0, Cycle(0)).unwrap(); // warms the counter and MAC
     let done = m.read_line(1, Cycle(10_000)).unwrap().0;
     // data 100 cycles; pad = hit (2) + AES (40) finishes earlier; +1 for the XOR.
     assert_eq!(done, Cycle(10_000 + 100 + 1));
@@ -113,7 +113,7 @@ fn read_with_counter_miss_waits_for_counter_then_aes() {
 fn non_secure_mode_sends_only_data_traffic() {
     let mut m = mc_with(TreeUpdate::Lazy, 64, MetadataPersistence::WriteBack, false);
     m.write_line(0, None, Cycle(0)).unwrap();
-    m.read_line(64, Cycle(0)).unwrap().0;
+    m.read_line(64, Cycle(0)).unwrap();
     let s = m.media.stats();
     assert_eq!((s.reads(), s.writes()), (1, 1));
     assert_eq!(m.stats.mac_ops.total() + m.stats.aes_ops.total(), 0);

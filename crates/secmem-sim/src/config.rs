@@ -138,7 +138,7 @@ impl Config {
             format!("unknown pattern '{}'; known: sequential, random, stride, zipf", w.pattern)
         })?;
         ensure((0.0..=1.0).contains(&w.read_ratio), "workload.read_ratio", || format!("must be in [0, 1], got {}", w.read_ratio))?;
-        ensure(w.footprint_bytes >= 64 && w.footprint_bytes % 64 == 0, "workload.footprint_bytes", || {
+        ensure(w.footprint_bytes >= 64 && w.footprint_bytes.is_multiple_of(64), "workload.footprint_bytes", || {
             format!("must be a positive multiple of 64, got {}", w.footprint_bytes)
         })?;
         ensure(w.footprint_bytes <= self.data_bytes(), "workload.footprint_bytes", || {

@@ -44,6 +44,9 @@ pub(crate) fn test_canaries() -> secmem_schemes::Canaries {
     }
 }
 
+/// Observer of every write that reaches memory: (line, plaintext).
+pub type PersistHook = Box<dyn FnMut(u64, &[u8; 64])>;
+
 /// Core-side counters.
 #[derive(Clone, Debug, Default, PartialEq, Serialize)]
 pub struct CoreStats {
@@ -138,7 +141,7 @@ pub struct Engine {
     /// First integrity failure of the current record.
     failure: Option<IntegrityError>,
     /// Called with (line, plaintext) for every write that reaches memory (oracles use it).
-    pub on_persist: Option<Box<dyn FnMut(u64, &[u8; 64])>>,
+    pub on_persist: Option<PersistHook>,
     /// Records are memory-controller requests (no cache hierarchy).
     memory_level: bool,
 }

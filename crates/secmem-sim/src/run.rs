@@ -151,7 +151,7 @@ pub fn run_records_saving(
         if n == warmup {
             warm = Some(engine.snapshot());
         }
-        if progress && n % (1 << 20) == 0 {
+        if progress && n.is_multiple_of(1 << 20) {
             show_progress(n, total_hint.map(|t| t.min(limit)), start.elapsed().as_secs_f64());
         }
     }
