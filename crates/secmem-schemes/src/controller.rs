@@ -600,8 +600,13 @@ impl SecureMc {
     /// Decrypts and verifies the NVM copy of data `line` under counter (major, minor).
     fn open_line(&self, line: u64, major: u64, minor: u8) -> Result<[u8; 64], IntegrityError> {
         let f = self.func.as_ref().expect("functional");
+        let stored = self.stored_mac(line);
+        if stored == 0 && (major, minor) == (0, 0) && f.image.get_opt(line).is_none() {
+            // Boot content on every side: the check would compare the boot MAC with itself.
+            return Ok([0; 64]);
+        }
         let mut buf = f.ciphertext(line);
-        if !f.canaries.skip_data_mac_check && f.data_mac(&buf, line, major, minor) != f.effective_mac(self.stored_mac(line), line) {
+        if !f.canaries.skip_data_mac_check && f.data_mac(&buf, line, major, minor) != f.effective_mac(stored, line) {
             return Err(IntegrityError::DataMac { line, addr: line << LINE_SHIFT });
         }
         f.decrypt(&mut buf, line, major, minor);
