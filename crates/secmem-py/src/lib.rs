@@ -15,6 +15,15 @@ fn load(preset: Option<&str>, config: Option<&str>, overrides: Vec<String>) -> P
     Config::load(preset, config.map(Path::new), &overrides).map_err(err)
 }
 
+/// Opens a trace in the named format, or detects it.
+fn open_trace(path: &str, format: Option<&str>) -> PyResult<secmem_trace::RecordIter> {
+    match format {
+        Some(f) => secmem_trace::open_as(Path::new(path), f.parse().map_err(err)?),
+        None => secmem_trace::open(Path::new(path)),
+    }
+    .map_err(err)
+}
+
 /// `[{"name", "source"}]` for every preset.
 #[pyfunction]
 fn presets() -> String {
@@ -102,11 +111,7 @@ fn trace_gen(
 #[pyo3(signature = (input, output, out_format="binary", in_format=None))]
 fn trace_convert(py: Python<'_>, input: &str, output: &str, out_format: &str, in_format: Option<&str>) -> PyResult<u64> {
     let out_format: secmem_trace::Format = out_format.parse().map_err(err)?;
-    let reader = match in_format {
-        Some(f) => secmem_trace::open_as(Path::new(input), f.parse().map_err(err)?),
-        None => secmem_trace::open(Path::new(input)),
-    }
-    .map_err(err)?;
+    let reader = open_trace(input, in_format)?;
     py.allow_threads(|| {
         // Stop at the first bad record, naming it, rather than writing a partial trace silently.
         let mut first_err = None;
@@ -130,11 +135,7 @@ fn trace_convert(py: Python<'_>, input: &str, output: &str, out_format: &str, in
 #[pyfunction]
 #[pyo3(signature = (path, format=None))]
 fn trace_info(py: Python<'_>, path: &str, format: Option<&str>) -> PyResult<String> {
-    let reader = match format {
-        Some(f) => secmem_trace::open_as(Path::new(path), f.parse().map_err(err)?),
-        None => secmem_trace::open(Path::new(path)),
-    }
-    .map_err(err)?;
+    let reader = open_trace(path, format)?;
     let info = py.allow_threads(|| secmem_trace::info(reader)).map_err(err)?;
     Ok(info.to_json())
 }
