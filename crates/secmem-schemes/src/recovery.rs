@@ -52,7 +52,6 @@ impl std::error::Error for RecoveryError {}
 /// counting mode there are no bytes to verify; the work estimate is still reported).
 pub fn rebuild_and_verify(mc: &mut SecureMc, now: Cycle) -> Result<RecoveryReport, RecoveryError> {
     let layout = mc.layout.clone();
-    let tree = &layout.tree;
     let mut report = RecoveryReport::default();
     let Some(func) = mc.func.take() else {
         // Counting mode: count the work of reading every touched counter block.
@@ -63,7 +62,6 @@ pub fn rebuild_and_verify(mc: &mut SecureMc, now: Cycle) -> Result<RecoveryRepor
     };
     let result = rebuild(mc, &func, &layout, &mut report, now);
     mc.func = Some(func);
-    let _ = tree;
     result.map(|_| report)
 }
 

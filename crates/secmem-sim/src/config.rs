@@ -122,7 +122,7 @@ impl Config {
         self.security.validate("security")?;
         self.tree.validate("tree")?;
         self.metadata_cache.validate("metadata_cache")?;
-        secmem_schemes::design::build(&self.run.design).map_err(|m| ConfigError::new("run.design", m))?;
+        crate::engine::build_design(self)?;
         ensure(
             self.run.max_requests == 0 || self.run.warmup_requests < self.run.max_requests,
             "run.warmup_requests",

@@ -146,28 +146,44 @@ pub struct Engine {
     memory_level: bool,
 }
 
+/// An idle device sized for the config: the DIMM holds the data and, above it, the security
+/// metadata regions (counters, MACs, tree).
+pub fn build_media(cfg: &Config) -> Result<Box<PcmMedia>, ConfigError> {
+    let layout = secmem_core::tree::SecureLayout::new(cfg.data_bytes(), cfg.tree.arity, cfg.security.mac_bits)?;
+    let mut pcm = cfg.pcm.clone();
+    pcm.capacity_gib = layout.end.div_ceil(1 << 30);
+    Ok(Box::new(PcmMedia::new(&pcm, cfg.core.freq_mhz)))
+}
+
+/// The secure controller of a config on a fresh device (functional per `run.functional`, with
+/// the test canaries in force and the pad-reuse detector if asked for).
+pub fn build_controller(cfg: &Config) -> Result<SecureMc, ConfigError> {
+    let media = build_media(cfg)?;
+    let mut mc = if cfg.run.functional {
+        SecureMc::new_functional(&cfg.security, &cfg.tree, &cfg.metadata_cache, cfg.data_bytes(), media, cfg.run.seed)?
+    } else {
+        SecureMc::new(&cfg.security, &cfg.tree, &cfg.metadata_cache, cfg.data_bytes(), media)?
+    };
+    if let Some(f) = mc.func.as_mut() {
+        f.canaries = test_canaries();
+        if cfg.run.check_pad_reuse {
+            f.reuse = Some(secmem_crypto::PadReuseDetector::new());
+        }
+    }
+    Ok(mc)
+}
+
+/// The config's design (`run.design`).
+pub fn build_design(cfg: &Config) -> Result<Box<dyn Design>, ConfigError> {
+    secmem_schemes::design::build(&cfg.run.design).map_err(|m| ConfigError::new("run.design", m))
+}
+
 impl Engine {
     /// Builds every component from a validated config (functional mode per `run.functional`).
     pub fn new(cfg: &Config) -> Result<Engine, ConfigError> {
         let track_data = cfg.run.functional;
-        // The DIMM holds the data and, above it, the security metadata regions (counters, MACs,
-        // tree): size the device to cover both.
-        let layout = secmem_core::tree::SecureLayout::new(cfg.data_bytes(), cfg.tree.arity, cfg.security.mac_bits)?;
-        let mut pcm = cfg.pcm.clone();
-        pcm.capacity_gib = layout.end.div_ceil(1 << 30);
-        let media = PcmMedia::new(&pcm, cfg.core.freq_mhz);
-        let mut mc = if track_data {
-            SecureMc::new_functional(&cfg.security, &cfg.tree, &cfg.metadata_cache, cfg.data_bytes(), Box::new(media), cfg.run.seed)?
-        } else {
-            SecureMc::new(&cfg.security, &cfg.tree, &cfg.metadata_cache, cfg.data_bytes(), Box::new(media))?
-        };
-        if let Some(f) = mc.func.as_mut() {
-            f.canaries = test_canaries();
-            if cfg.run.check_pad_reuse {
-                f.reuse = Some(secmem_crypto::PadReuseDetector::new());
-            }
-        }
-        let design = secmem_schemes::design::build(&cfg.run.design).map_err(|m| ConfigError::new("run.design", m))?;
+        let mc = build_controller(cfg)?;
+        let design = build_design(cfg)?;
         Ok(Engine {
             hier: Hierarchy::new(&cfg.l1, &cfg.l2, &cfg.llc, cfg.hierarchy.inclusive_llc, track_data),
             mc,

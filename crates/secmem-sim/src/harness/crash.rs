@@ -17,13 +17,12 @@
 //! Horus needs); that arrives with the Horus issue.
 
 use crate::config::Config;
-use crate::engine::Engine;
+use crate::engine::{build_controller, build_design, build_media, Engine};
 use crate::run::{open_records, SimError, TraceInput};
 use rand::seq::SliceRandom;
 use rand::SeedableRng;
 use rustc_hash::FxHashMap;
 use secmem_core::Cycle;
-use secmem_media::pcm::PcmMedia;
 use secmem_schemes::functional::NvmImage;
 use secmem_schemes::SecureMc;
 use secmem_trace::Record;
@@ -68,26 +67,11 @@ pub(crate) fn record_error(input: &TraceInput, cfg: &Config, e: crate::engine::R
     SimError::Record { trace: input.describe(cfg), error: e }
 }
 
-/// An idle device sized for the run's data and metadata.
-pub(crate) fn fresh_media(cfg: &Config) -> Result<Box<PcmMedia>, SimError> {
-    let layout = secmem_core::tree::SecureLayout::new(cfg.data_bytes(), cfg.tree.arity, cfg.security.mac_bits)?;
-    let mut pcm = cfg.pcm.clone();
-    pcm.capacity_gib = layout.end.div_ceil(1 << 30);
-    Ok(Box::new(PcmMedia::new(&pcm, cfg.core.freq_mhz)))
-}
-
 /// A recovery controller with the run's geometry and keys, and empty volatile state.
 pub(crate) fn fresh_controller(cfg: &Config) -> Result<SecureMc, SimError> {
-    let mut mc = SecureMc::new_functional(
-        &cfg.security,
-        &cfg.tree,
-        &cfg.metadata_cache,
-        cfg.data_bytes(),
-        fresh_media(cfg)?,
-        cfg.run.seed,
-    )?;
-    mc.func.as_mut().expect("functional").canaries = crate::engine::test_canaries();
-    Ok(mc)
+    let mut fcfg = cfg.clone();
+    fcfg.run.functional = true;
+    Ok(build_controller(&fcfg)?)
 }
 
 pub fn crash_campaign(cfg: &Config, input: &TraceInput, points: u64, seed: u64) -> Result<CrashOutcome, SimError> {
@@ -136,7 +120,7 @@ pub fn crash_campaign(cfg: &Config, input: &TraceInput, points: u64, seed: u64) 
         o2.borrow_mut().insert(line, *data);
     }));
     let mut recovery = fresh_controller(&fcfg)?;
-    let mut design = secmem_schemes::design::build(&fcfg.run.design).map_err(|m| SimError::Config(secmem_core::ConfigError::new("run.design", m)))?;
+    let mut design = build_design(&fcfg)?;
     let mut next = 0usize;
     let (mut sum_blocks, mut sum_hashes, mut sum_cycles) = (0f64, 0f64, 0f64);
     for (i, r) in records.iter().enumerate() {
@@ -159,7 +143,7 @@ pub fn crash_campaign(cfg: &Config, input: &TraceInput, points: u64, seed: u64) 
         }
         design.crash(&mut recovery, false);
         // Each recovery starts on an idle device at cycle 0, so its time is its own.
-        recovery.media = fresh_media(&fcfg)?;
+        recovery.media = build_media(&fcfg)?;
         let ok = match design.recover(&mut recovery, Cycle::ZERO) {
             Ok(rep) => {
                 sum_blocks += rep.counter_blocks_read as f64;

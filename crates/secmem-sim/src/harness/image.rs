@@ -50,7 +50,7 @@ pub fn verify_image(cfg: &Config, path: &Path) -> Result<ImageCheck, SimError> {
     fcfg.run.functional = true;
     fcfg.run.seed = meta.key_seed;
     let mut mc = fresh_controller(&fcfg)?;
-    let mut design = secmem_schemes::design::build(&fcfg.run.design).map_err(|m| SimError::Config(ConfigError::new("run.design", m)))?;
+    let mut design = crate::engine::build_design(&fcfg)?;
     let data_lines_end = cfg.data_bytes() >> 6;
     let data_lines: Vec<u64> = image.lines_in(0, data_lines_end);
     let mut out = ImageCheck { lines_in_image: image.len() as u64, ..Default::default() };
