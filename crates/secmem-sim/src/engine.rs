@@ -373,7 +373,7 @@ impl Engine {
     fn access_line(&mut self, line: u64, write: bool, data: Option<&[u8; 64]>) {
         // Memory content arrives from the controller after the fill; the hierarchy is patched
         // with it below (functional mode).
-        let level = self.hier.access(line, write, data, &mut |_| [0; 64]);
+        let level = self.hier.access(line, write, data);
         match level {
             Level::L1 => {}
             Level::L2 => self.add_outstanding(self.now + self.hier.path_latency[1]),

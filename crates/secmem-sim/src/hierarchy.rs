@@ -72,15 +72,10 @@ impl Hierarchy {
     pub fn tracks_data(&self) -> bool { self.track_data }
 
     /// A load (`write == false`) or store of `line`. `store_data` is the line's new content
-    /// (tracked-data mode). `memory` supplies a line's content on a fill from memory
-    /// (tracked-data mode only). Returns where the access hit.
-    pub fn access(
-        &mut self,
-        line: u64,
-        write: bool,
-        store_data: Option<&[u8; 64]>,
-        memory: &mut dyn FnMut(u64) -> [u8; 64],
-    ) -> Level {
+    /// (tracked-data mode). Returns where the access hit; on `Level::Memory` the caller gets
+    /// the line's content from the memory controller and installs it with
+    /// [`set_filled_data`](Self::set_filled_data) (tracked-data mode).
+    pub fn access(&mut self, line: u64, write: bool, store_data: Option<&[u8; 64]>) -> Level {
         if let Some(slot) = self.l1.lookup(line, write) {
             if let (Some(d), Some(dst)) = (store_data, self.l1.data_mut(slot)) {
                 *dst = *d;
@@ -98,9 +93,6 @@ impl Hierarchy {
             Level::Memory
         };
         if level == Level::Memory {
-            if self.track_data {
-                content = Some(memory(line));
-            }
             if let Some((vl, vd, vdata)) = fill_with(&mut self.llc, line, false, content) {
                 self.llc_victim(vl, vd, vdata);
             }
@@ -233,8 +225,6 @@ impl Hierarchy {
 mod tests {
     use super::*;
 
-    fn zero(_: u64) -> [u8; 64] { [0; 64] }
-
     /// 1 KiB direct-mapped-ish caches small enough to force evictions by hand.
     fn tiny(inclusive: bool, data: bool) -> Hierarchy {
         Hierarchy::new(
@@ -249,8 +239,8 @@ mod tests {
     #[test]
     fn first_access_goes_to_memory_then_hits_in_l1() {
         let mut h = tiny(true, false);
-        assert_eq!(h.access(7, false, None, &mut zero), Level::Memory);
-        assert_eq!(h.access(7, true, None, &mut zero), Level::L1);
+        assert_eq!(h.access(7, false, None), Level::Memory);
+        assert_eq!(h.access(7, true, None), Level::L1);
         assert_eq!(h.path_latency, [Cycle(2), Cycle(12), Cycle(42)]);
     }
 
@@ -258,34 +248,34 @@ mod tests {
     fn l1_victim_is_found_in_l2() {
         let mut h = tiny(true, false);
         for l in 0..17 {
-            h.access(l, false, None, &mut zero);
+            h.access(l, false, None);
         }
         // line 0 left L1 (16 lines) but is in L2.
-        assert_eq!(h.access(0, false, None, &mut zero), Level::L2);
+        assert_eq!(h.access(0, false, None), Level::L2);
     }
 
     #[test]
     fn dirty_lines_reach_memory_only_when_they_leave_the_llc() {
         let mut h = tiny(true, false);
-        h.access(0, true, None, &mut zero);
+        h.access(0, true, None);
         for l in 1..64 {
-            h.access(l, false, None, &mut zero);
+            h.access(l, false, None);
         }
         assert!(h.writebacks.is_empty(), "64 lines fit in the LLC");
-        h.access(64, false, None, &mut zero); // evicts LRU line 0 from the LLC
+        h.access(64, false, None); // evicts LRU line 0 from the LLC
         assert_eq!(h.writebacks, vec![Writeback { line: 0, data: None }]);
     }
 
     #[test]
     fn inclusive_llc_back_invalidates_a_dirty_l1_copy() {
         let mut h = tiny(true, false);
-        h.access(0, true, None, &mut zero);
+        h.access(0, true, None);
         // Keep line 0 hot in L1 while streaming 64 other lines through the LLC.
         for l in 1..64 {
-            h.access(l, false, None, &mut zero);
-            h.access(0, false, None, &mut zero);
+            h.access(l, false, None);
+            h.access(0, false, None);
         }
-        h.access(64, false, None, &mut zero);
+        h.access(64, false, None);
         // LLC LRU never saw the L1 hits, so line 0 is its victim; its dirty L1 copy goes too.
         assert_eq!(h.writebacks.iter().filter(|w| w.line == 0).count(), 1);
         assert!(h.l1.probe(0).is_none());
@@ -294,10 +284,10 @@ mod tests {
     #[test]
     fn non_inclusive_llc_keeps_upper_copies() {
         let mut h = tiny(false, false);
-        h.access(0, false, None, &mut zero);
+        h.access(0, false, None);
         for l in 1..=64 {
-            h.access(l, false, None, &mut zero);
-            h.access(0, false, None, &mut zero);
+            h.access(l, false, None);
+            h.access(0, false, None);
         }
         assert!(h.l1.probe(0).is_some());
     }
@@ -305,10 +295,10 @@ mod tests {
     #[test]
     fn data_moves_with_lines_and_flush_returns_the_freshest_copy() {
         let mut h = tiny(true, true);
-        let mut mem = |l: u64| [l as u8; 64];
-        h.access(3, false, None, &mut mem);
+        h.access(3, false, None);
+        h.set_filled_data(3, &[3; 64], false);
         assert_eq!(h.cached_data(3), Some([3; 64]));
-        h.access(3, true, Some(&[9; 64]), &mut mem);
+        h.access(3, true, Some(&[9; 64]));
         let wb = h.flush_line(3).unwrap();
         assert_eq!(wb.data, Some([9; 64]));
         assert!(h.flush_line(3).is_none(), "clean after flush");
@@ -318,10 +308,9 @@ mod tests {
     #[test]
     fn evicted_dirty_data_reaches_the_writeback() {
         let mut h = tiny(true, true);
-        let mut mem = |_l: u64| [0u8; 64];
-        h.access(0, true, Some(&[0xAA; 64]), &mut mem);
+        h.access(0, true, Some(&[0xAA; 64]));
         for l in 1..=64 {
-            h.access(l, false, None, &mut mem);
+            h.access(l, false, None);
         }
         assert_eq!(h.writebacks[0], Writeback { line: 0, data: Some([0xAA; 64]) });
     }
