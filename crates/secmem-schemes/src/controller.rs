@@ -129,8 +129,8 @@ impl McStats {
 }
 
 /// Which metadata structure a block belongs to.
-#[derive(Copy, Clone, Debug, PartialEq, Eq)]
-enum Meta {
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Serialize)]
+pub enum MetaKind {
     /// Tree level 0: a counter block (index = page).
     Counter,
     /// A stored tree node at level >= 1.
@@ -174,10 +174,19 @@ pub struct SecureMc {
     chain_buf: Vec<(usize, u64, [u8; 64])>,
 }
 
+/// A metadata block with its identity: `key` is its device line number.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct MetaBlock {
+    pub kind: MetaKind,
+    pub key: u64,
+    /// Its content (functional mode).
+    pub payload: Option<[u8; 64]>,
+}
+
 /// A dirty metadata block on its way to NVM.
 #[derive(Clone, Copy, Debug)]
 struct Evicted {
-    kind: Meta,
+    kind: MetaKind,
     key: u64,
     /// Its content (functional mode).
     payload: Option<[u8; 64]>,
@@ -310,16 +319,16 @@ impl SecureMc {
     }
 
     #[inline]
-    fn cache_of(&mut self, kind: Meta) -> &mut SetAssocCache {
+    fn cache_of(&mut self, kind: MetaKind) -> &mut SetAssocCache {
         match kind {
-            Meta::Counter => &mut self.counter_cache,
-            Meta::Tree => &mut self.tree_cache,
-            Meta::Mac => &mut self.mac_cache,
+            MetaKind::Counter => &mut self.counter_cache,
+            MetaKind::Tree => &mut self.tree_cache,
+            MetaKind::Mac => &mut self.mac_cache,
         }
     }
 
     /// Takes a block back from the write-back buffer, if it is there (refilled dirty).
-    fn reclaim(&mut self, kind: Meta, key: u64) -> bool {
+    fn reclaim(&mut self, kind: MetaKind, key: u64) -> bool {
         let Some(i) = self.evictions.iter().position(|e| e.key == key) else { return false };
         let e = self.evictions.swap_remove(i);
         debug_assert_eq!(e.kind, kind);
@@ -329,17 +338,17 @@ impl SecureMc {
 
     /// Payload of a cached metadata block (functional mode).
     #[inline]
-    fn payload(&self, kind: Meta, key: u64) -> Option<[u8; 64]> {
+    fn payload(&self, kind: MetaKind, key: u64) -> Option<[u8; 64]> {
         let cache = match kind {
-            Meta::Counter => &self.counter_cache,
-            Meta::Tree => &self.tree_cache,
-            Meta::Mac => &self.mac_cache,
+            MetaKind::Counter => &self.counter_cache,
+            MetaKind::Tree => &self.tree_cache,
+            MetaKind::Mac => &self.mac_cache,
         };
         cache.probe(key).and_then(|s| cache.data(s).copied())
     }
 
     #[inline]
-    fn set_payload(&mut self, kind: Meta, key: u64, bytes: [u8; 64]) {
+    fn set_payload(&mut self, kind: MetaKind, key: u64, bytes: [u8; 64]) {
         let cache = self.cache_of(kind);
         let slot = cache.probe(key).expect("metadata block is cached when its payload is set");
         *cache.data_mut(slot).expect("functional caches keep data") = bytes;
@@ -353,7 +362,7 @@ impl SecureMc {
         if level >= root {
             return Ok(now); // the root is an on-chip register
         }
-        let kind = if level == 0 { Meta::Counter } else { Meta::Tree };
+        let kind = if level == 0 { MetaKind::Counter } else { MetaKind::Tree };
         let key = self.block_addr(level, index) >> LINE_SHIFT;
         let (cache, hit_lat) = if level == 0 {
             (&mut self.counter_cache, self.p.counter_hit)
@@ -384,14 +393,14 @@ impl SecureMc {
             if let Some(b) = bytes {
                 chain.push((lvl, idx, b));
             }
-            self.fill_meta(if lvl == 0 { Meta::Counter } else { Meta::Tree }, addr >> LINE_SHIFT, lvl == level && dirty, bytes);
+            self.fill_meta(if lvl == 0 { MetaKind::Counter } else { MetaKind::Tree }, addr >> LINE_SHIFT, lvl == level && dirty, bytes);
             fetched += 1;
             let (plvl, pidx) = self.layout.tree.parent(lvl, idx);
             if plvl >= root {
                 break;
             }
             let pkey = self.block_addr(plvl, pidx) >> LINE_SHIFT;
-            if self.tree_cache.lookup(pkey, false).is_some() || self.reclaim(Meta::Tree, pkey) {
+            if self.tree_cache.lookup(pkey, false).is_some() || self.reclaim(MetaKind::Tree, pkey) {
                 break;
             }
             lvl = plvl;
@@ -421,7 +430,7 @@ impl SecureMc {
                 node_entry(&chain[i + 1].2, slot)
             } else {
                 let pkey = self.layout.tree.node_addr(plvl, pidx) >> LINE_SHIFT;
-                node_entry(&self.payload(Meta::Tree, pkey).expect("verified parent is cached"), slot)
+                node_entry(&self.payload(MetaKind::Tree, pkey).expect("verified parent is cached"), slot)
             };
             if *lvl == 0 && f.canaries.skip_counter_verification {
                 continue;
@@ -430,7 +439,7 @@ impl SecureMc {
                 let addr = self.block_addr(*lvl, *idx);
                 for (l, x, _) in chain {
                     let k = self.block_addr(*l, *x) >> LINE_SHIFT;
-                    let kind = if *l == 0 { Meta::Counter } else { Meta::Tree };
+                    let kind = if *l == 0 { MetaKind::Counter } else { MetaKind::Tree };
                     self.cache_of(kind).invalidate(k);
                 }
                 return Err(if *lvl == 0 {
@@ -448,16 +457,16 @@ impl SecureMc {
     pub fn ensure_mac(&mut self, line: u64, dirty: bool, now: Cycle) -> Cycle {
         let (addr, _) = self.layout.mac_addr(line);
         let key = addr >> LINE_SHIFT;
-        if self.mac_cache.lookup(key, dirty).is_some() || self.reclaim(Meta::Mac, key) {
+        if self.mac_cache.lookup(key, dirty).is_some() || self.reclaim(MetaKind::Mac, key) {
             return now + self.p.mac_hit;
         }
         let t = self.device_read(addr, TrafficClass::Mac, now);
         let bytes = self.func.as_ref().map(|f| f.image.get(key));
-        self.fill_meta(Meta::Mac, key, dirty, bytes);
+        self.fill_meta(MetaKind::Mac, key, dirty, bytes);
         t
     }
 
-    fn fill_meta(&mut self, kind: Meta, key: u64, dirty: bool, payload: Option<[u8; 64]>) {
+    fn fill_meta(&mut self, kind: MetaKind, key: u64, dirty: bool, payload: Option<[u8; 64]>) {
         let cache = self.cache_of(kind);
         let (slot, victim) = cache.fill(key, dirty);
         let victim = victim.filter(|v| v.dirty).map(|v| Evicted { kind, key: v.line, payload: cache.data(v.slot).copied() });
@@ -476,16 +485,16 @@ impl SecureMc {
         while let Some(Evicted { kind, key, payload }) = self.evictions.pop() {
             let addr = key << LINE_SHIFT;
             let class = match kind {
-                Meta::Mac => TrafficClass::Mac,
-                Meta::Counter => TrafficClass::Counter,
-                Meta::Tree => TrafficClass::Tree,
+                MetaKind::Mac => TrafficClass::Mac,
+                MetaKind::Counter => TrafficClass::Counter,
+                MetaKind::Tree => TrafficClass::Tree,
             };
             self.device_write(addr, class, now);
             if let (Some(f), Some(p)) = (self.func.as_mut(), payload) {
                 f.persist(key, p);
             }
-            if kind != Meta::Mac && self.p.update == TreeUpdate::Lazy {
-                let (level, index) = if kind == Meta::Counter {
+            if kind != MetaKind::Mac && self.p.update == TreeUpdate::Lazy {
+                let (level, index) = if kind == MetaKind::Counter {
                     (0, (addr - self.layout.counter_base) >> LINE_SHIFT)
                 } else {
                     self.tree_key_to_node(key)
@@ -519,9 +528,9 @@ impl SecureMc {
         let t = self.ensure_block(plvl, pidx, true, now)?;
         if let Some(e) = entry {
             let pkey = self.layout.tree.node_addr(plvl, pidx) >> LINE_SHIFT;
-            let mut node = self.payload(Meta::Tree, pkey).expect("parent was just ensured");
+            let mut node = self.payload(MetaKind::Tree, pkey).expect("parent was just ensured");
             set_node_entry(&mut node, slot, e);
-            self.set_payload(Meta::Tree, pkey, node);
+            self.set_payload(MetaKind::Tree, pkey, node);
         }
         Ok(t + self.p.hash)
     }
@@ -535,7 +544,7 @@ impl SecureMc {
         let (mut level, mut index) = (0usize, page);
         let mut t = now;
         let root = self.layout.tree.root_level();
-        let mut child = self.func.is_some().then(|| self.payload(Meta::Counter, self.layout.counter_addr(page) >> LINE_SHIFT).expect("counter cached"));
+        let mut child = self.func.is_some().then(|| self.payload(MetaKind::Counter, self.layout.counter_addr(page) >> LINE_SHIFT).expect("counter cached"));
         loop {
             let (plvl, pidx) = self.layout.tree.parent(level, index);
             self.stats.mac_ops.tree_update += 1;
@@ -555,9 +564,9 @@ impl SecureMc {
             t = t.max(avail) + self.p.hash;
             let addr = self.layout.tree.node_addr(plvl, pidx);
             if let Some(e) = entry {
-                let mut node = self.payload(Meta::Tree, addr >> LINE_SHIFT).expect("path node cached");
+                let mut node = self.payload(MetaKind::Tree, addr >> LINE_SHIFT).expect("path node cached");
                 set_node_entry(&mut node, slot, e);
-                self.set_payload(Meta::Tree, addr >> LINE_SHIFT, node);
+                self.set_payload(MetaKind::Tree, addr >> LINE_SHIFT, node);
                 child = Some(node);
             }
             if self.p.strict {
@@ -579,22 +588,22 @@ impl SecureMc {
     /// The MAC stored for `line` in its (cached) MAC block.
     fn stored_mac(&self, line: u64) -> u64 {
         let (addr, slot) = self.layout.mac_addr(line);
-        let block = self.payload(Meta::Mac, addr >> LINE_SHIFT).expect("MAC block cached");
+        let block = self.payload(MetaKind::Mac, addr >> LINE_SHIFT).expect("MAC block cached");
         get_bits(&block, slot, self.layout.macs_per_block)
     }
 
     fn set_stored_mac(&mut self, line: u64, mac: u64) {
         let (addr, slot) = self.layout.mac_addr(line);
         let key = addr >> LINE_SHIFT;
-        let mut block = self.payload(Meta::Mac, key).expect("MAC block cached");
+        let mut block = self.payload(MetaKind::Mac, key).expect("MAC block cached");
         set_bits(&mut block, slot, self.layout.macs_per_block, mac);
-        self.set_payload(Meta::Mac, key, block);
+        self.set_payload(MetaKind::Mac, key, block);
     }
 
     /// Re-encodes the cached counter block of `page` from the counter store.
     fn store_counter_payload(&mut self, page: u64) {
         let bytes = self.counters.block(page).encode(self.p.minor_bits);
-        self.set_payload(Meta::Counter, self.layout.counter_addr(page) >> LINE_SHIFT, bytes);
+        self.set_payload(MetaKind::Counter, self.layout.counter_addr(page) >> LINE_SHIFT, bytes);
     }
 
     /// Decrypts and verifies the NVM copy of data `line` under counter (major, minor).
@@ -643,7 +652,7 @@ impl SecureMc {
         let plain = if self.func.is_some() {
             // Decrypt with the counter from the verified counter-block bytes themselves.
             let key = self.layout.counter_addr(page_of_line(line)) >> LINE_SHIFT;
-            let block = self.payload(Meta::Counter, key).expect("counter block cached");
+            let block = self.payload(MetaKind::Counter, key).expect("counter block cached");
             let (major, minor) = CounterBlock::decode_one(&block, line_in_page(line), self.p.minor_bits);
             Some(self.open_line(line, major, minor)?)
         } else {
@@ -721,8 +730,8 @@ impl SecureMc {
         let skip_counter = self.func.as_ref().is_some_and(|f| f.canaries.persist_data_before_counter);
         let t1 = self.device_write(caddr, TrafficClass::Counter, at);
         let t2 = self.device_write(maddr, TrafficClass::Mac, at);
-        for (kind, key) in [(Meta::Counter, caddr >> LINE_SHIFT), (Meta::Mac, maddr >> LINE_SHIFT)] {
-            if kind == Meta::Counter && skip_counter {
+        for (kind, key) in [(MetaKind::Counter, caddr >> LINE_SHIFT), (MetaKind::Mac, maddr >> LINE_SHIFT)] {
+            if kind == MetaKind::Counter && skip_counter {
                 continue; // planted bug: the counter block stays dirty in the volatile cache
             }
             let payload = self.payload(kind, key);
@@ -780,7 +789,7 @@ impl SecureMc {
             for (key, slot) in dirty_counters {
                 let payload = self.counter_cache.data(slot).copied();
                 self.counter_cache.invalidate(key);
-                self.evictions.push(Evicted { kind: Meta::Counter, key, payload });
+                self.evictions.push(Evicted { kind: MetaKind::Counter, key, payload });
             }
             self.process_evictions(now)?;
             for level in 1..self.layout.tree.root_level() {
@@ -794,7 +803,7 @@ impl SecureMc {
                 for (key, slot) in dirty {
                     let payload = self.tree_cache.data(slot).copied();
                     self.tree_cache.invalidate(key);
-                    self.evictions.push(Evicted { kind: Meta::Tree, key, payload });
+                    self.evictions.push(Evicted { kind: MetaKind::Tree, key, payload });
                 }
                 self.process_evictions(now)?;
             }
@@ -821,6 +830,70 @@ impl SecureMc {
         self.counter_cache.clear();
         self.mac_cache.clear();
         self.tree_cache.clear();
+    }
+
+    /// Every dirty metadata block on chip (counter cache, tree cache, MAC cache, then the
+    /// write-back buffer), with its bytes in functional mode: what an eADR drain must save.
+    pub fn dirty_metadata(&self) -> Vec<MetaBlock> {
+        let mut out = Vec::new();
+        for (kind, cache) in [(MetaKind::Counter, &self.counter_cache), (MetaKind::Tree, &self.tree_cache), (MetaKind::Mac, &self.mac_cache)] {
+            for (key, dirty, slot) in cache.valid_lines() {
+                if dirty {
+                    out.push(MetaBlock { kind, key, payload: cache.data(slot).copied() });
+                }
+            }
+        }
+        out.extend(self.evictions.iter().map(|e| MetaBlock { kind: e.kind, key: e.key, payload: e.payload }));
+        out
+    }
+
+    /// Which metadata region device line `key` is in (None for data or beyond the tree).
+    pub fn kind_of_key(&self, key: u64) -> Option<MetaKind> {
+        let addr = key << LINE_SHIFT;
+        let l = &self.layout;
+        let tree_start = l.tree.base.get(1).copied().unwrap_or(l.end);
+        if addr >= l.counter_base && addr < l.counter_base + l.counter_blocks * 64 {
+            Some(MetaKind::Counter)
+        } else if addr >= l.mac_base && addr < l.mac_base + l.mac_blocks * 64 {
+            Some(MetaKind::Mac)
+        } else if addr >= tree_start && addr < l.end {
+            Some(MetaKind::Tree)
+        } else {
+            None
+        }
+    }
+
+    /// Puts a saved dirty metadata block back into its cache (recovery of a drained or
+    /// battery-backed metadata cache); a counter block also becomes the counter view of its
+    /// page again. The caller has verified the bytes.
+    pub fn restore_metadata(&mut self, b: MetaBlock) {
+        if b.kind == MetaKind::Counter {
+            if let Some(p) = b.payload.as_ref() {
+                let page = ((b.key << LINE_SHIFT) - self.layout.counter_base) >> LINE_SHIFT;
+                self.counters.set_block(page, CounterBlock::decode(p, self.p.minor_bits));
+            }
+        }
+        if let Some(slot) = self.cache_of(b.kind).probe(b.key) {
+            self.cache_of(b.kind).set_dirty(slot, true);
+            if let (Some(p), Some(dst)) = (b.payload, self.cache_of(b.kind).data_mut(slot)) {
+                *dst = p;
+            }
+            return;
+        }
+        self.fill_meta(b.kind, b.key, true, b.payload);
+    }
+
+    /// Rebuilds the counter view from the counter blocks persisted in NVM (functional mode),
+    /// without touching the tree: recoveries that restore their metadata caches from a
+    /// verified copy use it, and every counter block fetched later is still verified against
+    /// the tree before use.
+    pub fn load_counter_view_from_image(&mut self) {
+        let Some(f) = self.func.as_ref() else { return };
+        let first = self.layout.counter_base >> LINE_SHIFT;
+        for line in f.image.lines_in(first, first + self.layout.counter_blocks) {
+            let block = CounterBlock::decode(&f.image.get(line), self.p.minor_bits);
+            self.counters.set_block(line - first, block);
+        }
     }
 
     /// Power loss: every volatile structure of the controller is lost — the metadata caches

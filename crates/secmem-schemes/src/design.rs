@@ -5,7 +5,9 @@
 //! only what its paper changes: Lelantus the write path and page commands, Horus crash/drain and
 //! recovery, BMF the tree update, ESD the write path, D-Shield the device.
 
+use crate::config::TreeUpdate;
 use crate::controller::SecureMc;
+use crate::eadr::{self, DrainClock, DrainLine, DrainRecovery, DrainRecoveryError, DrainStats, MetadataSaveRegisters};
 use crate::functional::IntegrityError;
 use secmem_core::Cycle;
 
@@ -80,24 +82,97 @@ pub trait Design {
 
     /// Design-specific counters for the report (flat name -> value).
     fn extra_stats(&self) -> Vec<(&'static str, f64)> { Vec::new() }
+
+    /// eADR power loss: make `lines` (every dirty line of the cache hierarchy) and the
+    /// metadata caches durable and recoverable, paced by `clock`; the design adds the counts
+    /// only it knows (vault writes, its MACs) to `stats`. Default: every line through this
+    /// design's write path, then the metadata caches written home with full propagation to the
+    /// root (correct under either tree update; Base-EU's drain).
+    fn drain(&mut self, mc: &mut SecureMc, lines: &[DrainLine], clock: &mut DrainClock, stats: &mut DrainStats) -> Result<(), IntegrityError> {
+        let _ = stats;
+        eadr::drain_in_place(mc, lines, clock, &mut |mc, line, data, t| self.write(mc, line, data, t))?;
+        let done = mc.flush_metadata(clock.now())?;
+        clock.complete(done);
+        Ok(())
+    }
+
+    /// Recovery after a drain and a crash: rebuild and verify what the design needs, and hand
+    /// back lines to put into the cache hierarchy again. Default: rebuild the tree from NVM and
+    /// check it against the root register (what a drain that wrote everything home needs).
+    fn recover_drained(&mut self, mc: &mut SecureMc, now: Cycle) -> Result<DrainRecovery, DrainRecoveryError> {
+        let r = self.recover(mc, now)?;
+        Ok(DrainRecovery { blocks_read: r.counter_blocks_read, hashes: r.hashes, cycles: r.cycles, serial_cycles: r.cycles, ..Default::default() })
+    }
 }
 
 /// Baseline secure memory (or non-secure, with `security.enabled = false`): the controller's
-/// own paths, unchanged.
+/// own paths, unchanged. Its eADR drain is the Horus paper's baseline: Base-EU with eager tree
+/// update, Base-LU with lazy update (the metadata caches saved under a small tree whose root
+/// stays on chip), a plain in-place flush when not secure.
 #[derive(Default)]
-pub struct Baseline;
+pub struct Baseline {
+    /// Base-LU's on-chip registers after a drain (None: nothing saved).
+    saved: Option<MetadataSaveRegisters>,
+}
 
 impl Design for Baseline {
     fn name(&self) -> &'static str { "baseline" }
+
+    fn drain(&mut self, mc: &mut SecureMc, lines: &[DrainLine], clock: &mut DrainClock, stats: &mut DrainStats) -> Result<(), IntegrityError> {
+        eadr::drain_in_place(mc, lines, clock, &mut |mc, line, data, t| mc.write_line(line, data, t))?;
+        if !mc.p.secure {
+            return Ok(());
+        }
+        match mc.p.update {
+            TreeUpdate::Eager => {
+                // The root is current: the dirty metadata just goes home.
+                let done = mc.flush_metadata(clock.now())?;
+                clock.complete(done);
+            }
+            TreeUpdate::Lazy => {
+                let base = eadr::reserved_base(mc);
+                self.saved = Some(eadr::save_metadata(mc, base, clock, stats)?);
+            }
+        }
+        Ok(())
+    }
+
+    fn recover_drained(&mut self, mc: &mut SecureMc, now: Cycle) -> Result<DrainRecovery, DrainRecoveryError> {
+        if !mc.p.secure {
+            return Ok(DrainRecovery::default());
+        }
+        match self.saved.take() {
+            Some(regs) => {
+                let base = eadr::reserved_base(mc);
+                eadr::restore_metadata(mc, base, regs, now)
+            }
+            None => {
+                let r = self.recover(mc, now)?;
+                Ok(DrainRecovery { blocks_read: r.counter_blocks_read, hashes: r.hashes, cycles: r.cycles, serial_cycles: r.cycles, ..Default::default() })
+            }
+        }
+    }
+}
+
+/// What a design may need to know about the system it is built into.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct DesignContext {
+    /// Lines in L1 + L2 + LLC (the most an eADR drain can flush).
+    pub hierarchy_lines: u64,
+    /// Blocks in the counter, MAC and tree caches.
+    pub metadata_lines: u64,
 }
 
 /// The closed set of designs, picked by name in the config.
-pub const DESIGNS: &[&str] = &["baseline"];
+pub const DESIGNS: &[&str] = &["baseline", "horus-slm", "horus-dlm"];
 
 /// Builds a design by its public name.
-pub fn build(name: &str) -> Result<Box<dyn Design>, String> {
+pub fn build(name: &str, ctx: &DesignContext) -> Result<Box<dyn Design>, String> {
+    use crate::horus::{Horus, MacLevels};
     match name {
-        "baseline" => Ok(Box::new(Baseline)),
+        "baseline" => Ok(Box::new(Baseline::default())),
+        "horus-slm" => Ok(Box::new(Horus::new(MacLevels::Single, ctx.hierarchy_lines, ctx.metadata_lines))),
+        "horus-dlm" => Ok(Box::new(Horus::new(MacLevels::Double, ctx.hierarchy_lines, ctx.metadata_lines))),
         other => Err(format!("unknown design '{other}'; known: {}", DESIGNS.join(", "))),
     }
 }

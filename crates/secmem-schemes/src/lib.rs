@@ -5,15 +5,21 @@
 //! * [`design`] — the [`Design`](design::Design) trait (hooks with baseline defaults) and the
 //!   closed list of designs.
 //! * [`config`] — the config sections the controller reads.
+//! * [`eadr`] — draining the cache hierarchy on power loss (eADR), the baselines' drains.
+//! * [`horus`] — Horus: the Cache Hierarchy Vault drain and its recovery.
+//! * [`cache_tree`] — the small tree protecting a saved metadata cache.
 
+pub mod cache_tree;
 pub mod config;
 pub mod controller;
 pub mod design;
+pub mod eadr;
 pub mod functional;
+pub mod horus;
 pub mod image_file;
 pub mod recovery;
 pub mod testing;
 
-pub use controller::{McStats, SecureMc};
+pub use controller::{McStats, MetaBlock, MetaKind, SecureMc};
 pub use design::{Design, PageCommand};
 pub use functional::{Canaries, IntegrityError};

@@ -70,6 +70,12 @@ pub const SCENARIOS: &[Scenario] = &[
         preset: "horus",
         overrides: &[TEN_M, "workload.pattern=random", "workload.footprint_bytes=34359738368"],
     },
+    Scenario {
+        name: "horus-drain-base-lu",
+        description: "eADR drain of the Horus Table I hierarchy (295,936 worst-case dirty lines) under Base-LU, counting mode (requests_per_s = drained lines/s; wall_time_s is the figure, target < 2 s)",
+        preset: "horus",
+        overrides: &[],
+    },
 ];
 
 /// Peak resident set of this process (VmHWM), bytes; 0 where /proc is unavailable.
@@ -98,6 +104,9 @@ pub fn run_scenario(name: &str, scale: f64) -> Result<BenchResult, SimError> {
     if s.name == "aes-ctr-limit" {
         return Ok(aes_ctr_limit(((64_000_000.0 * scale) as u64).max(64)));
     }
+    if s.name == "horus-drain-base-lu" {
+        return horus_drain(scale);
+    }
     let mut overrides: Vec<String> = s.overrides.iter().map(|x| x.to_string()).collect();
     overrides.push("run.progress=false".into());
     let mut cfg = Config::load(Some(s.preset), None, &overrides)?;
@@ -111,6 +120,21 @@ pub fn run_scenario(name: &str, scale: f64) -> Result<BenchResult, SimError> {
     let wall = start.elapsed().as_secs_f64();
     let records = report["meta"]["records"].as_u64().unwrap_or(0);
     Ok(BenchResult { requests_per_s: records as f64 / wall, peak_rss_bytes: peak_rss_bytes(), records, wall_time_s: wall })
+}
+
+/// Base-LU drain of the worst-case Table I content; `scale` < 1 shrinks the LLC and L2 (tests).
+fn horus_drain(scale: f64) -> Result<BenchResult, SimError> {
+    use crate::harness::drain::{drain_run, DrainContent, DrainScheme};
+    let mut overrides = vec!["run.progress=false".to_string()];
+    if scale < 1.0 {
+        overrides.extend(["llc.size_kib=1024".to_string(), "l2.size_kib=256".to_string()]);
+    }
+    let cfg = Config::load(Some("horus"), None, &overrides)?;
+    let start = Instant::now();
+    let out = drain_run(&cfg, DrainScheme::BaseLu, &DrainContent::WorstCase, false)?;
+    let wall = start.elapsed().as_secs_f64();
+    let lines = out.stats.flushed_lines;
+    Ok(BenchResult { requests_per_s: lines as f64 / wall, peak_rss_bytes: peak_rss_bytes(), records: lines, wall_time_s: wall })
 }
 
 /// Pads for `lines` 64 B lines, generated 64 lines per batched AES call (the way the

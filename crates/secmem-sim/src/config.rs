@@ -39,7 +39,7 @@ config_section! {
     /// What to run and how.
     pub struct RunConfig {
         trace_level: TraceLevel = TraceLevel::Core => "core (records go through the cache hierarchy) or memory (records are memory-controller requests: use for Ramulator/DRAMSim3 memory traces)";
-        design: String = "baseline".to_string() => "Design plugged into the secure controller: baseline (use security.enabled=false for non-secure)";
+        design: String = "baseline".to_string() => "Design plugged into the secure controller: baseline (use security.enabled=false for non-secure), horus-slm, horus-dlm";
         seed: u64 = 1 => "Seed for every random choice of the run (and, in functional mode, of the keys)";
         functional: bool = false => "Functional mode: real AES-128-CTR encryption, MACs and tree hashes over real bytes in a sparse NVM image (slower); false = counting/timing mode (same counts)";
         check_pad_reuse: bool = false => "Functional mode: record every pad used for encryption and fail on a repeat (tests and campaigns)";
@@ -80,6 +80,7 @@ config_section! {
         metadata_cache: MetadataCachesConfig = MetadataCachesConfig::default() => "Metadata caches in the memory controller";
         run: RunConfig = RunConfig::default() => "Run control";
         workload: WorkloadConfig = WorkloadConfig::default() => "Built-in synthetic workload (used when no trace is given)";
+        drain: crate::harness::drain::DrainConfig = crate::harness::drain::DrainConfig::default() => "eADR power-loss drains (Horus): pacing, energy and battery model, worst-case content";
     }
 }
 
@@ -116,6 +117,7 @@ impl Config {
         self.l2.validate("l2")?;
         self.llc.validate("llc")?;
         self.pcm.validate("pcm")?;
+        self.drain.validate("drain")?;
         ensure(self.pcm.capacity_gib <= 1024, "pcm.capacity_gib", || {
             format!("{} GiB is more than the 1024 GiB secmem can address sparsely on one host", self.pcm.capacity_gib)
         })?;

@@ -151,7 +151,13 @@ pub struct Engine {
 pub fn build_media(cfg: &Config) -> Result<Box<PcmMedia>, ConfigError> {
     let layout = secmem_core::tree::SecureLayout::new(cfg.data_bytes(), cfg.tree.arity, cfg.security.mac_bits)?;
     let mut pcm = cfg.pcm.clone();
-    pcm.capacity_gib = layout.end.div_ceil(1 << 30);
+    // Above the tree, a reserved region for eADR drains (Horus' vault, Base-LU's metadata
+    // save), sized for the whole hierarchy and metadata caches; untouched unless a drain runs.
+    let ctx = design_context(cfg);
+    let reserved_base = layout.end.div_ceil(4096) * 4096;
+    let vault = secmem_schemes::horus::ChvLayout::new(reserved_base, ctx.hierarchy_lines, ctx.metadata_lines, secmem_schemes::horus::MacLevels::Single);
+    let reserved_end = vault.end.max(reserved_base + secmem_schemes::eadr::shadow_bytes(ctx.metadata_lines));
+    pcm.capacity_gib = reserved_end.div_ceil(1 << 30);
     Ok(Box::new(PcmMedia::new(&pcm, cfg.core.freq_mhz)))
 }
 
@@ -175,7 +181,16 @@ pub fn build_controller(cfg: &Config) -> Result<SecureMc, ConfigError> {
 
 /// The config's design (`run.design`).
 pub fn build_design(cfg: &Config) -> Result<Box<dyn Design>, ConfigError> {
-    secmem_schemes::design::build(&cfg.run.design).map_err(|m| ConfigError::new("run.design", m))
+    secmem_schemes::design::build(&cfg.run.design, &design_context(cfg)).map_err(|m| ConfigError::new("run.design", m))
+}
+
+/// The sizes a design may need: hierarchy lines and metadata-cache blocks.
+pub fn design_context(cfg: &Config) -> secmem_schemes::design::DesignContext {
+    let mc = &cfg.metadata_cache;
+    secmem_schemes::design::DesignContext {
+        hierarchy_lines: cfg.l1.lines() + cfg.l2.lines() + cfg.llc.lines(),
+        metadata_lines: mc.counter.lines() + mc.mac.lines() + mc.tree.lines(),
+    }
 }
 
 impl Engine {
@@ -447,6 +462,13 @@ impl Engine {
             }
         }
         Ok(n)
+    }
+
+    /// Puts a recovered line back into the LLC as dirty; lines it displaces go to memory.
+    pub fn restore_dirty_line(&mut self, line: u64, data: Option<[u8; 64]>) -> Result<(), IntegrityError> {
+        self.hier.restore_dirty(line, data);
+        self.send_writebacks();
+        self.failure.take().map_or(Ok(()), Err)
     }
 
     /// Makes the design's state durable (baseline: dirty metadata to NVM, tree consistent

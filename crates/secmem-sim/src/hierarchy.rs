@@ -218,6 +218,25 @@ impl Hierarchy {
         out
     }
 
+    /// Like [`dirty_lines`](Self::dirty_lines), with the level the freshest copy is read from
+    /// (what an eADR flush reads out).
+    pub fn dirty_lines_with_level(&self) -> Vec<(Writeback, Level)> {
+        let mut seen = rustc_hash::FxHashSet::default();
+        let mut out = Vec::new();
+        for (cache, level) in [(&self.l1, Level::L1), (&self.l2, Level::L2), (&self.llc, Level::Llc)] {
+            for (line, dirty, slot) in cache.valid_lines() {
+                if dirty && seen.insert(line) {
+                    out.push((Writeback { line, data: cache.data(slot).copied() }, level));
+                }
+            }
+        }
+        out
+    }
+
+    /// Puts a line back into the LLC as dirty (recovery of a drained hierarchy, Horus IV-C 3);
+    /// a dirty line it displaces joins `writebacks`.
+    pub fn restore_dirty(&mut self, line: u64, data: Option<[u8; 64]>) { self.write_into_llc(line, data); }
+
     pub fn stats(&self) -> [CacheStats; 3] { [self.l1.stats, self.l2.stats, self.llc.stats] }
 }
 
