@@ -9,13 +9,16 @@ True
 """
 
 from .api import (
+    DRAIN_SCHEMES,
     Report,
     SecmemError,
     attack,
     bench,
+    bench_scenarios,
     crash,
     config_json,
     config_toml,
+    drain,
     flatten,
     image_verify,
     presets,
@@ -24,13 +27,18 @@ from .api import (
     trace_convert,
     trace_gen,
     trace_info,
+    vault_attack,
 )
 from ._native import version as _version
 
 __version__ = _version()
 
 __all__ = [
+    "DRAIN_SCHEMES",
     "Report",
+    "bench_scenarios",
+    "drain",
+    "vault_attack",
     "SecmemError",
     "attack",
     "bench",

@@ -46,6 +46,25 @@ def attack(
     clean_reads: int = 1000000,
 ) -> str: ...
 def image_verify(path: str, preset: Optional[str] = None, config: Optional[str] = None, overrides: List[str] = ...) -> str: ...
+def drain(
+    scheme: str,
+    preset: Optional[str] = None,
+    config: Optional[str] = None,
+    overrides: List[str] = ...,
+    trace: Optional[str] = None,
+    from_workload: bool = False,
+    after_records: Optional[int] = None,
+    recover: bool = False,
+) -> str: ...
+def vault_attack(
+    dlm: bool = False,
+    preset: Optional[str] = None,
+    config: Optional[str] = None,
+    overrides: List[str] = ...,
+    trace: Optional[str] = None,
+    per_class: int = 100,
+    seed: int = 1,
+) -> str: ...
 def bench_scenarios() -> str: ...
 def bench_run(name: str, scale: float = 1.0) -> str: ...
 def version() -> str: ...

@@ -201,6 +201,49 @@ def image_verify(path: str, preset: Optional[str] = None, config: Optional[str] 
     return json.loads(_call(_native.image_verify, _path(path), preset, _path(config), _overrides(params)))
 
 
+DRAIN_SCHEMES = ("nonsecure", "base-lu", "base-eu", "horus-slm", "horus-dlm")
+
+
+def drain(
+    scheme: str,
+    preset: Optional[str] = "horus",
+    config: Optional[str] = None,
+    params=None,
+    trace: Optional[str] = None,
+    from_workload: bool = False,
+    after_records: Optional[int] = None,
+    recover: bool = False,
+) -> Dict[str, Any]:
+    """One eADR power-loss drain (Horus): ``scheme`` is one of ``DRAIN_SCHEMES``. The cache
+    content is the paper's worst case, or the state ``trace`` (or the built-in workload with
+    ``from_workload``) leaves after ``after_records`` records. With ``recover`` it then
+    crashes and recovers, and in functional mode checks every line against an oracle.
+    Returns ``{"drain_cycles", "memory_reads", "memory_writes", "mac_ops", "flushed_lines",
+    "energy_joules", ...}``."""
+    return json.loads(
+        _call(_native.drain, scheme, preset, _path(config), _overrides(params), _path(trace), from_workload, after_records, recover)
+    )
+
+
+def vault_attack(
+    scheme: str = "horus-slm",
+    preset: Optional[str] = "horus",
+    trace: Optional[str] = None,
+    config: Optional[str] = None,
+    params=None,
+    per_class: int = 100,
+    seed: int = 1,
+) -> Dict[str, Any]:
+    """Attacks on Horus' vault after a drain (tamper data/address/MAC, splice, replay of an
+    earlier episode, truncation, metadata tamper); returns per-class counts and
+    ``all_detected``."""
+    if scheme not in ("horus-slm", "horus-dlm"):
+        raise SecmemError(f"--scheme: vault attacks need horus-slm or horus-dlm, got '{scheme}'")
+    return json.loads(
+        _call(_native.vault_attack, scheme == "horus-dlm", preset, _path(config), _overrides(params), _path(trace), per_class, seed)
+    )
+
+
 def bench_scenarios() -> List[Dict[str, str]]:
     return json.loads(_native.bench_scenarios())
 

@@ -11,6 +11,9 @@
     secmem attack --preset NAME [--trace FILE] --per-class N --seed S
     secmem image verify FILE [--preset NAME]
     secmem bench [--scenario NAME ...] [--scale X]
+    secmem drain --preset horus --scheme nonsecure|base-lu|base-eu|horus-slm|horus-dlm [-p ...]
+    secmem vault-attack --scheme horus-slm|horus-dlm --per-class N --seed S
+    secmem reproduce horus [--quick] --out DIR
 
 Errors (bad config, bad trace, bad record) print one line naming the field, file, line or
 record, and exit with status 2.
@@ -121,6 +124,37 @@ def cmd_image_verify(a) -> int:
     return 0 if out["ok"] else 1
 
 
+def cmd_drain(a) -> int:
+    out = api.drain(
+        a.scheme, preset=a.preset, config=a.config, params=a.param, trace=a.trace,
+        from_workload=a.from_workload, after_records=a.after, recover=a.recover,
+    )
+    print(json.dumps(out, indent=2))
+    oracle = out.get("oracle")
+    return 1 if oracle and oracle["mismatches"] else 0
+
+
+def cmd_vault_attack(a) -> int:
+    out = api.vault_attack(a.scheme, preset=a.preset, trace=a.trace, config=a.config, params=a.param, per_class=a.per_class, seed=a.seed)
+    print(json.dumps(out, indent=2))
+    return 0 if out["all_detected"] else 1
+
+
+def _reproducers():
+    from . import reproduce_horus
+
+    return {"horus": reproduce_horus.reproduce}
+
+
+def cmd_reproduce(a) -> int:
+    table = _reproducers()
+    if a.design not in table:
+        raise api.SecmemError(f"reproduce: unknown design '{a.design}'; known: {', '.join(sorted(table))}")
+    rows = table[a.design](out=a.out, quick=a.quick, params=a.param)
+    print(f"wrote {a.out}/reproduce.json ({len(rows)} rows), {a.out}/report.md and plots")
+    return 0
+
+
 def cmd_bench(a) -> int:
     print(json.dumps(api.bench(a.scenario or None, scale=a.scale), indent=2))
     return 0
@@ -218,6 +252,34 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--scenario", action="append", default=[], help="scenario name (repeatable; default: all)")
     p.add_argument("--scale", type=float, default=1.0, help="multiply each scenario's request count")
     p.set_defaults(fn=cmd_bench)
+
+    p = sub.add_parser("drain", help="simulate an eADR power-loss drain of the cache hierarchy (Horus), print JSON")
+    p.add_argument("--preset", default="horus")
+    p.add_argument("--config")
+    p.add_argument("--scheme", required=True, choices=api.DRAIN_SCHEMES)
+    p.add_argument("--trace", help="drain the state this trace leaves (default: the paper's worst-case content)")
+    p.add_argument("--from-workload", action="store_true", help="drain the state the built-in workload leaves")
+    p.add_argument("--after", type=int, help="crash after this many records of the trace or workload")
+    p.add_argument("--recover", action="store_true", help="then crash, recover and (functional mode) check every line")
+    _add_params(p)
+    p.set_defaults(fn=cmd_drain)
+
+    p = sub.add_parser("vault-attack", help="attacks on Horus' vault after a drain (functional mode)")
+    p.add_argument("--preset", default="horus")
+    p.add_argument("--config")
+    p.add_argument("--scheme", default="horus-slm", choices=("horus-slm", "horus-dlm"))
+    p.add_argument("--trace")
+    p.add_argument("--per-class", type=int, default=100)
+    p.add_argument("--seed", type=int, default=1)
+    _add_params(p)
+    p.set_defaults(fn=cmd_vault_attack)
+
+    p = sub.add_parser("reproduce", help="reproduce a paper's headline figures: reproduce.json, plots, report.md")
+    p.add_argument("design", help="horus")
+    p.add_argument("--quick", action="store_true", help="fewer points (under 2 minutes)")
+    p.add_argument("--out", required=True)
+    _add_params(p)
+    p.set_defaults(fn=cmd_reproduce)
 
     p = sub.add_parser("_bench-one")  # internal: one scenario in a fresh process
     p.add_argument("name")

@@ -200,6 +200,58 @@ fn image_verify(py: Python<'_>, path: &str, preset: Option<&str>, config: Option
     Ok(v.to_string())
 }
 
+/// One eADR drain (Horus): JSON with drain_cycles, memory_reads/writes, mac_ops,
+/// flushed_lines, energy_joules, breakdowns and (with `recover`) recovery and oracle check.
+/// Content: the paper's worst case, or the state `trace` (or the built-in workload, with
+/// `from_workload`) leaves after `after_records` records.
+#[pyfunction]
+#[pyo3(signature = (scheme, preset=None, config=None, overrides=vec![], trace=None, from_workload=false, after_records=None, recover=false))]
+#[allow(clippy::too_many_arguments)]
+fn drain(
+    py: Python<'_>,
+    scheme: &str,
+    preset: Option<&str>,
+    config: Option<&str>,
+    overrides: Vec<String>,
+    trace: Option<String>,
+    from_workload: bool,
+    after_records: Option<u64>,
+    recover: bool,
+) -> PyResult<String> {
+    use secmem_sim::harness::drain::{drain_run, DrainContent, DrainScheme};
+    let cfg = load(preset, config, overrides)?;
+    let scheme: DrainScheme = scheme.parse().map_err(|e: String| err(format!("--scheme: {e}")))?;
+    let content = match (trace, from_workload) {
+        (Some(t), _) => DrainContent::Trace { input: TraceInput::File(PathBuf::from(t)), after_records },
+        (None, true) => DrainContent::Trace { input: TraceInput::Workload, after_records },
+        (None, false) => DrainContent::WorstCase,
+    };
+    let out = py.allow_threads(|| drain_run(&cfg, scheme, &content, recover)).map_err(err)?;
+    Ok(out.to_json().to_string())
+}
+
+/// Attacks on Horus' vault: JSON {"scheme", "classes": {class: {injected, detected, ...}}, ...}.
+#[pyfunction]
+#[pyo3(signature = (dlm=false, preset=None, config=None, overrides=vec![], trace=None, per_class=100, seed=1))]
+#[allow(clippy::too_many_arguments)]
+fn vault_attack(
+    py: Python<'_>,
+    dlm: bool,
+    preset: Option<&str>,
+    config: Option<&str>,
+    overrides: Vec<String>,
+    trace: Option<String>,
+    per_class: u64,
+    seed: u64,
+) -> PyResult<String> {
+    let cfg = load(preset, config, overrides)?;
+    let input = trace.map_or(TraceInput::Workload, |t| TraceInput::File(PathBuf::from(t)));
+    let out = py.allow_threads(|| secmem_sim::harness::vault_attack_campaign(&cfg, &input, dlm, per_class, seed)).map_err(err)?;
+    let mut v = serde_json::to_value(&out).unwrap();
+    v["all_detected"] = out.all_detected().into();
+    Ok(v.to_string())
+}
+
 /// `[{"name", "description"}]` of the bench scenarios.
 #[pyfunction]
 fn bench_scenarios() -> String {
@@ -233,6 +285,8 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(crash, m)?)?;
     m.add_function(wrap_pyfunction!(image_verify, m)?)?;
     m.add_function(wrap_pyfunction!(attack, m)?)?;
+    m.add_function(wrap_pyfunction!(drain, m)?)?;
+    m.add_function(wrap_pyfunction!(vault_attack, m)?)?;
     m.add_function(wrap_pyfunction!(bench_scenarios, m)?)?;
     m.add_function(wrap_pyfunction!(bench_run, m)?)?;
     m.add_function(wrap_pyfunction!(version, m)?)?;

@@ -106,8 +106,11 @@ pub fn vault_attack_campaign(cfg: &Config, input: &TraceInput, dlm: bool, per_cl
     let clean_regs = horus.regs;
     let chv = horus.layout(&engine.mc);
     let mut out = VaultAttackOutcome { scheme: horus.name().into(), drained_lines: n_lines, drained_metadata_blocks: n_md, ..Default::default() };
-    if n_lines < 2 {
-        return Err(SimError::Config(ConfigError::new("workload", "the trace leaves fewer than 2 dirty lines to drain; use more writes")));
+    if n_lines < 2 || n_md == 0 {
+        return Err(SimError::Config(ConfigError::new(
+            "workload",
+            format!("the trace leaves {n_lines} dirty lines and {n_md} dirty metadata blocks to drain; the attacks need at least 2 and 1 (write more lines than the LLC holds, so memory is written)"),
+        )));
     }
     let total = clean_regs.edc;
     let mut mc = build_controller(&fcfg)?;
@@ -136,9 +139,6 @@ pub fn vault_attack_campaign(cfg: &Config, input: &TraceInput, dlm: bool, per_cl
         img.put(addr >> LINE_SHIFT, b);
     };
     for &class in VAULT_ATTACK_CLASSES {
-        if class == "tamper-metadata" && n_md == 0 {
-            continue;
-        }
         let entry = out.classes.entry(class.to_string()).or_default();
         for _ in 0..per_class {
             let mut img = clean_image.clone();
