@@ -114,6 +114,12 @@ pub struct Canaries {
     pub skip_counter_verification: bool,
     /// Reads skip the data MAC check (tampered data is returned).
     pub skip_data_mac_check: bool,
+    /// Horus' vault MACs leave out the drain counter (a vault from an earlier drain episode
+    /// replays unnoticed).
+    pub vault_mac_without_drain_counter: bool,
+    /// Horus' recovery skips the metadata-tree root check (tampered metadata blocks are
+    /// restored into the metadata caches).
+    pub skip_vault_metadata_check: bool,
 }
 
 /// The functional state of one controller.

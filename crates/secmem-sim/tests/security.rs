@@ -157,3 +157,29 @@ fn canary_minor_wrap_without_reencryption_is_caught_by_the_pad_reuse_detector() 
     with_canary(&base, |_| {});
     secmem_sim::run(&base, &TraceInput::Workload).unwrap();
 }
+
+// ---------------------------------------------------------------- Horus vault canaries
+
+fn vault_cfg() -> Config {
+    cfg(
+        "horus",
+        &["l2.size_kib=128", "llc.size_kib=512", "workload.requests=40000", "workload.footprint_bytes=67108864", "pcm.capacity_gib=4"],
+    )
+}
+
+fn vault_class_missed(c: &Config, class: &str) -> bool {
+    let out = secmem_sim::harness::vault_attack_campaign(c, &TraceInput::Workload, false, 20, 3).unwrap();
+    out.classes[class].right_class < out.classes[class].injected
+}
+
+#[test]
+fn canary_vault_mac_without_drain_counter_is_caught_by_splicing_whole_entries() {
+    // Without the drain counter a vault MAC no longer binds an entry to its position.
+    assert!(!vault_class_missed(&with_canary(&vault_cfg(), |_| {}), "splice"));
+    assert!(vault_class_missed(&with_canary(&vault_cfg(), |k| k.vault_mac_without_drain_counter = true), "splice"));
+}
+
+#[test]
+fn canary_skip_vault_metadata_check_is_caught_by_metadata_tampering() {
+    assert!(vault_class_missed(&with_canary(&vault_cfg(), |k| k.skip_vault_metadata_check = true), "tamper-metadata"));
+}

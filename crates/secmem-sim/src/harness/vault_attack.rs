@@ -8,7 +8,7 @@
 //!
 //! * `tamper-data`, `tamper-address`, `tamper-mac`: flip one random bit of a drained line's
 //!   ciphertext, of its address slot, or of its MAC block;
-//! * `splice`: swap two drained lines (ciphertext and address);
+//! * `splice`: swap two drained lines whole (ciphertext, address and, for SLM, MAC slot);
 //! * `replay`: put back the vault of an earlier drain episode (the whole region);
 //! * `truncate`: drop the last k drained blocks (k random in 1..=8): they read as what NVM
 //!   held before this episode wrote them;
@@ -60,6 +60,24 @@ pub struct VaultAttackOutcome {
 impl VaultAttackOutcome {
     pub fn all_detected(&self) -> bool {
         self.false_alarms == 0 && self.classes.values().all(|c| c.injected > 0 && c.right_class == c.injected)
+    }
+}
+
+/// Swaps 64-bit slot `sx` of block `ax` with slot `sy` of block `ay` (device addresses).
+fn swap_slots(img: &mut NvmImage, ax: u64, ay: u64, sx: usize, sy: usize) {
+    let (lx, ly) = (ax >> LINE_SHIFT, ay >> LINE_SHIFT);
+    let (mut bx, mut by) = (img.get(lx), img.get(ly));
+    let vx: [u8; 8] = bx[sx * 8..sx * 8 + 8].try_into().unwrap();
+    let vy: [u8; 8] = by[sy * 8..sy * 8 + 8].try_into().unwrap();
+    if lx == ly {
+        bx[sx * 8..sx * 8 + 8].copy_from_slice(&vy);
+        bx[sy * 8..sy * 8 + 8].copy_from_slice(&vx);
+        img.put(lx, bx);
+    } else {
+        bx[sx * 8..sx * 8 + 8].copy_from_slice(&vy);
+        by[sy * 8..sy * 8 + 8].copy_from_slice(&vx);
+        img.put(lx, bx);
+        img.put(ly, by);
     }
 }
 
@@ -177,20 +195,12 @@ pub fn vault_attack_campaign(cfg: &Config, input: &TraceInput, dlm: bool, per_cl
                     let (dx, dy) = (img.get(chv.data_addr(x) >> LINE_SHIFT), img.get(chv.data_addr(y) >> LINE_SHIFT));
                     img.put(chv.data_addr(x) >> LINE_SHIFT, dy);
                     img.put(chv.data_addr(y) >> LINE_SHIFT, dx);
-                    let (ax, ay) = (chv.addr_block(x) >> LINE_SHIFT, chv.addr_block(y) >> LINE_SHIFT);
-                    let (mut bx, mut by) = (img.get(ax), img.get(ay));
-                    let (sx, sy) = ((x % 8) as usize * 8, (y % 8) as usize * 8);
-                    let vx: [u8; 8] = bx[sx..sx + 8].try_into().unwrap();
-                    let vy: [u8; 8] = by[sy..sy + 8].try_into().unwrap();
-                    if ax == ay {
-                        bx[sx..sx + 8].copy_from_slice(&vy);
-                        bx[sy..sy + 8].copy_from_slice(&vx);
-                        img.put(ax, bx);
-                    } else {
-                        bx[sx..sx + 8].copy_from_slice(&vy);
-                        by[sy..sy + 8].copy_from_slice(&vx);
-                        img.put(ax, bx);
-                        img.put(ay, by);
+                    // The address slots move with the data, and (SLM) so do the MAC slots: the
+                    // entries are complete and self-consistent, only their positions — hence
+                    // the drain counters they were sealed with — are swapped.
+                    swap_slots(&mut img, chv.addr_block(x), chv.addr_block(y), (x % 8) as usize, (y % 8) as usize);
+                    if !dlm {
+                        swap_slots(&mut img, chv.mac_block(x, levels), chv.mac_block(y, levels), (x % 8) as usize, (y % 8) as usize);
                     }
                     &[line_class]
                 }
