@@ -92,12 +92,15 @@ impl Design for Baseline {
 }
 
 /// The closed set of designs, picked by name in the config.
-pub const DESIGNS: &[&str] = &["baseline"];
+pub const DESIGNS: &[&str] = &["baseline", "lelantus", "lelantus-cow", "silent-shredder"];
 
 /// Builds a design by its public name.
 pub fn build(name: &str) -> Result<Box<dyn Design>, String> {
     match name {
         "baseline" => Ok(Box::new(Baseline)),
+        "lelantus" => Ok(Box::new(crate::lelantus::Lelantus::new(crate::lelantus::Encoding::Resized))),
+        "lelantus-cow" => Ok(Box::new(crate::lelantus::Lelantus::new(crate::lelantus::Encoding::Supplementary))),
+        "silent-shredder" => Ok(Box::new(crate::silent_shredder::SilentShredder::default())),
         other => Err(format!("unknown design '{other}'; known: {}", DESIGNS.join(", "))),
     }
 }

@@ -11,7 +11,9 @@ pub mod controller;
 pub mod design;
 pub mod functional;
 pub mod image_file;
+pub mod lelantus;
 pub mod recovery;
+pub mod silent_shredder;
 pub mod testing;
 
 pub use controller::{McStats, SecureMc};
