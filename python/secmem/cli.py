@@ -11,6 +11,8 @@
     secmem attack --preset NAME [--trace FILE] --per-class N --seed S
     secmem image verify FILE [--preset NAME]
     secmem bench [--scenario NAME ...] [--scale X]
+    secmem forkbench --scheme S --page-size 4k|2m --lines-per-page N [-p key=value ...]
+    secmem reproduce DESIGN [--quick] --out DIR
 
 Errors (bad config, bad trace, bad record) print one line naming the field, file, line or
 record, and exit with status 2.
@@ -133,6 +135,32 @@ def cmd_bench_one(a) -> int:
     return 0
 
 
+def cmd_forkbench(a) -> int:
+    out = api.forkbench(
+        a.scheme, page_size=a.page_size, lines_per_page=a.lines_per_page, footprint_bytes=a.footprint_bytes,
+        preset=a.preset, params=a.param, seed=a.seed,
+    )
+    if not a.stats:
+        out.pop("stats", None)
+    print(json.dumps(out, indent=2))
+    return 0
+
+
+# `secmem reproduce DESIGN`: one module per paper, looked up by name (lazily imported, so a
+# design's plotting dependencies load only when it is reproduced).
+REPRODUCE = {
+    "lelantus": "secmem.reproduce_lelantus",
+}
+
+
+def cmd_reproduce(a) -> int:
+    import importlib
+
+    if a.design not in REPRODUCE:
+        raise api.SecmemError(f"unknown design '{a.design}' to reproduce; known: {', '.join(sorted(REPRODUCE))}")
+    return importlib.import_module(REPRODUCE[a.design]).main(out=a.out, quick=a.quick)
+
+
 def parser() -> argparse.ArgumentParser:
     top = argparse.ArgumentParser(prog="secmem", description="Trace-driven secure memory simulator.")
     top.add_argument("--version", action="version", version=f"secmem {_version()}")
@@ -218,6 +246,23 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--scenario", action="append", default=[], help="scenario name (repeatable; default: all)")
     p.add_argument("--scale", type=float, default=1.0, help="multiply each scenario's request count")
     p.set_defaults(fn=cmd_bench)
+
+    p = sub.add_parser("forkbench", help="the Lelantus forkbench through the OS model (JSON)")
+    p.add_argument("--scheme", default="lelantus", help="baseline (kernel CoW), lelantus, lelantus-cow or silent-shredder")
+    p.add_argument("--page-size", default="4k", help="4k or 2m")
+    p.add_argument("--lines-per-page", type=int, default=None, help="lines the child updates per page (default 32 for 4k, 512 for 2m)")
+    p.add_argument("--footprint-bytes", type=int, default=16 << 20, help="memory the parent initialises (default 16 MiB)")
+    p.add_argument("--preset", default="lelantus")
+    p.add_argument("--seed", type=int, default=1)
+    p.add_argument("--stats", action="store_true", help="also print the full stats block")
+    _add_params(p)
+    p.set_defaults(fn=cmd_forkbench)
+
+    p = sub.add_parser("reproduce", help="reproduce a paper's figures: DIR/reproduce.json, plots, DIR/report.md")
+    p.add_argument("design", help="paper to reproduce: " + ", ".join(sorted(REPRODUCE)))
+    p.add_argument("--quick", action="store_true", help="smaller runs (under 2 minutes)")
+    p.add_argument("--out", default="reproduce", help="output directory (default: reproduce)")
+    p.set_defaults(fn=cmd_reproduce)
 
     p = sub.add_parser("_bench-one")  # internal: one scenario in a fresh process
     p.add_argument("name")

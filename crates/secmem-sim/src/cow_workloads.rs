@@ -164,7 +164,7 @@ pub fn run(cfg: &Config, spec: &CowSpec) -> Result<Value, OsError> {
     let mut extra: Vec<(&'static str, f64)> =
         end_extra.iter().zip(warm_extra.0.iter()).map(|((k, v), (_, w))| (*k, v - w)).collect();
     let get = |x: &[(&'static str, f64)], k: &str| x.iter().find(|e| e.0 == k).map_or(0.0, |e| e.1);
-    let (ovf, writes) = (get(&extra, "cow_overflows"), os.engine.core_stats().memory_writes_issued as f64);
+    let ovf = get(&extra, "cow_overflows");
     let (hits, misses) = (get(&extra, "cow_cache_hits"), get(&extra, "cow_cache_misses"));
     for e in extra.iter_mut() {
         match e.0 {
@@ -173,7 +173,6 @@ pub fn run(cfg: &Config, spec: &CowSpec) -> Result<Value, OsError> {
             _ => {}
         }
     }
-    let _ = writes;
     let stats = crate::report::stats(cfg, &roi, &extra);
     let w = &roi.media.writes_by_class;
     let data_writes = w[TrafficClass::Data as usize] + w[TrafficClass::Design as usize];
@@ -202,6 +201,7 @@ pub fn run(cfg: &Config, spec: &CowSpec) -> Result<Value, OsError> {
         "write_amplification": if logical == 0 { 0.0 } else { data_writes as f64 / logical as f64 },
         "os": os_delta,
         "stats": stats,
+        "records": os.records(),
         "wall_time_s": start.elapsed().as_secs_f64(),
     }))
 }

@@ -160,6 +160,9 @@ impl Os {
         self.tables.get_mut(pid).and_then(|t| t.as_mut()).ok_or_else(|| OsError(format!("no process {pid}")))
     }
 
+    /// Accesses sent through the engine so far (workload and kernel).
+    pub fn records(&self) -> u64 { self.records }
+
     /// Live process ids.
     pub fn processes(&self) -> Vec<usize> { (0..self.tables.len()).filter(|&p| self.tables[p].is_some()).collect() }
 
