@@ -130,6 +130,14 @@ impl Lelantus {
     /// Pages recorded as lazy copies of `page`.
     pub fn copies_of(&self, page: u64) -> &[u64] { self.children.get(&page).map_or(&[], |v| v.as_slice()) }
 
+    /// Forgets every cached record line (attack harnesses and tests: the next lookups fetch
+    /// and verify from NVM). Call after `finish`, so nothing dirty is lost.
+    pub fn drop_cow_cache(&mut self) {
+        if let Some(c) = self.cow_cache.as_mut() {
+            c.clear();
+        }
+    }
+
     /// One-time setup on the first request: Lelantus-CoW carves its CoW cache out of the
     /// counter cache (the counter cache shrinks by the same number of lines).
     fn setup(&mut self, mc: &mut SecureMc) {

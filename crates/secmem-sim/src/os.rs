@@ -137,7 +137,7 @@ impl Os {
         if usable < FIRST_FREE_FRAME + 1024 {
             return Err(OsError(format!("pcm.capacity_gib = {} is too small for the OS model", cfg.pcm.capacity_gib)));
         }
-        Ok(Os {
+        let mut os = Os {
             engine,
             tables: vec![Some(FxHashMap::default())],
             mapcount: FxHashMap::default(),
@@ -153,7 +153,11 @@ impl Os {
             inst_gap: 10,
             records: 0,
             stats: OsStats::default(),
-        })
+        };
+        // The kernel learns at boot whether the controller offers Lelantus' commands: a
+        // page_phyc of a frame that is no lazy copy is a no-op where they exist.
+        os.copy_ok = Some(os.engine.page_command(PageCommand::Materialize { page: FIRST_FREE_FRAME }));
+        Ok(os)
     }
 
     fn table(&mut self, pid: usize) -> Result<&mut FxHashMap<u64, Pte>, OsError> {
@@ -225,9 +229,18 @@ impl Os {
             pte.cow = true;
         }
         let child = t.clone();
-        for pte in child.values() {
-            if !is_zero(pte.frame) {
-                *self.mapcount.entry(pte.frame).or_insert(0) += 1;
+        let mut shared: Vec<Pte> = child.values().filter(|p| !is_zero(p.frame)).copied().collect();
+        for pte in &shared {
+            *self.mapcount.entry(pte.frame).or_insert(0) += 1;
+        }
+        if self.copy_ok == Some(true) {
+            // Lelantus III-B: before a page is write-protected its dirty lines are flushed, so
+            // the controller's lazy copies read the current content from memory.
+            shared.sort_by_key(|p| p.frame);
+            for pte in shared {
+                for l in pte.frame * LINES_PER_PAGE..(pte.frame + pte.size.frames()) * LINES_PER_PAGE {
+                    self.engine.clean_line(l)?;
+                }
             }
         }
         self.tables.push(Some(child));
