@@ -3,8 +3,9 @@
 import json
 
 
-def forkbench(cli, *args):
-    res = cli("forkbench", *args, "--footprint-bytes", str(1 << 20), check=True)
+def forkbench(cli, *args, footprint=16 << 20):
+    # 16 MiB: twice the lelantus preset's 8 MB LLC, so copies reach memory.
+    res = cli("forkbench", *args, "--footprint-bytes", str(footprint), check=True)
     return json.loads(res.stdout)
 
 
@@ -16,12 +17,12 @@ def test_forkbench_prints_cycles_and_traffic_and_lelantus_beats_kernel_cow(cli):
             assert out[scheme][key] > 0, (scheme, key)
     assert out["lelantus"]["memory_writes"] < out["baseline"]["memory_writes"] / 2
     assert out["lelantus"]["cycles"] < out["baseline"]["cycles"]
-    assert out["lelantus"]["os"]["page_commands"] == 256  # one page_copy per 4 KB page
-    assert out["baseline"]["os"]["kernel_lines"] == 256 * 64
+    assert out["lelantus"]["os"]["page_commands"] == 4096  # one page_copy per 4 KB page
+    assert out["baseline"]["os"]["kernel_lines"] == 4096 * 64
 
 
 def test_forkbench_huge_pages_and_params(cli):
-    r = forkbench(cli, "--scheme", "lelantus", "--page-size", "2m", "-p", "security.aes_latency_cycles=24")
+    r = forkbench(cli, "--scheme", "lelantus", "--page-size", "2m", "-p", "security.aes_latency_cycles=24", footprint=4 << 20)
     assert r["page_size"] == "2m" and r["lines_per_page"] == 512
 
 
