@@ -267,3 +267,30 @@ def bench(scenarios: Optional[Sequence[str]] = None, scale: float = 1.0, isolate
         else:
             out[n] = json.loads(_call(_native.bench_run, n, scale))
     return out
+
+
+def cow_workload(
+    workload: str,
+    scheme: str,
+    page_size: str = "4k",
+    lines_per_page: Optional[int] = None,
+    footprint_bytes: int = 16 << 20,
+    ops: int = 20_000,
+    preset: str = "lelantus",
+    params=None,
+    seed: int = 1,
+) -> Dict[str, Any]:
+    """A copy-on-write workload (``forkbench``, ``redis``, ``noncopy``, ``writeamp``) through
+    the OS model on design ``scheme`` (baseline = kernel CoW, lelantus, lelantus-cow,
+    silent-shredder). Returns a dict with ``cycles``, ``memory_writes``, ``memory_reads``,
+    ``write_amplification``, ``os`` and the usual ``stats`` block of the measured phase."""
+    out = _call(
+        _native.cow_workload, workload, scheme, page_size, lines_per_page, footprint_bytes, ops, preset,
+        _overrides(params), seed,
+    )
+    return json.loads(out)
+
+
+def forkbench(scheme: str, page_size: str = "4k", lines_per_page: Optional[int] = None, **kw) -> Dict[str, Any]:
+    """The Lelantus forkbench (section V-D): see :func:`cow_workload`."""
+    return cow_workload("forkbench", scheme, page_size=page_size, lines_per_page=lines_per_page, **kw)

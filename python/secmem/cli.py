@@ -13,7 +13,8 @@
     secmem bench [--scenario NAME ...] [--scale X]
     secmem drain --preset horus --scheme nonsecure|base-lu|base-eu|horus-slm|horus-dlm [-p ...]
     secmem vault-attack --scheme horus-slm|horus-dlm --per-class N --seed S
-    secmem reproduce horus [--quick] --out DIR
+    secmem forkbench --scheme S --page-size 4k|2m --lines-per-page N [-p key=value ...]
+    secmem reproduce horus|lelantus [--quick] --out DIR
 
 Errors (bad config, bad trace, bad record) print one line naming the field, file, line or
 record, and exit with status 2.
@@ -140,21 +141,6 @@ def cmd_vault_attack(a) -> int:
     return 0 if out["all_detected"] else 1
 
 
-def _reproducers():
-    from . import reproduce_horus
-
-    return {"horus": reproduce_horus.reproduce}
-
-
-def cmd_reproduce(a) -> int:
-    table = _reproducers()
-    if a.design not in table:
-        raise api.SecmemError(f"reproduce: unknown design '{a.design}'; known: {', '.join(sorted(table))}")
-    rows = table[a.design](out=a.out, quick=a.quick, params=a.param)
-    print(f"wrote {a.out}/reproduce.json ({len(rows)} rows), {a.out}/report.md and plots")
-    return 0
-
-
 def cmd_bench(a) -> int:
     print(json.dumps(api.bench(a.scenario or None, scale=a.scale), indent=2))
     return 0
@@ -165,6 +151,40 @@ def cmd_bench_one(a) -> int:
 
     print(_native.bench_run(a.name, a.scale))
     return 0
+
+
+def cmd_forkbench(a) -> int:
+    out = api.forkbench(
+        a.scheme, page_size=a.page_size, lines_per_page=a.lines_per_page, footprint_bytes=a.footprint_bytes,
+        preset=a.preset, params=a.param, seed=a.seed,
+    )
+    if not a.stats:
+        out.pop("stats", None)
+    print(json.dumps(out, indent=2))
+    return 0
+
+
+# `secmem reproduce DESIGN`: one module per paper, looked up by name (lazily imported, so a
+# design's plotting dependencies load only when it is reproduced).
+REPRODUCE = {
+    "horus": "secmem.reproduce_horus",
+    "lelantus": "secmem.reproduce_lelantus",
+}
+
+
+def cmd_reproduce(a) -> int:
+    import importlib
+
+    if a.design not in REPRODUCE:
+        raise api.SecmemError(f"unknown design '{a.design}' to reproduce; known: {', '.join(sorted(REPRODUCE))}")
+    import inspect
+
+    main = importlib.import_module(REPRODUCE[a.design]).main
+    if a.param:
+        if "params" not in inspect.signature(main).parameters:
+            raise api.SecmemError(f"reproduce {a.design} does not take -p overrides (it runs its paper's fixed configurations)")
+        return main(out=a.out, quick=a.quick, params=a.param)
+    return main(out=a.out, quick=a.quick)
 
 
 def parser() -> argparse.ArgumentParser:
@@ -274,10 +294,21 @@ def parser() -> argparse.ArgumentParser:
     _add_params(p)
     p.set_defaults(fn=cmd_vault_attack)
 
-    p = sub.add_parser("reproduce", help="reproduce a paper's headline figures: reproduce.json, plots, report.md")
-    p.add_argument("design", help="horus")
-    p.add_argument("--quick", action="store_true", help="fewer points (under 2 minutes)")
-    p.add_argument("--out", required=True)
+    p = sub.add_parser("forkbench", help="the Lelantus forkbench through the OS model (JSON)")
+    p.add_argument("--scheme", default="lelantus", help="baseline (kernel CoW), lelantus, lelantus-cow or silent-shredder")
+    p.add_argument("--page-size", default="4k", help="4k or 2m")
+    p.add_argument("--lines-per-page", type=int, default=None, help="lines the child updates per page (default 32 for 4k, 512 for 2m)")
+    p.add_argument("--footprint-bytes", type=int, default=16 << 20, help="memory the parent initialises (default 16 MiB)")
+    p.add_argument("--preset", default="lelantus")
+    p.add_argument("--seed", type=int, default=1)
+    p.add_argument("--stats", action="store_true", help="also print the full stats block")
+    _add_params(p)
+    p.set_defaults(fn=cmd_forkbench)
+
+    p = sub.add_parser("reproduce", help="reproduce a paper's figures: DIR/reproduce.json, plots, DIR/report.md")
+    p.add_argument("design", help="paper to reproduce: " + ", ".join(sorted(REPRODUCE)))
+    p.add_argument("--quick", action="store_true", help="smaller runs (under 2 minutes)")
+    p.add_argument("--out", default="reproduce", help="output directory (default: reproduce)")
     _add_params(p)
     p.set_defaults(fn=cmd_reproduce)
 

@@ -280,3 +280,10 @@ def reproduce(out: str, quick: bool = False, params: Optional[Sequence[str]] = N
     with open(os.path.join(out, "report.md"), "w") as f:
         f.write(report_md(rows, exp, files, cfg))
     return rows
+
+
+def main(out: str = "reproduce", quick: bool = False, params: Optional[Sequence[str]] = None) -> int:
+    """Entry point of ``secmem reproduce horus``."""
+    rows = reproduce(out, quick=quick, params=params)
+    print(f"wrote {out}/reproduce.json ({len(rows)} rows), {out}/report.md and plots")
+    return 0

@@ -270,6 +270,36 @@ fn bench_run(py: Python<'_>, name: &str, scale: f64) -> PyResult<String> {
     Ok(serde_json::to_string(&r).unwrap())
 }
 
+/// A copy-on-write workload (forkbench, redis, noncopy, writeamp) through the OS model on
+/// design `scheme`; JSON with cycles, memory_writes, memory_reads and the stats block.
+#[pyfunction]
+#[pyo3(signature = (workload, scheme, page_size="4k", lines_per_page=None, footprint_bytes=16 << 20, ops=20_000, preset="lelantus", overrides=vec![], seed=1))]
+#[allow(clippy::too_many_arguments)]
+fn cow_workload(
+    py: Python<'_>,
+    workload: &str,
+    scheme: &str,
+    page_size: &str,
+    lines_per_page: Option<u64>,
+    footprint_bytes: u64,
+    ops: u64,
+    preset: &str,
+    overrides: Vec<String>,
+    seed: u64,
+) -> PyResult<String> {
+    use secmem_sim::cow_workloads::{CowSpec, CowWorkload};
+    use secmem_sim::os::PageSize;
+    let workload: CowWorkload = workload.parse().map_err(err)?;
+    let page_size: PageSize = page_size.parse().map_err(err)?;
+    let mut o = vec![format!("run.design={}", serde_json::to_string(scheme).unwrap())];
+    o.extend(overrides);
+    let cfg = load(Some(preset), None, o)?;
+    let lines_per_page = lines_per_page.unwrap_or(if page_size == PageSize::Huge { 512 } else { 32 });
+    let spec = CowSpec { workload, page_size, footprint_bytes, lines_per_page, ops, seed };
+    let out = py.allow_threads(|| secmem_sim::cow_workloads::run(&cfg, &spec)).map_err(err)?;
+    Ok(out.to_string())
+}
+
 #[pyfunction]
 fn version() -> &'static str { env!("CARGO_PKG_VERSION") }
 
@@ -289,6 +319,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(vault_attack, m)?)?;
     m.add_function(wrap_pyfunction!(bench_scenarios, m)?)?;
     m.add_function(wrap_pyfunction!(bench_run, m)?)?;
+    m.add_function(wrap_pyfunction!(cow_workload, m)?)?;
     m.add_function(wrap_pyfunction!(version, m)?)?;
     Ok(())
 }

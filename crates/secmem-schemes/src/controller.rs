@@ -912,6 +912,110 @@ impl SecureMc {
     }
 }
 
+/// Building blocks for designs that keep their own counter-block format or redirect data
+/// reads (Lelantus, Silent Shredder). They reuse the baseline's timing and crypto; the design
+/// decides which counter a line is encrypted under and how its counter block is encoded.
+impl SecureMc {
+    /// The cached payload of `page`'s counter block (functional mode; the block must have been
+    /// made available with `ensure_block`).
+    pub fn counter_payload(&self, page: u64) -> Option<[u8; 64]> {
+        self.payload(MetaKind::Counter, self.layout.counter_addr(page) >> LINE_SHIFT)
+    }
+
+    /// Replaces the cached payload of `page`'s counter block (functional mode; no-op in
+    /// counting mode). The block must be cached (ensure it dirty first).
+    pub fn set_counter_payload(&mut self, page: u64, bytes: [u8; 64]) {
+        if self.func.is_some() {
+            self.set_payload(MetaKind::Counter, self.layout.counter_addr(page) >> LINE_SHIFT, bytes);
+        }
+    }
+
+    /// Reads data `line` and, in functional mode, decrypts and verifies it under counter
+    /// (`major`, `minor`), whose counter block was available at `ctr_at`. Same timing and
+    /// counts as `read_line` (which fetches the counter itself).
+    pub fn read_line_under(&mut self, line: u64, major: u64, minor: u8, ctr_at: Cycle, now: Cycle) -> Result<(Cycle, Option<[u8; 64]>), IntegrityError> {
+        self.stats.data_reads += 1;
+        let data_at = self.device_read(line << LINE_SHIFT, TrafficClass::Data, now);
+        let mac_at = self.ensure_mac(line, false, now);
+        let plain = if self.func.is_some() { Some(self.open_line(line, major, minor)?) } else { None };
+        self.process_evictions(now)?;
+        self.stats.aes_ops.data_decrypt += 1;
+        self.stats.mac_ops.data_verify += 1;
+        let plain_at = data_at.max(ctr_at + self.p.aes) + Cycle(1);
+        let verified_at = data_at.max(mac_at) + self.p.mac;
+        let done = if self.p.verify_on_critical_path { plain_at.max(verified_at) } else { plain_at };
+        Ok((done, plain))
+    }
+
+    /// Encrypts `plain` (functional mode) for `line` under counter (`major`, `minor`), MACs it
+    /// and writes it as traffic `class`; the line's counter block (already updated by the
+    /// caller) was available at `ctr_at`. With eager update the tree path of the line's page is
+    /// recomputed, with strict persistence its metadata is written through. Returns when the
+    /// write is persistent.
+    #[allow(clippy::too_many_arguments)]
+    pub fn write_line_under(
+        &mut self,
+        line: u64,
+        plain: Option<&[u8; 64]>,
+        major: u64,
+        minor: u8,
+        class: TrafficClass,
+        ctr_at: Cycle,
+        now: Cycle,
+    ) -> Result<Cycle, IntegrityError> {
+        if class == TrafficClass::Data {
+            self.stats.data_writes += 1;
+        }
+        let mac_at_start = self.ensure_mac(line, true, now);
+        if self.func.is_some() {
+            let plain = *plain.expect("functional mode writes carry data");
+            let f = self.func.as_mut().expect("functional");
+            let mut ct = plain;
+            f.encrypt(&mut ct, line, major, minor);
+            f.persist(line, ct);
+            let mac = f.data_mac(&ct, line, major, minor);
+            self.set_stored_mac(line, mac);
+        }
+        self.stats.aes_ops.data_encrypt += 1;
+        self.stats.mac_ops.data_write += 1;
+        let cipher_at = ctr_at + self.p.aes + Cycle(1);
+        let mac_at = mac_at_start.max(cipher_at) + self.p.mac;
+        let mut done = self.device_write(line << LINE_SHIFT, class, mac_at);
+        if self.p.update == TreeUpdate::Eager {
+            done = done.max(self.eager_path_update(page_of_line(line), ctr_at)?);
+        }
+        if self.p.strict {
+            done = done.max(self.persist_metadata_of(line, mac_at));
+        }
+        self.process_evictions(now)?;
+        Ok(done)
+    }
+
+    /// After a design changed `page`'s counter block without writing data (a page command):
+    /// with eager update recompute its tree path, with strict persistence write it through.
+    /// Returns when that is done.
+    pub fn counter_block_updated(&mut self, page: u64, ctr_at: Cycle) -> Result<Cycle, IntegrityError> {
+        let mut done = ctr_at;
+        if self.p.update == TreeUpdate::Eager {
+            done = done.max(self.eager_path_update(page, ctr_at)?);
+        }
+        if self.p.strict {
+            let caddr = self.layout.counter_addr(page);
+            done = done.max(self.device_write(caddr, TrafficClass::Counter, ctr_at));
+            let key = caddr >> LINE_SHIFT;
+            let payload = self.payload(MetaKind::Counter, key);
+            if let Some(s) = self.counter_cache.probe(key) {
+                self.counter_cache.set_dirty(s, false);
+            }
+            if let (Some(f), Some(p)) = (self.func.as_mut(), payload) {
+                f.persist(key, p);
+            }
+        }
+        self.process_evictions(ctr_at)?;
+        Ok(done)
+    }
+}
+
 /// Reads the `slot`-th of `per_block` equal-width fields of a 64 B block (LSB first).
 pub fn get_bits(block: &[u8; 64], slot: usize, per_block: u64) -> u64 {
     let width = 512 / per_block as usize;

@@ -164,7 +164,7 @@ pub struct DesignContext {
 }
 
 /// The closed set of designs, picked by name in the config.
-pub const DESIGNS: &[&str] = &["baseline", "horus-slm", "horus-dlm"];
+pub const DESIGNS: &[&str] = &["baseline", "horus-slm", "horus-dlm", "lelantus", "lelantus-cow", "silent-shredder"];
 
 /// Builds a design by its public name.
 pub fn build(name: &str, ctx: &DesignContext) -> Result<Box<dyn Design>, String> {
@@ -173,6 +173,9 @@ pub fn build(name: &str, ctx: &DesignContext) -> Result<Box<dyn Design>, String>
         "baseline" => Ok(Box::new(Baseline::default())),
         "horus-slm" => Ok(Box::new(Horus::new(MacLevels::Single, ctx.hierarchy_lines, ctx.metadata_lines))),
         "horus-dlm" => Ok(Box::new(Horus::new(MacLevels::Double, ctx.hierarchy_lines, ctx.metadata_lines))),
+        "lelantus" => Ok(Box::new(crate::lelantus::Lelantus::new(crate::lelantus::Encoding::Resized))),
+        "lelantus-cow" => Ok(Box::new(crate::lelantus::Lelantus::new(crate::lelantus::Encoding::Supplementary))),
+        "silent-shredder" => Ok(Box::new(crate::silent_shredder::SilentShredder::default())),
         other => Err(format!("unknown design '{other}'; known: {}", DESIGNS.join(", "))),
     }
 }

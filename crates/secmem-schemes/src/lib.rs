@@ -17,7 +17,9 @@ pub mod eadr;
 pub mod functional;
 pub mod horus;
 pub mod image_file;
+pub mod lelantus;
 pub mod recovery;
+pub mod silent_shredder;
 pub mod testing;
 
 pub use controller::{McStats, MetaBlock, MetaKind, SecureMc};

@@ -39,7 +39,7 @@ config_section! {
     /// What to run and how.
     pub struct RunConfig {
         trace_level: TraceLevel = TraceLevel::Core => "core (records go through the cache hierarchy) or memory (records are memory-controller requests: use for Ramulator/DRAMSim3 memory traces)";
-        design: String = "baseline".to_string() => "Design plugged into the secure controller: baseline (use security.enabled=false for non-secure), horus-slm, horus-dlm";
+        design: String = "baseline".to_string() => "Design plugged into the secure controller: baseline (use security.enabled=false for non-secure), horus-slm, horus-dlm, lelantus, lelantus-cow, silent-shredder";
         seed: u64 = 1 => "Seed for every random choice of the run (and, in functional mode, of the keys)";
         functional: bool = false => "Functional mode: real AES-128-CTR encryption, MACs and tree hashes over real bytes in a sparse NVM image (slower); false = counting/timing mode (same counts)";
         check_pad_reuse: bool = false => "Functional mode: record every pad used for encryption and fail on a repeat (tests and campaigns)";

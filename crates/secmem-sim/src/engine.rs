@@ -475,3 +475,60 @@ impl Engine {
     /// with the root register).
     pub fn finish_design(&mut self) -> Result<Cycle, IntegrityError> { self.design.finish(&mut self.mc, self.now) }
 }
+
+/// Hooks for the OS memory model (`crate::os`): page commands, non-temporal stores and the
+/// cache maintenance the kernel does around page copies.
+impl Engine {
+    /// Sends a page command to the design. The kernel writes the controller's command
+    /// registers and fences (Lelantus III-A), so the core waits for the command to reach the
+    /// controller (the LLC path, like a write); the controller's work occupies the device and
+    /// a later fence waits for it. Returns false when the design does not support it.
+    pub fn page_command(&mut self, cmd: secmem_schemes::PageCommand) -> bool {
+        self.now += self.hier.path_latency[2];
+        match self.design.page_command(&mut self.mc, cmd, self.now) {
+            Ok(done) => {
+                self.last_persist = self.last_persist.max(done);
+                true
+            }
+            Err(_) => false,
+        }
+    }
+
+    /// A non-temporal full-line store (the kernel's huge-page copy): every cached copy of
+    /// `line` is dropped and the line goes to memory as a posted write.
+    pub fn store_non_temporal(&mut self, line: u64, data: Option<[u8; 64]>) -> Result<(), IntegrityError> {
+        self.retire_instructions(1);
+        self.stats.writes += 1;
+        self.invalidate_line(line);
+        self.write_to_memory(line, data);
+        self.failure.take().map_or(Ok(()), Err)
+    }
+
+    /// Drops `line` from every cache level, dirty or not (a freshly allocated page's stale
+    /// lines must not be written back over its new content).
+    pub fn invalidate_line(&mut self, line: u64) {
+        self.hier.l1.invalidate(line);
+        self.hier.l2.invalidate(line);
+        self.hier.llc.invalidate(line);
+    }
+
+    /// clwb of `line`: a dirty cached copy is written to memory and stays cached, clean.
+    pub fn clean_line(&mut self, line: u64) -> Result<(), IntegrityError> {
+        if let Some(wb) = self.hier.flush_line(line) {
+            // `flush_line` clears every dirty bit but leaves older content in the lower
+            // levels; a later clean L1 eviction would then expose it. Every level gets the
+            // written-back content.
+            if let Some(d) = wb.data {
+                for cache in [&mut self.hier.l1, &mut self.hier.l2, &mut self.hier.llc] {
+                    if let Some(slot) = cache.probe(line) {
+                        if let Some(dst) = cache.data_mut(slot) {
+                            *dst = d;
+                        }
+                    }
+                }
+            }
+            self.write_to_memory(wb.line, wb.data);
+        }
+        self.failure.take().map_or(Ok(()), Err)
+    }
+}

@@ -180,14 +180,28 @@ impl Hierarchy {
     /// Writes `line` back to memory if any level holds it dirty (clwb): the line stays cached,
     /// clean. Returns the write-back, if there was one.
     pub fn flush_line(&mut self, line: u64) -> Option<Writeback> {
+        // The uppermost copy is the freshest (stores write L1); after the write-back every level
+        // must hold that content, or a later clean eviction of the upper copy would uncover a
+        // stale lower one.
         let mut dirty = false;
         let mut data = None;
-        for cache in [&mut self.llc, &mut self.l2, &mut self.l1] {
+        for cache in [&mut self.l1, &mut self.l2, &mut self.llc] {
             if let Some(slot) = cache.probe(line) {
+                if data.is_none() {
+                    data = cache.data(slot).copied();
+                }
                 if cache.is_dirty(slot) {
                     dirty = true;
-                    data = cache.data(slot).copied().or(data);
                     cache.set_dirty(slot, false);
+                }
+            }
+        }
+        if let Some(d) = data {
+            for cache in [&mut self.l2, &mut self.llc] {
+                if let Some(slot) = cache.probe(line) {
+                    if let Some(dst) = cache.data_mut(slot) {
+                        *dst = d;
+                    }
                 }
             }
         }
@@ -253,6 +267,21 @@ mod tests {
             inclusive,
             data,
         )
+    }
+
+    #[test]
+    fn a_flushed_line_reads_its_new_content_after_the_l1_copy_is_evicted() {
+        let mut h = tiny(true, true);
+        assert_eq!(h.access(7, false, None), Level::Memory);
+        h.set_filled_data(7, &[1; 64], false);
+        h.access(7, true, Some(&[2; 64]));
+        assert_eq!(h.flush_line(7).unwrap().data, Some([2; 64]));
+        // Sixteen other lines push 7 out of the 16-line L1, clean: nothing is written back.
+        for l in 100..116 {
+            h.access(l, false, None);
+        }
+        assert!(h.l1.probe(7).is_none());
+        assert_eq!(h.cached_data(7), Some([2; 64]), "L2 must hold the flushed content, not the fill");
     }
 
     #[test]

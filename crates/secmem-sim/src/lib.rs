@@ -6,9 +6,11 @@
 
 pub mod bench;
 pub mod config;
+pub mod cow_workloads;
 pub mod engine;
 pub mod harness;
 pub mod hierarchy;
+pub mod os;
 pub mod presets;
 pub mod report;
 pub mod run;

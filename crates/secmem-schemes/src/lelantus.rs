@@ -1,0 +1,583 @@
+//! Lelantus (HPCA'20): copy-on-write at cache-line granularity inside the secure memory
+//! controller, in the paper's two encodings.
+//!
+//! * **Lelantus** (`Encoding::Resized`, Fig. 4): a CoW page's 64 B counter block holds a CoW
+//!   flag (top bit of the major), a 63-bit major, 64 six-bit minors and the 64-bit source page.
+//!   A regular page keeps the usual 7-bit layout with the flag clear, so regular pages are
+//!   unchanged (the non-copy control).
+//! * **Lelantus-CoW** (`Encoding::Supplementary`, Fig. 5): counter blocks keep 7-bit minors but
+//!   minor 0 is reserved for "not copied yet"; the source page lives in an 8 B record per page,
+//!   stored at the top of data memory and encrypted, MACed and tree-protected like data. A CoW
+//!   cache carved from the counter cache (32 KB of it) holds record lines, 8 records each.
+//!
+//! Mechanism (both): `page_copy` (`PageCommand::Copy`) only rewrites the destination's
+//! metadata: a fresh major (so no pad is ever reused), every minor 0, and the source page. A
+//! read of a line whose minor is 0 is redirected to the source page's line and decrypted with
+//! the *source's* counters, following a chain if the source is itself an uncopied CoW line.
+//! The first write-back of a line gives it a non-zero minor: it is private from then on (the
+//! LLC writes whole lines, so nothing needs copying). `page_phyc` (`Materialize`) copies the
+//! remaining lines for real; `page_free` (`Free`) first materialises every lazy copy still
+//! pointing at the freed page (early reclamation, section III-D), then drops the page's own
+//! CoW metadata. A copy of an unmodified lazy copy records the original source (recursive
+//! chains, section III-E).
+//!
+//! A minor overflow on a CoW page materialises the page's uncopied lines while re-encrypting
+//! it under the next major and turns it back into a regular page; 6-bit minors overflow after
+//! 63 writes instead of 127, which is Lelantus' cost that Lelantus-CoW avoids.
+//!
+//! Page commands cannot return an `IntegrityError` through the `Design` trait; one raised
+//! while executing a command is kept and returned by the next read or write, so it is never
+//! lost.
+
+use crate::controller::SecureMc;
+use crate::design::{Design, PageCommand, Unsupported};
+use crate::functional::IntegrityError;
+use rustc_hash::FxHashMap;
+use secmem_core::addr::{line_in_page, page_of_line, LINES_PER_PAGE};
+use secmem_core::cache::{Replacement, SetAssocCache};
+use secmem_core::counters::CounterBlock;
+use secmem_core::Cycle;
+use secmem_media::TrafficClass;
+
+/// Where a CoW page's source address is kept.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub enum Encoding {
+    /// In the counter block itself, at the price of 6-bit minors on CoW pages (Lelantus).
+    Resized,
+    /// In a supplementary 8 B record per page, with minor 0 reserved (Lelantus-CoW).
+    Supplementary,
+}
+
+/// Minor width of a CoW page's counter block under `Encoding::Resized` (Fig. 4b).
+pub const RESIZED_COW_MINOR_BITS: u32 = 6;
+/// Minor width of every other counter block (the default split counter).
+pub const REGULAR_MINOR_BITS: u32 = 7;
+/// The CoW-metadata cache of Lelantus-CoW, carved from the counter cache (section V-A).
+pub const COW_CACHE_BYTES: u64 = 32 * 1024;
+/// Associativity of the CoW-metadata cache (that of the Table III counter cache).
+pub const COW_CACHE_WAYS: usize = 16;
+/// Source-address records per 64 B record line (8 B each).
+pub const RECORDS_PER_LINE: u64 = 8;
+/// Marks a valid record (a record of 0 means "not a CoW page").
+const RECORD_VALID: u64 = 1 << 63;
+/// The CoW flag: the top bit of the counter block's first 8 bytes (Fig. 4).
+const COW_FLAG: u64 = 1 << 63;
+
+/// First data line of the supplementary record region: the top 1/512 of data memory (8 B per
+/// 4 KB page). The OS model never allocates frames there.
+pub fn record_region_first_line(data_lines: u64) -> u64 { data_lines - data_lines.div_ceil(LINES_PER_PAGE * RECORDS_PER_LINE) }
+
+/// Lelantus' own counters, reported under `design.*`.
+#[derive(Clone, Debug, Default)]
+pub struct LelantusStats {
+    pub page_copies: u64,
+    pub page_phyc: u64,
+    pub page_frees: u64,
+    /// Reads of uncopied lines served from a source page.
+    pub redirected_reads: u64,
+    /// Source pages visited by redirected reads (> redirected_reads with recursive chains).
+    pub redirect_hops: u64,
+    /// Lines copied for real by page_phyc, early reclamation or overflow.
+    pub lines_materialized: u64,
+    /// Data write-backs to CoW pages (the denominator of the overflow rate).
+    pub cow_page_writes: u64,
+    /// Minor overflows on CoW pages.
+    pub cow_overflows: u64,
+    /// All data write-backs seen by the design.
+    pub writes: u64,
+    pub cow_cache_hits: u64,
+    pub cow_cache_misses: u64,
+    /// Record lines read from / written to NVM (Lelantus-CoW's extra traffic).
+    pub record_reads: u64,
+    pub record_writes: u64,
+}
+
+pub struct Lelantus {
+    enc: Encoding,
+    /// Architectural CoW state: destination page -> recorded source page (the counter block's
+    /// flag and source field, or the supplementary record). Functional mode routes reads by
+    /// the verified bytes instead.
+    src_of: FxHashMap<u64, u64>,
+    /// Source page -> lazy copies recording it (what page_phyc / early reclamation copy).
+    children: FxHashMap<u64, Vec<u64>>,
+    /// Lelantus-CoW: record lines cached on chip.
+    cow_cache: Option<SetAssocCache>,
+    record_base: u64,
+    ready: bool,
+    secure: bool,
+    pending: Option<IntegrityError>,
+    pub stats: LelantusStats,
+}
+
+impl Lelantus {
+    pub fn new(enc: Encoding) -> Lelantus {
+        Lelantus {
+            enc,
+            src_of: FxHashMap::default(),
+            children: FxHashMap::default(),
+            cow_cache: None,
+            record_base: 0,
+            ready: false,
+            secure: true,
+            pending: None,
+            stats: LelantusStats::default(),
+        }
+    }
+
+    /// The recorded source of `page`, if it is a lazy copy.
+    pub fn source_of(&self, page: u64) -> Option<u64> { self.src_of.get(&page).copied() }
+
+    /// Pages recorded as lazy copies of `page`.
+    pub fn copies_of(&self, page: u64) -> &[u64] { self.children.get(&page).map_or(&[], |v| v.as_slice()) }
+
+    /// Forgets every cached record line (attack harnesses and tests: the next lookups fetch
+    /// and verify from NVM). Call after `finish`, so nothing dirty is lost.
+    pub fn drop_cow_cache(&mut self) {
+        if let Some(c) = self.cow_cache.as_mut() {
+            c.clear();
+        }
+    }
+
+    /// One-time setup on the first request: Lelantus-CoW carves its CoW cache out of the
+    /// counter cache (the counter cache shrinks by the same number of lines).
+    fn setup(&mut self, mc: &mut SecureMc) {
+        if self.ready {
+            return;
+        }
+        self.ready = true;
+        self.secure = mc.p.secure;
+        self.record_base = record_region_first_line(mc.layout.data_bytes >> 6);
+        if self.enc == Encoding::Supplementary {
+            let ways = mc.counter_cache.ways();
+            let cow_lines = (COW_CACHE_BYTES / 64) as usize;
+            let total = mc.counter_cache.capacity_lines();
+            let counter_sets = (total.saturating_sub(cow_lines) / ways).max(1) as u64;
+            let mut cc = SetAssocCache::with_geometry(counter_sets, ways, Replacement::Lru);
+            if mc.is_functional() {
+                cc = cc.with_data();
+            }
+            debug_assert_eq!(mc.counter_cache.valid_lines().count(), 0, "carved before first use");
+            mc.counter_cache = cc;
+            self.cow_cache = Some(SetAssocCache::with_geometry((cow_lines / COW_CACHE_WAYS) as u64, COW_CACHE_WAYS, Replacement::Lru));
+        }
+    }
+
+    fn cow_minor_bits(&self) -> u32 {
+        match self.enc {
+            Encoding::Resized => RESIZED_COW_MINOR_BITS,
+            Encoding::Supplementary => REGULAR_MINOR_BITS,
+        }
+    }
+
+    /// The counter block bytes of `page` in this design's format.
+    fn encode(&self, block: &CounterBlock, src: Option<u64>) -> [u8; 64] {
+        match (self.enc, src) {
+            (Encoding::Resized, Some(s)) => {
+                let mut b = block.encode(RESIZED_COW_MINOR_BITS);
+                let flagged = block.major | COW_FLAG;
+                b[..8].copy_from_slice(&flagged.to_le_bytes());
+                b[56..64].copy_from_slice(&s.to_le_bytes());
+                b
+            }
+            _ => block.encode(REGULAR_MINOR_BITS),
+        }
+    }
+
+    /// Stores `page`'s counters (and CoW fields) in the controller's view and cached payload.
+    /// The block is (re)made available first: fetching a source's counters on the way may
+    /// have evicted it. Returns when it is on chip.
+    fn store_block(&self, mc: &mut SecureMc, page: u64, block: CounterBlock, now: Cycle) -> Result<Cycle, IntegrityError> {
+        let t = mc.ensure_block(0, page, true, now)?;
+        mc.counters.set_block(page, block);
+        if mc.is_functional() {
+            let src = if self.enc == Encoding::Resized { self.src_of.get(&page).copied() } else { None };
+            mc.set_counter_payload(page, self.encode(&block, src));
+        }
+        Ok(t)
+    }
+
+    /// (major, minor of line `idx`, recorded source if the counter block says CoW) of a
+    /// cached counter block: from the verified bytes in functional mode.
+    fn counter_view(&self, mc: &SecureMc, page: u64, idx: usize) -> (u64, u8, Option<u64>) {
+        if let Some(b) = mc.counter_payload(page) {
+            let first = u64::from_le_bytes(b[..8].try_into().unwrap());
+            if self.enc == Encoding::Resized && first & COW_FLAG != 0 {
+                let (_, minor) = CounterBlock::decode_one(&b, idx, RESIZED_COW_MINOR_BITS);
+                return (first & !COW_FLAG, minor, Some(u64::from_le_bytes(b[56..64].try_into().unwrap())));
+            }
+            let (major, minor) = CounterBlock::decode_one(&b, idx, REGULAR_MINOR_BITS);
+            let src = if self.enc == Encoding::Supplementary { self.src_of.get(&page).copied() } else { None };
+            return (major, minor, src);
+        }
+        let (major, minor) = mc.counters.block(page).counter_of(idx);
+        (major, minor, self.src_of.get(&page).copied())
+    }
+
+    // ------------------------------------------------------------ Lelantus-CoW records
+
+    fn record_line(&self, page: u64) -> u64 { self.record_base + page / RECORDS_PER_LINE }
+
+    /// The plaintext of a record line, from the architectural records.
+    fn record_plain(&self, line: u64) -> [u8; 64] {
+        let mut out = [0u8; 64];
+        let first = (line - self.record_base) * RECORDS_PER_LINE;
+        for i in 0..RECORDS_PER_LINE {
+            let v = self.src_of.get(&(first + i)).map_or(0, |s| s | RECORD_VALID);
+            out[i as usize * 8..i as usize * 8 + 8].copy_from_slice(&v.to_le_bytes());
+        }
+        out
+    }
+
+    /// Looks up `page`'s record in the CoW cache, fetching (and verifying) its line on a miss
+    /// and writing back a dirty victim. Returns when the record is known and the source it
+    /// holds (functional mode: as decrypted from NVM on a miss).
+    fn record(&mut self, mc: &mut SecureMc, page: u64, dirty: bool, now: Cycle) -> Result<(Cycle, Option<u64>), IntegrityError> {
+        let line = self.record_line(page);
+        let cache = self.cow_cache.as_mut().expect("Lelantus-CoW has a CoW cache");
+        if cache.lookup(line, dirty).is_some() {
+            self.stats.cow_cache_hits += 1;
+            return Ok((now + mc.p.counter_hit, self.src_of.get(&page).copied()));
+        }
+        self.stats.cow_cache_misses += 1;
+        self.stats.record_reads += 1;
+        let (t, plain) = mc.read_line(line, now)?;
+        let src = match plain {
+            Some(p) => {
+                let slot = (page % RECORDS_PER_LINE) as usize * 8;
+                let v = u64::from_le_bytes(p[slot..slot + 8].try_into().unwrap());
+                (v & RECORD_VALID != 0).then_some(v & !RECORD_VALID)
+            }
+            None => self.src_of.get(&page).copied(),
+        };
+        let (_, victim) = self.cow_cache.as_mut().unwrap().fill(line, dirty);
+        if let Some(v) = victim.filter(|v| v.dirty) {
+            self.write_record_line(mc, v.line, now)?;
+        }
+        Ok((t, src))
+    }
+
+    fn write_record_line(&mut self, mc: &mut SecureMc, line: u64, now: Cycle) -> Result<Cycle, IntegrityError> {
+        self.stats.record_writes += 1;
+        let plain = mc.is_functional().then(|| self.record_plain(line));
+        mc.write_line(line, plain.as_ref(), now)
+    }
+
+    // ------------------------------------------------------------ reads
+
+    /// Plaintext and ready cycle of line `idx` of `page` as this design resolves it: the
+    /// page's own line, or the source's when the line is uncopied (following chains).
+    fn resolve_read(&mut self, mc: &mut SecureMc, page: u64, idx: usize, now: Cycle) -> Result<(Cycle, Option<[u8; 64]>), IntegrityError> {
+        let mut cur = page;
+        let mut t = now;
+        let mut hops = 0u64;
+        loop {
+            let ctr_at = mc.ensure_block(0, cur, false, t)?;
+            let (major, minor, mut src) = self.counter_view(mc, cur, idx);
+            let mut at = ctr_at;
+            if minor == 0 && self.enc == Encoding::Supplementary {
+                // Minor 0 is reserved: the controller must look the record up to know whether
+                // the line is an uncopied CoW line or a regular never-written one.
+                let (rt, rsrc) = self.record(mc, cur, false, ctr_at)?;
+                src = rsrc;
+                at = rt;
+            }
+            match src {
+                Some(s) if minor == 0 => {
+                    hops += 1;
+                    cur = s;
+                    t = at;
+                }
+                _ => {
+                    if hops > 0 {
+                        self.stats.redirected_reads += 1;
+                        self.stats.redirect_hops += hops;
+                    }
+                    // The data address is known once the (last) counter block is read.
+                    let line = cur * LINES_PER_PAGE + idx as u64;
+                    let issue = if hops > 0 { t } else { now };
+                    return mc.read_line_under(line, major, minor, at, issue);
+                }
+            }
+        }
+    }
+
+    // ------------------------------------------------------------ writes
+
+    /// A write-back to `line` of a page this design must handle itself.
+    fn write_own(&mut self, mc: &mut SecureMc, line: u64, data: Option<&[u8; 64]>, class: TrafficClass, now: Cycle) -> Result<Cycle, IntegrityError> {
+        let page = page_of_line(line);
+        let idx = line_in_page(line);
+        let cow = self.src_of.contains_key(&page);
+        if cow {
+            self.stats.cow_page_writes += 1;
+        }
+        // A write needs no source: the LLC writes the whole line, which becomes private.
+        let ctr_at = mc.ensure_block(0, page, true, now)?;
+        let old = mc.counters.block(page);
+        let bits = if cow { self.cow_minor_bits() } else { REGULAR_MINOR_BITS };
+        let max = ((1u32 << bits) - 1) as u8;
+        let mut reenc_done = now;
+        let mut block = old;
+        if old.minors[idx] >= max {
+            if cow {
+                self.stats.cow_overflows += 1;
+            }
+            reenc_done = self.reencrypt(mc, page, idx, &old, ctr_at)?;
+            block = mc.counters.block(page);
+        } else {
+            block.minors[idx] += 1;
+            self.store_block(mc, page, block, now)?;
+        }
+        let (major, minor) = block.counter_of(idx);
+        let done = mc.write_line_under(line, data, major, minor, class, ctr_at, now)?;
+        Ok(done.max(reenc_done))
+    }
+
+    /// Minor overflow on `page` (written line `idx`): every other line is read as the design
+    /// resolves it (uncopied lines from their source) and rewritten under the next major; the
+    /// page becomes a regular page. Returns when the rewrites are persistent.
+    fn reencrypt(&mut self, mc: &mut SecureMc, page: u64, idx: usize, old: &CounterBlock, at: Cycle) -> Result<Cycle, IntegrityError> {
+        mc.stats.counter_overflows += 1;
+        let mut plains = Vec::with_capacity(64);
+        let mut ready = at;
+        for i in 0..LINES_PER_PAGE as usize {
+            if i == idx {
+                plains.push(None);
+                continue;
+            }
+            if old.minors[i] == 0 && self.src_of.contains_key(&page) {
+                self.stats.lines_materialized += 1;
+            }
+            let (t, p) = self.resolve_read(mc, page, i, at)?;
+            ready = ready.max(t);
+            plains.push(Some(p));
+        }
+        self.drop_cow(mc, page, at)?;
+        // Lelantus-CoW keeps 0 reserved: a regular page restarts at minor 1.
+        let restart = if self.enc == Encoding::Supplementary { 1 } else { 0 };
+        let block = CounterBlock { major: old.major + 1, minors: [restart; 64] };
+        self.store_block(mc, page, block, at)?;
+        let mut done = ready;
+        for (i, p) in plains.into_iter().enumerate() {
+            let Some(p) = p else { continue };
+            mc.stats.reencrypted_lines += 1;
+            let line = page * LINES_PER_PAGE + i as u64;
+            done = done.max(mc.write_line_under(line, p.as_ref(), block.major, restart, TrafficClass::Reencrypt, ready, at)?);
+        }
+        Ok(done)
+    }
+
+    /// Clears `page`'s CoW metadata (flag/source or record) and its place in the copy lists.
+    fn drop_cow(&mut self, mc: &mut SecureMc, page: u64, now: Cycle) -> Result<Cycle, IntegrityError> {
+        let Some(src) = self.src_of.remove(&page) else { return Ok(now) };
+        if let Some(v) = self.children.get_mut(&src) {
+            v.retain(|&d| d != page);
+            if v.is_empty() {
+                self.children.remove(&src);
+            }
+        }
+        let t = match self.enc {
+            Encoding::Resized => {
+                let block = mc.counters.block(page);
+                self.store_block(mc, page, block, now)?
+            }
+            Encoding::Supplementary => self.record(mc, page, true, now)?.0,
+        };
+        Ok(t)
+    }
+
+    /// page_phyc: copies every uncopied line of lazy copy `page` for real, then makes it a
+    /// regular page.
+    fn materialize(&mut self, mc: &mut SecureMc, page: u64, now: Cycle) -> Result<Cycle, IntegrityError> {
+        if !self.src_of.contains_key(&page) {
+            return Ok(now); // already private: the controller's check of page_phyc
+        }
+        self.stats.page_phyc += 1;
+        let ctr_at = mc.ensure_block(0, page, true, now)?;
+        let old = mc.counters.block(page);
+        let mut reads = Vec::new();
+        let mut ready = ctr_at;
+        for i in 0..LINES_PER_PAGE as usize {
+            if old.minors[i] == 0 {
+                let (t, p) = self.resolve_read(mc, page, i, ctr_at)?;
+                ready = ready.max(t);
+                reads.push((i, p));
+            }
+        }
+        self.drop_cow(mc, page, now)?;
+        let mut block = old;
+        for &(i, _) in &reads {
+            block.minors[i] = 1;
+        }
+        let ctr_at = self.store_block(mc, page, block, now)?;
+        let mut done = ready;
+        for (i, p) in reads {
+            self.stats.lines_materialized += 1;
+            let line = page * LINES_PER_PAGE + i as u64;
+            done = done.max(mc.write_line_under(line, p.as_ref(), block.major, 1, TrafficClass::Design, ctr_at.max(ready), ready)?);
+        }
+        Ok(done)
+    }
+
+    /// page_copy: records `src` (or, if `src` is an unmodified lazy copy, its own source) as
+    /// the source of `dst`, under a fresh major with every minor 0.
+    fn page_copy(&mut self, mc: &mut SecureMc, src: u64, dst: u64, now: Cycle) -> Result<Cycle, IntegrityError> {
+        self.stats.page_copies += 1;
+        let src_at = mc.ensure_block(0, src, false, now)?;
+        let recorded = match self.src_of.get(&src) {
+            Some(&s) if mc.counters.block(src).minors.iter().all(|&m| m == 0) => s,
+            _ => src,
+        };
+        // A page still recorded as someone's source must not be overwritten without its copies
+        // being materialised first (the OS's job; checked here as the controller would).
+        let orphans: Vec<u64> = self.copies_of(dst).to_vec();
+        for d in orphans {
+            self.materialize(mc, d, now)?;
+        }
+        self.drop_cow(mc, dst, now)?;
+        let old = mc.counters.block(dst);
+        self.src_of.insert(dst, recorded);
+        self.children.entry(recorded).or_default().push(dst);
+        let ctr_at = self.store_block(mc, dst, CounterBlock { major: old.major + 1, minors: [0; 64] }, now)?;
+        let mut t = ctr_at.max(src_at);
+        if self.enc == Encoding::Supplementary {
+            t = t.max(self.record(mc, dst, true, now)?.0);
+        }
+        mc.counter_block_updated(dst, t)
+    }
+
+    /// page_free: early reclamation of every lazy copy still reading from `page`, then the
+    /// page's own CoW metadata is dropped.
+    fn page_free(&mut self, mc: &mut SecureMc, page: u64, now: Cycle) -> Result<Cycle, IntegrityError> {
+        self.stats.page_frees += 1;
+        let mut done = now;
+        let copies: Vec<u64> = self.copies_of(page).to_vec();
+        for d in copies {
+            done = done.max(self.materialize(mc, d, now)?);
+        }
+        done = done.max(self.drop_cow(mc, page, now)?);
+        Ok(done)
+    }
+
+    fn take_pending(&mut self) -> Result<(), IntegrityError> {
+        match self.pending.take() {
+            Some(e) => Err(e),
+            None => Ok(()),
+        }
+    }
+}
+
+impl Design for Lelantus {
+    fn name(&self) -> &'static str {
+        match self.enc {
+            Encoding::Resized => "lelantus",
+            Encoding::Supplementary => "lelantus-cow",
+        }
+    }
+
+    fn read(&mut self, mc: &mut SecureMc, line: u64, now: Cycle) -> Result<(Cycle, Option<[u8; 64]>), IntegrityError> {
+        self.setup(mc);
+        self.take_pending()?;
+        let page = page_of_line(line);
+        let plain_page = self.enc == Encoding::Resized && !self.src_of.contains_key(&page);
+        if !self.secure || plain_page {
+            return mc.read_line(line, now);
+        }
+        let r = self.resolve_read(mc, page, line_in_page(line), now)?;
+        mc.stats.read_latency.record((r.0 - now).0);
+        Ok(r)
+    }
+
+    fn write(&mut self, mc: &mut SecureMc, line: u64, data: Option<&[u8; 64]>, now: Cycle) -> Result<Cycle, IntegrityError> {
+        self.setup(mc);
+        self.take_pending()?;
+        self.stats.writes += 1;
+        let page = page_of_line(line);
+        let plain_page = self.enc == Encoding::Resized && !self.src_of.contains_key(&page);
+        if !self.secure || plain_page {
+            return mc.write_line(line, data, now);
+        }
+        let done = self.write_own(mc, line, data, TrafficClass::Data, now)?;
+        mc.stats.write_latency.record((done - now).0);
+        Ok(done)
+    }
+
+    fn page_command(&mut self, mc: &mut SecureMc, cmd: PageCommand, now: Cycle) -> Result<Cycle, Unsupported> {
+        self.setup(mc);
+        let pages = mc.layout.data_bytes / 4096;
+        let (supp, record_base, name) = (self.enc == Encoding::Supplementary, self.record_base, self.name());
+        let bad = |p: u64| p >= pages || (supp && p * LINES_PER_PAGE >= record_base);
+        let unsupported = |op: String| Unsupported { design: name, operation: op };
+        if !self.secure {
+            return Err(unsupported(format!("{cmd:?} without security metadata (security.enabled = false)")));
+        }
+        let r = match cmd {
+            PageCommand::Copy { src, dst } => {
+                if bad(src) || bad(dst) || src == dst {
+                    return Err(unsupported(format!("{cmd:?}: pages must be distinct and inside the {pages} data pages (outside the CoW record region)")));
+                }
+                self.page_copy(mc, src, dst, now)
+            }
+            PageCommand::Materialize { page } if !bad(page) => self.materialize(mc, page, now),
+            PageCommand::Free { page } if !bad(page) => self.page_free(mc, page, now),
+            PageCommand::Zero { .. } => return Err(unsupported("Zero (Lelantus initialises a page by page_copy from the zero page)".into())),
+            other => return Err(unsupported(format!("{other:?}: page outside the {pages} data pages"))),
+        };
+        match r {
+            Ok(t) => Ok(t),
+            Err(e) => {
+                self.pending.get_or_insert(e);
+                Ok(now)
+            }
+        }
+    }
+
+    fn finish(&mut self, mc: &mut SecureMc, now: Cycle) -> Result<Cycle, IntegrityError> {
+        self.take_pending()?;
+        let mut done = now;
+        if let Some(cache) = self.cow_cache.as_mut() {
+            let dirty: Vec<u64> = cache.valid_lines().filter(|x| x.1).map(|x| x.0).collect();
+            for l in &dirty {
+                if let Some(s) = cache.probe(*l) {
+                    cache.set_dirty(s, false);
+                }
+            }
+            for l in dirty {
+                done = done.max(self.write_record_line(mc, l, now)?);
+            }
+        }
+        Ok(done.max(mc.flush_metadata(now)?))
+    }
+
+    fn crash(&mut self, mc: &mut SecureMc, keep_metadata_caches: bool) {
+        // The CoW cache is part of the (battery-backed) counter cache: it survives exactly when
+        // the counter cache does. The architectural CoW map is the counter blocks' content.
+        mc.crash(keep_metadata_caches);
+        if !keep_metadata_caches {
+            if let Some(c) = self.cow_cache.as_mut() {
+                c.clear();
+            }
+        }
+    }
+
+    fn extra_stats(&self) -> Vec<(&'static str, f64)> {
+        let s = &self.stats;
+        let lookups = s.cow_cache_hits + s.cow_cache_misses;
+        vec![
+            ("page_copies", s.page_copies as f64),
+            ("page_phyc", s.page_phyc as f64),
+            ("page_frees", s.page_frees as f64),
+            ("redirected_reads", s.redirected_reads as f64),
+            ("redirect_hops", s.redirect_hops as f64),
+            ("lines_materialized", s.lines_materialized as f64),
+            ("cow_page_writes", s.cow_page_writes as f64),
+            ("cow_overflows", s.cow_overflows as f64),
+            ("overflows_per_million_writes", if s.writes == 0 { 0.0 } else { s.cow_overflows as f64 * 1e6 / s.writes as f64 }),
+            ("cow_cache_hits", s.cow_cache_hits as f64),
+            ("cow_cache_misses", s.cow_cache_misses as f64),
+            ("cow_cache_miss_rate", if lookups == 0 { 0.0 } else { s.cow_cache_misses as f64 / lookups as f64 }),
+            ("record_reads", s.record_reads as f64),
+            ("record_writes", s.record_writes as f64),
+        ]
+    }
+}

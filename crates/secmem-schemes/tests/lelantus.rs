@@ -1,0 +1,216 @@
+//! Hand-worked Lelantus cases (section III) at the controller, in functional mode (real
+//! AES-CTR, MACs, tree): CoW redirect, early reclamation, recursive chains, 6-bit overflow,
+//! tampering with the CoW fields, crash with a battery-backed counter cache.
+
+use secmem_core::cache::CacheConfig;
+use secmem_core::Cycle;
+use secmem_crypto::PadReuseDetector;
+use secmem_schemes::config::*;
+use secmem_schemes::design::Design;
+use secmem_schemes::lelantus::{Encoding, Lelantus};
+use secmem_schemes::testing::FixedLatencyMedia;
+use secmem_schemes::{IntegrityError, PageCommand, SecureMc};
+
+const MEM: u64 = 4096 * 4096; // 16 MiB: 4096 pages
+
+fn mc() -> SecureMc {
+    let caches = MetadataCachesConfig { counter: CacheConfig::new(4, 16, 2), mac: CacheConfig::new(1, 16, 2), tree: CacheConfig::new(1, 16, 2) };
+    let mut m = SecureMc::new_functional(&SecurityConfig::default(), &TreeConfig::default(), &caches, MEM, Box::new(FixedLatencyMedia::new(100, 300, 1 << 30)), 7).unwrap();
+    m.func.as_mut().unwrap().reuse = Some(PadReuseDetector::new());
+    m
+}
+
+fn data(v: u64) -> [u8; 64] {
+    let mut b = [0u8; 64];
+    b[..8].copy_from_slice(&v.to_le_bytes());
+    b[63] = 0xAA;
+    b
+}
+
+const A: u64 = 10;
+const B: u64 = 20;
+const C: u64 = 30;
+
+fn line(page: u64, i: u64) -> u64 { page * 64 + i }
+
+fn rd(d: &mut Lelantus, m: &mut SecureMc, l: u64) -> [u8; 64] { d.read(m, l, Cycle(0)).unwrap().1.unwrap() }
+fn wr(d: &mut Lelantus, m: &mut SecureMc, l: u64, v: u64) { d.write(m, l, Some(&data(v)), Cycle(0)).unwrap(); }
+fn cmd(d: &mut Lelantus, m: &mut SecureMc, c: PageCommand) { d.page_command(m, c, Cycle(0)).unwrap(); }
+
+fn both() -> [Encoding; 2] { [Encoding::Resized, Encoding::Supplementary] }
+
+#[test]
+fn uncopied_lines_read_the_source_and_a_write_back_makes_a_line_private() {
+    for enc in both() {
+        let (mut m, mut d) = (mc(), Lelantus::new(enc));
+        for i in 0..64 {
+            wr(&mut d, &mut m, line(A, i), 100 + i);
+        }
+        cmd(&mut d, &mut m, PageCommand::Copy { src: A, dst: B });
+        assert_eq!(d.source_of(B), Some(A));
+        assert_eq!(rd(&mut d, &mut m, line(B, 5)), data(105), "{enc:?}: redirected to the source");
+        assert_eq!(d.stats.redirected_reads, 1);
+        wr(&mut d, &mut m, line(B, 5), 999);
+        assert_eq!(rd(&mut d, &mut m, line(B, 5)), data(999), "{enc:?}: private after its first write-back");
+        assert_eq!(rd(&mut d, &mut m, line(A, 5)), data(105), "{enc:?}: the source is untouched");
+        assert_eq!(rd(&mut d, &mut m, line(B, 6)), data(106));
+        assert_eq!(d.stats.redirected_reads, 2, "{enc:?}: the private line is not redirected");
+        // The copy wrote no data line: only the counter block (and for Lelantus-CoW a record).
+        assert_eq!(d.stats.lines_materialized, 0);
+    }
+}
+
+#[test]
+fn freeing_the_source_first_materialises_its_lazy_copies() {
+    for enc in both() {
+        let (mut m, mut d) = (mc(), Lelantus::new(enc));
+        for i in 0..64 {
+            wr(&mut d, &mut m, line(A, i), 100 + i);
+        }
+        cmd(&mut d, &mut m, PageCommand::Copy { src: A, dst: B });
+        wr(&mut d, &mut m, line(B, 0), 7);
+        cmd(&mut d, &mut m, PageCommand::Free { page: A });
+        assert_eq!(d.stats.lines_materialized, 63, "{enc:?}: every uncopied line copied, the written one not");
+        assert_eq!(d.source_of(B), None);
+        // The source page is reused for something else: the copy keeps the old content.
+        for i in 0..64 {
+            wr(&mut d, &mut m, line(A, i), 5000 + i);
+        }
+        assert_eq!(rd(&mut d, &mut m, line(B, 9)), data(109), "{enc:?}");
+        assert_eq!(rd(&mut d, &mut m, line(B, 0)), data(7));
+        // page_phyc of a page that is no longer a lazy copy does nothing.
+        let before = d.stats.lines_materialized;
+        cmd(&mut d, &mut m, PageCommand::Materialize { page: B });
+        assert_eq!(d.stats.lines_materialized, before);
+    }
+}
+
+#[test]
+fn a_copy_of_an_unmodified_copy_records_the_original_and_reclaiming_it_copies_both() {
+    for enc in both() {
+        let (mut m, mut d) = (mc(), Lelantus::new(enc));
+        wr(&mut d, &mut m, line(A, 3), 33);
+        cmd(&mut d, &mut m, PageCommand::Copy { src: A, dst: B });
+        cmd(&mut d, &mut m, PageCommand::Copy { src: B, dst: C });
+        assert_eq!(d.source_of(C), Some(A), "{enc:?}: B unmodified, C records A");
+        assert_eq!(rd(&mut d, &mut m, line(C, 3)), data(33));
+        cmd(&mut d, &mut m, PageCommand::Free { page: A });
+        assert_eq!(d.source_of(B), None);
+        assert_eq!(d.source_of(C), None, "{enc:?}: both copies materialised");
+        assert_eq!(d.stats.lines_materialized, 128);
+        assert_eq!(rd(&mut d, &mut m, line(C, 3)), data(33));
+        assert_eq!(rd(&mut d, &mut m, line(B, 3)), data(33));
+    }
+}
+
+#[test]
+fn a_copy_of_a_modified_copy_records_it_and_reclaiming_the_original_copies_only_it() {
+    for enc in both() {
+        let (mut m, mut d) = (mc(), Lelantus::new(enc));
+        wr(&mut d, &mut m, line(A, 3), 33);
+        wr(&mut d, &mut m, line(A, 4), 44);
+        cmd(&mut d, &mut m, PageCommand::Copy { src: A, dst: B });
+        wr(&mut d, &mut m, line(B, 4), 4444);
+        cmd(&mut d, &mut m, PageCommand::Copy { src: B, dst: C });
+        assert_eq!(d.source_of(C), Some(B), "{enc:?}: B modified, C records B");
+        // C line 3 is uncopied in C and in B: a two-hop chain to A.
+        assert_eq!(rd(&mut d, &mut m, line(C, 3)), data(33));
+        assert_eq!(d.stats.redirect_hops, 2);
+        assert_eq!(rd(&mut d, &mut m, line(C, 4)), data(4444));
+        cmd(&mut d, &mut m, PageCommand::Free { page: A });
+        assert_eq!(d.source_of(B), None);
+        assert_eq!(d.source_of(C), Some(B), "{enc:?}: C is not touched");
+        assert_eq!(d.stats.lines_materialized, 63);
+        assert_eq!(rd(&mut d, &mut m, line(C, 3)), data(33));
+        assert_eq!(rd(&mut d, &mut m, line(C, 4)), data(4444));
+    }
+}
+
+#[test]
+fn six_bit_minors_of_a_cow_page_overflow_after_63_writes_and_seven_bit_ones_after_127() {
+    let (mut m, mut d) = (mc(), Lelantus::new(Encoding::Resized));
+    wr(&mut d, &mut m, line(A, 7), 77);
+    cmd(&mut d, &mut m, PageCommand::Copy { src: A, dst: B });
+    for k in 0..63 {
+        wr(&mut d, &mut m, line(B, 0), k);
+    }
+    assert_eq!(m.stats.counter_overflows, 0);
+    wr(&mut d, &mut m, line(B, 0), 1000);
+    assert_eq!(d.stats.cow_overflows, 1, "the 64th write overflows a 6-bit minor");
+    assert_eq!(d.source_of(B), None, "the overflow materialised the page");
+    assert_eq!(rd(&mut d, &mut m, line(B, 7)), data(77), "uncopied line kept its source content");
+    assert_eq!(rd(&mut d, &mut m, line(B, 0)), data(1000));
+    // Lelantus-CoW keeps 7-bit minors (0 reserved): no overflow after the same 64 writes.
+    let (mut m, mut d) = (mc(), Lelantus::new(Encoding::Supplementary));
+    cmd(&mut d, &mut m, PageCommand::Copy { src: A, dst: B });
+    for k in 0..127 {
+        wr(&mut d, &mut m, line(B, 0), k);
+    }
+    assert_eq!(d.stats.cow_overflows, 0);
+    wr(&mut d, &mut m, line(B, 0), 1000);
+    assert_eq!(d.stats.cow_overflows, 1, "the 128th write overflows a 7-bit minor with 0 reserved");
+    assert_eq!(rd(&mut d, &mut m, line(B, 0)), data(1000));
+    assert!(m.func.as_ref().unwrap().reuse_violation.is_none());
+}
+
+#[test]
+fn tampering_with_the_cow_fields_or_the_record_is_detected() {
+    // Lelantus: the source address lives in the counter block, under the tree.
+    let (mut m, mut d) = (mc(), Lelantus::new(Encoding::Resized));
+    wr(&mut d, &mut m, line(A, 1), 11);
+    wr(&mut d, &mut m, line(C, 1), 99);
+    cmd(&mut d, &mut m, PageCommand::Copy { src: A, dst: B });
+    d.finish(&mut m, Cycle(0)).unwrap();
+    let caddr = m.layout.counter_addr(B) >> 6;
+    let f = m.func.as_mut().unwrap();
+    let mut block = f.image.get(caddr);
+    assert_eq!(block[7] & 0x80, 0x80, "CoW flag set in NVM");
+    block[56..64].copy_from_slice(&C.to_le_bytes()); // point B at another page
+    f.image.put(caddr, block);
+    m.drop_metadata_caches();
+    assert!(matches!(d.read(&mut m, line(B, 1), Cycle(0)), Err(IntegrityError::CounterBlock { .. })));
+
+    // Lelantus-CoW: the 8 B record is encrypted and MACed like data.
+    let (mut m, mut d) = (mc(), Lelantus::new(Encoding::Supplementary));
+    wr(&mut d, &mut m, line(A, 1), 11);
+    cmd(&mut d, &mut m, PageCommand::Copy { src: A, dst: B });
+    d.finish(&mut m, Cycle(0)).unwrap();
+    let rline = secmem_schemes::lelantus::record_region_first_line(MEM / 64) + B / 8;
+    let f = m.func.as_mut().unwrap();
+    assert!(f.image.contains(rline), "record written back at finish");
+    let mut ct = f.image.get(rline);
+    ct[(B % 8) as usize * 8] ^= 1;
+    f.image.put(rline, ct);
+    m.drop_metadata_caches();
+    d.drop_cow_cache();
+    assert!(matches!(d.read(&mut m, line(B, 1), Cycle(0)), Err(IntegrityError::DataMac { .. })));
+}
+
+#[test]
+fn after_a_crash_with_battery_backed_counter_cache_a_lazy_copy_reads_old_or_new_never_garbage() {
+    for enc in both() {
+        let (mut m, mut d) = (mc(), Lelantus::new(enc));
+        for i in 0..64 {
+            wr(&mut d, &mut m, line(A, i), 100 + i);
+        }
+        cmd(&mut d, &mut m, PageCommand::Copy { src: A, dst: B });
+        for i in 0..10 {
+            wr(&mut d, &mut m, line(B, i), 900 + i);
+        }
+        d.crash(&mut m, true);
+        for i in 0..64 {
+            let want = if i < 10 { data(900 + i) } else { data(100 + i) };
+            assert_eq!(rd(&mut d, &mut m, line(B, i)), want, "{enc:?}: line {i}");
+        }
+        d.finish(&mut m, Cycle(0)).unwrap();
+    }
+}
+
+#[test]
+fn page_commands_outside_memory_are_refused_with_a_message() {
+    let (mut m, mut d) = (mc(), Lelantus::new(Encoding::Resized));
+    let e = d.page_command(&mut m, PageCommand::Copy { src: 1, dst: 1 << 40 }, Cycle(0)).unwrap_err();
+    assert!(e.to_string().contains("inside the 4096 data pages"), "{e}");
+    let e = d.page_command(&mut m, PageCommand::Copy { src: 5, dst: 5 }, Cycle(0)).unwrap_err();
+    assert!(e.to_string().contains("distinct"), "{e}");
+}

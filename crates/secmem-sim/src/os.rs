@@ -1,0 +1,491 @@
+//! An OS memory model on top of the engine: processes with page tables, 4 KB pages and 2 MB
+//! huge pages, the shared zero page, fork with copy-on-write sharing, CoW faults, page free
+//! and map counts. It turns faults into what the kernel would do for the design in use:
+//!
+//! * **zero-page fault** (first write to an allocated page): `PageCommand::Zero` if the
+//!   design takes it (Silent Shredder), else `PageCommand::Copy` from the zero page (Lelantus'
+//!   page_copy), else the kernel zero-fills the page itself;
+//! * **CoW fault** (write to a page shared with another process): `PageCommand::Copy` per 4 KB
+//!   frame (a huge page is 512 of them) if the design takes it, else the kernel copies;
+//! * **reuse** (write to a CoW page whose map count dropped to 1) and **free** of a frame:
+//!   first `PageCommand::Materialize` for every lazy copy still reading from that frame
+//!   (Lelantus' early reclamation, Fig. 8), then `PageCommand::Free` when the frame is freed.
+//!
+//! The kernel's own copy and zero fill (baseline, and Silent Shredder's copies) are what Linux
+//! does: for 4 KB pages, cached loads and stores (`copy_page` / `clear_page`); for huge pages,
+//! non-temporal stores, so every copied line is a memory write (Lelantus section II).
+//!
+//! The kernel mirrors the controller's copy chains the way Linux' rmap lets it find them
+//! (section III-D): `lazy_src[dst]` is the frame a lazy copy reads from, with the paper's
+//! recursive-chain rule (a copy of an unmodified lazy copy reads from the original).
+//!
+//! Physical layout: frame 0 is the 4 KB zero page, frames 512..1024 the 2 MB huge zero page;
+//! 4 KB frames are allocated upwards from 1024 and huge pages downwards from the top, below
+//! the top 1/512 of memory that designs may use for per-page records (Lelantus-CoW).
+
+use crate::config::Config;
+use crate::engine::{Engine, RecordError};
+use rustc_hash::{FxHashMap, FxHashSet};
+use secmem_core::addr::LINES_PER_PAGE;
+use secmem_core::error::ConfigError;
+use secmem_schemes::PageCommand;
+use secmem_trace::Record;
+
+/// Page sizes the model maps.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub enum PageSize {
+    /// 4 KB.
+    Small,
+    /// 2 MB (512 contiguous 4 KB frames).
+    Huge,
+}
+
+impl PageSize {
+    pub fn bytes(self) -> u64 {
+        match self {
+            PageSize::Small => 4096,
+            PageSize::Huge => 2 << 20,
+        }
+    }
+    /// 4 KB frames per page.
+    pub fn frames(self) -> u64 { self.bytes() / 4096 }
+}
+
+impl std::str::FromStr for PageSize {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s.to_ascii_lowercase().as_str() {
+            "4k" | "4kb" | "4096" => Ok(PageSize::Small),
+            "2m" | "2mb" | "2097152" => Ok(PageSize::Huge),
+            other => Err(format!("unknown page size '{other}'; known: 4k, 2m")),
+        }
+    }
+}
+
+/// A request the OS model cannot carry out.
+#[derive(Clone, Debug, PartialEq)]
+pub struct OsError(pub String);
+
+impl std::fmt::Display for OsError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result { f.write_str(&self.0) }
+}
+impl std::error::Error for OsError {}
+impl From<RecordError> for OsError {
+    fn from(e: RecordError) -> Self { OsError(e.message) }
+}
+impl From<secmem_schemes::IntegrityError> for OsError {
+    fn from(e: secmem_schemes::IntegrityError) -> Self { OsError(e.to_string()) }
+}
+impl From<ConfigError> for OsError {
+    fn from(e: ConfigError) -> Self { OsError(e.to_string()) }
+}
+
+/// A page-table entry.
+#[derive(Copy, Clone, Debug)]
+struct Pte {
+    /// First 4 KB frame.
+    frame: u64,
+    size: PageSize,
+    /// Write-protected: mapped to a zero page or shared after fork.
+    cow: bool,
+}
+
+/// Counters of the OS model.
+#[derive(Clone, Debug, Default, serde::Serialize)]
+pub struct OsStats {
+    pub zero_faults: u64,
+    pub cow_faults: u64,
+    pub reuse_faults: u64,
+    pub forks: u64,
+    pub frames_freed: u64,
+    /// Lines the kernel copied or zero-filled itself.
+    pub kernel_lines: u64,
+    pub page_commands: u64,
+    pub materialize_commands: u64,
+}
+
+pub const ZERO_FRAME: u64 = 0;
+pub const HUGE_ZERO_FRAME: u64 = 512;
+const FIRST_FREE_FRAME: u64 = 1024;
+
+pub struct Os {
+    pub engine: Engine,
+    tables: Vec<Option<FxHashMap<u64, Pte>>>,
+    mapcount: FxHashMap<u64, u32>,
+    next_small: u64,
+    next_huge_top: u64,
+    free_small: Vec<u64>,
+    free_huge: Vec<u64>,
+    lazy_src: FxHashMap<u64, u64>,
+    lazy_children: FxHashMap<u64, Vec<u64>>,
+    modified: FxHashSet<u64>,
+    /// Whether the design takes `Copy` / `Zero` (learnt from its first answer).
+    copy_ok: Option<bool>,
+    zero_ok: Option<bool>,
+    /// Non-memory instructions between the workload's accesses.
+    pub inst_gap: u32,
+    records: u64,
+    pub stats: OsStats,
+}
+
+impl Os {
+    /// An OS over a fresh engine for `cfg`, with process 0 (no mappings).
+    pub fn new(cfg: &Config) -> Result<Os, OsError> {
+        let engine = Engine::new(cfg)?;
+        let frames = cfg.data_bytes() / 4096;
+        let usable = frames - frames.div_ceil(512);
+        if usable < FIRST_FREE_FRAME + 1024 {
+            return Err(OsError(format!("pcm.capacity_gib = {} is too small for the OS model", cfg.pcm.capacity_gib)));
+        }
+        let mut os = Os {
+            engine,
+            tables: vec![Some(FxHashMap::default())],
+            mapcount: FxHashMap::default(),
+            next_small: FIRST_FREE_FRAME,
+            next_huge_top: usable & !511,
+            free_small: Vec::new(),
+            free_huge: Vec::new(),
+            lazy_src: FxHashMap::default(),
+            lazy_children: FxHashMap::default(),
+            modified: FxHashSet::default(),
+            copy_ok: None,
+            zero_ok: None,
+            inst_gap: 10,
+            records: 0,
+            stats: OsStats::default(),
+        };
+        // The kernel learns at boot whether the controller offers Lelantus' commands: a
+        // page_phyc of a frame that is no lazy copy is a no-op where they exist.
+        os.copy_ok = Some(os.engine.page_command(PageCommand::Materialize { page: FIRST_FREE_FRAME }));
+        Ok(os)
+    }
+
+    fn table(&mut self, pid: usize) -> Result<&mut FxHashMap<u64, Pte>, OsError> {
+        self.tables.get_mut(pid).and_then(|t| t.as_mut()).ok_or_else(|| OsError(format!("no process {pid}")))
+    }
+
+    /// Accesses sent through the engine so far (workload and kernel).
+    pub fn records(&self) -> u64 { self.records }
+
+    /// Live process ids.
+    pub fn processes(&self) -> Vec<usize> { (0..self.tables.len()).filter(|&p| self.tables[p].is_some()).collect() }
+
+    /// Map count of the page whose first frame is `frame`.
+    pub fn map_count(&self, frame: u64) -> u32 { self.mapcount.get(&frame).copied().unwrap_or(0) }
+
+    /// The frame a lazy copy `frame` reads its uncopied lines from, as the kernel tracks it.
+    pub fn lazy_source(&self, frame: u64) -> Option<u64> { self.lazy_src.get(&frame).copied() }
+
+    fn alloc_frames(&mut self, size: PageSize) -> Result<u64, OsError> {
+        let oom = || OsError("out of physical memory (raise pcm.capacity_gib)".into());
+        match size {
+            PageSize::Small => {
+                if let Some(f) = self.free_small.pop() {
+                    return Ok(f);
+                }
+                if self.next_small >= self.next_huge_top {
+                    return Err(oom());
+                }
+                self.next_small += 1;
+                Ok(self.next_small - 1)
+            }
+            PageSize::Huge => {
+                if let Some(f) = self.free_huge.pop() {
+                    return Ok(f);
+                }
+                if self.next_huge_top < self.next_small + 512 {
+                    return Err(oom());
+                }
+                self.next_huge_top -= 512;
+                Ok(self.next_huge_top)
+            }
+        }
+    }
+
+    /// Maps `bytes` at `vaddr` in process `pid` to the zero page (no memory is touched until the
+    /// first write). `vaddr` and `bytes` must be multiples of the page size.
+    pub fn alloc(&mut self, pid: usize, vaddr: u64, bytes: u64, size: PageSize) -> Result<(), OsError> {
+        let pb = size.bytes();
+        if vaddr % pb != 0 || bytes % pb != 0 || bytes == 0 {
+            return Err(OsError(format!("alloc of {bytes} bytes at {vaddr:#x}: both must be non-zero multiples of the {pb}-byte page")));
+        }
+        let zero = if size == PageSize::Huge { HUGE_ZERO_FRAME } else { ZERO_FRAME };
+        let t = self.table(pid)?;
+        for p in (vaddr..vaddr + bytes).step_by(pb as usize) {
+            if t.contains_key(&p) || t.get(&(p & !((2 << 20) - 1))).is_some_and(|e| e.size == PageSize::Huge) {
+                return Err(OsError(format!("process {pid}: {p:#x} is already mapped")));
+            }
+            t.insert(p, Pte { frame: zero, size, cow: true });
+        }
+        Ok(())
+    }
+
+    /// Forks `parent`: the child gets a copy of its page table, every private page becomes
+    /// shared and write-protected in both. Returns the child's pid.
+    pub fn fork(&mut self, parent: usize) -> Result<usize, OsError> {
+        self.stats.forks += 1;
+        let t = self.table(parent)?;
+        for pte in t.values_mut() {
+            pte.cow = true;
+        }
+        let child = t.clone();
+        let mut shared: Vec<Pte> = child.values().filter(|p| !is_zero(p.frame)).copied().collect();
+        for pte in &shared {
+            *self.mapcount.entry(pte.frame).or_insert(0) += 1;
+        }
+        if self.copy_ok == Some(true) {
+            // Lelantus III-B: before a page is write-protected its dirty lines are flushed, so
+            // the controller's lazy copies read the current content from memory.
+            shared.sort_by_key(|p| p.frame);
+            for pte in shared {
+                for l in pte.frame * LINES_PER_PAGE..(pte.frame + pte.size.frames()) * LINES_PER_PAGE {
+                    self.engine.clean_line(l)?;
+                }
+            }
+        }
+        self.tables.push(Some(child));
+        Ok(self.tables.len() - 1)
+    }
+
+    /// The entry mapping `vaddr` in `pid` (key, entry).
+    fn lookup(&mut self, pid: usize, vaddr: u64) -> Result<(u64, Pte), OsError> {
+        let t = self.table(pid)?;
+        let huge = vaddr & !((2 << 20) - 1);
+        if let Some(p) = t.get(&huge).filter(|p| p.size == PageSize::Huge) {
+            return Ok((huge, *p));
+        }
+        let small = vaddr & !4095;
+        t.get(&small).map(|p| (small, *p)).ok_or_else(|| OsError(format!("process {pid}: address {vaddr:#x} is not mapped")))
+    }
+
+    fn phys(pte: &Pte, key: u64, vaddr: u64) -> u64 { pte.frame * 4096 + (vaddr - key) }
+
+    fn step(&mut self, rec: Record) -> Result<(), OsError> {
+        self.records += 1;
+        self.engine.step(&rec, self.records - 1)?;
+        Ok(())
+    }
+
+    /// A 64 B load by `pid` at `vaddr` (line aligned). Returns the line's content in functional
+    /// mode.
+    pub fn load(&mut self, pid: usize, vaddr: u64) -> Result<Option<[u8; 64]>, OsError> {
+        let (key, pte) = self.lookup(pid, vaddr & !63)?;
+        let pa = Self::phys(&pte, key, vaddr & !63);
+        self.step(Record::read(pa, self.inst_gap))?;
+        Ok(self.engine.hier.cached_data(pa >> 6))
+    }
+
+    /// A 64 B store by `pid` at `vaddr` (line aligned), faulting first if the page is
+    /// write-protected. `data` is the line's new content (functional mode; synthesised if
+    /// absent).
+    pub fn store(&mut self, pid: usize, vaddr: u64, data: Option<[u8; 64]>) -> Result<(), OsError> {
+        let (key, mut pte) = self.lookup(pid, vaddr & !63)?;
+        if pte.cow {
+            pte = self.fault(pid, key, pte)?;
+        }
+        let pa = Self::phys(&pte, key, vaddr & !63);
+        let frame = pa >> 12;
+        if self.lazy_src.contains_key(&frame) {
+            self.modified.insert(frame);
+        }
+        let rec = match data {
+            Some(d) => Record::write_data(pa, self.inst_gap, d),
+            None => Record::write(pa, self.inst_gap),
+        };
+        self.step(rec)
+    }
+
+    /// Handles a write to a write-protected page; returns the new entry.
+    fn fault(&mut self, pid: usize, key: u64, pte: Pte) -> Result<Pte, OsError> {
+        let n = pte.size.frames();
+        let new = if is_zero(pte.frame) {
+            self.stats.zero_faults += 1;
+            let new = self.alloc_frames(pte.size)?;
+            for i in 0..n {
+                self.zero_fill(new + i, pte.frame + i, pte.size)?;
+            }
+            self.mapcount.insert(new, 1);
+            Pte { frame: new, size: pte.size, cow: false }
+        } else if self.map_count(pte.frame) > 1 {
+            self.stats.cow_faults += 1;
+            let new = self.alloc_frames(pte.size)?;
+            for i in 0..n {
+                self.copy_frame(pte.frame + i, new + i, pte.size)?;
+            }
+            *self.mapcount.get_mut(&pte.frame).expect("shared page has a count") -= 1;
+            self.mapcount.insert(new, 1);
+            Pte { frame: new, size: pte.size, cow: false }
+        } else {
+            // The last sharer writes in place (wp_page_reuse), after the lazy copies still
+            // reading from this page got their lines (early reclamation).
+            self.stats.reuse_faults += 1;
+            for i in 0..n {
+                self.reclaim(pte.frame + i)?;
+            }
+            Pte { cow: false, ..pte }
+        };
+        self.table(pid)?.insert(key, new);
+        Ok(new)
+    }
+
+    fn invalidate_frame(&mut self, frame: u64) {
+        for l in frame * LINES_PER_PAGE..(frame + 1) * LINES_PER_PAGE {
+            self.engine.invalidate_line(l);
+        }
+    }
+
+    fn command(&mut self, cmd: PageCommand) -> bool {
+        let ok = self.engine.page_command(cmd);
+        if ok {
+            self.stats.page_commands += 1;
+        }
+        ok
+    }
+
+    /// Records a lazy copy `dst` of `src` with the recursive-chain rule.
+    fn note_lazy(&mut self, src: u64, dst: u64) {
+        let from = match self.lazy_src.get(&src) {
+            Some(&s) if !self.modified.contains(&src) => s,
+            _ => src,
+        };
+        self.lazy_src.insert(dst, from);
+        self.lazy_children.entry(from).or_default().push(dst);
+    }
+
+    fn zero_fill(&mut self, dst: u64, zero_src: u64, size: PageSize) -> Result<(), OsError> {
+        self.invalidate_frame(dst);
+        if self.zero_ok != Some(false) {
+            let ok = self.command(PageCommand::Zero { page: dst });
+            self.zero_ok = Some(ok);
+            if ok {
+                return Ok(());
+            }
+        }
+        if self.copy_ok != Some(false) {
+            let ok = self.command(PageCommand::Copy { src: zero_src, dst });
+            self.copy_ok = Some(ok);
+            if ok {
+                self.note_lazy(zero_src, dst);
+                return Ok(());
+            }
+        }
+        for l in dst * LINES_PER_PAGE..(dst + 1) * LINES_PER_PAGE {
+            self.kernel_store(l, [0; 64], size)?;
+        }
+        Ok(())
+    }
+
+    fn copy_frame(&mut self, src: u64, dst: u64, size: PageSize) -> Result<(), OsError> {
+        self.invalidate_frame(dst);
+        if self.copy_ok != Some(false) {
+            // The controller copies from memory: the source's dirty lines go there first.
+            for l in src * LINES_PER_PAGE..(src + 1) * LINES_PER_PAGE {
+                self.engine.clean_line(l)?;
+            }
+            let ok = self.command(PageCommand::Copy { src, dst });
+            self.copy_ok = Some(ok);
+            if ok {
+                self.note_lazy(src, dst);
+                return Ok(());
+            }
+        }
+        for i in 0..LINES_PER_PAGE {
+            let s = src * LINES_PER_PAGE + i;
+            self.step(Record::read(s << 6, 1))?;
+            let data = self.engine.hier.cached_data(s).unwrap_or([0; 64]);
+            self.kernel_store(dst * LINES_PER_PAGE + i, data, size)?;
+        }
+        Ok(())
+    }
+
+    /// One line of the kernel's own copy or fill: a cached store for 4 KB pages, a
+    /// non-temporal store for huge pages.
+    fn kernel_store(&mut self, line: u64, data: [u8; 64], size: PageSize) -> Result<(), OsError> {
+        self.stats.kernel_lines += 1;
+        let data = self.engine.hier.tracks_data().then_some(data);
+        match size {
+            PageSize::Small => {
+                let rec = match data {
+                    Some(d) => Record::write_data(line << 6, 1, d),
+                    None => Record::write(line << 6, 1),
+                };
+                self.step(rec)
+            }
+            PageSize::Huge => {
+                self.records += 1;
+                Ok(self.engine.store_non_temporal(line, data)?)
+            }
+        }
+    }
+
+    /// Early reclamation of `frame`: every lazy copy still reading from it is copied for real.
+    fn reclaim(&mut self, frame: u64) -> Result<(), OsError> {
+        let Some(children) = self.lazy_children.remove(&frame) else { return Ok(()) };
+        for d in children {
+            if self.lazy_src.get(&d) == Some(&frame) {
+                self.stats.materialize_commands += 1;
+                self.command(PageCommand::Materialize { page: d });
+                self.lazy_src.remove(&d);
+                self.modified.remove(&d);
+            }
+        }
+        Ok(())
+    }
+
+    fn free_frame(&mut self, frame: u64) -> Result<(), OsError> {
+        self.stats.frames_freed += 1;
+        self.reclaim(frame)?;
+        self.command(PageCommand::Free { page: frame });
+        if let Some(s) = self.lazy_src.remove(&frame) {
+            if let Some(v) = self.lazy_children.get_mut(&s) {
+                v.retain(|&d| d != frame);
+            }
+        }
+        self.modified.remove(&frame);
+        Ok(())
+    }
+
+    /// Unmaps `bytes` at `vaddr` from `pid`; a page whose map count drops to 0 is freed.
+    pub fn free(&mut self, pid: usize, vaddr: u64, bytes: u64) -> Result<(), OsError> {
+        let mut v = vaddr;
+        while v < vaddr + bytes {
+            let (key, pte) = self.lookup(pid, v)?;
+            self.table(pid)?.remove(&key);
+            self.unmap(pte)?;
+            v = key + pte.size.bytes();
+        }
+        Ok(())
+    }
+
+    fn unmap(&mut self, pte: Pte) -> Result<(), OsError> {
+        if is_zero(pte.frame) {
+            return Ok(());
+        }
+        let c = self.mapcount.get_mut(&pte.frame).expect("mapped page has a count");
+        *c -= 1;
+        if *c == 0 {
+            self.mapcount.remove(&pte.frame);
+            for i in 0..pte.size.frames() {
+                self.free_frame(pte.frame + i)?;
+            }
+            match pte.size {
+                PageSize::Small => self.free_small.push(pte.frame),
+                PageSize::Huge => self.free_huge.push(pte.frame),
+            }
+        }
+        Ok(())
+    }
+
+    /// The process exits: every mapping is dropped.
+    pub fn exit(&mut self, pid: usize) -> Result<(), OsError> {
+        let t = self.tables.get_mut(pid).and_then(|t| t.take()).ok_or_else(|| OsError(format!("no process {pid}")))?;
+        let mut ptes: Vec<Pte> = t.into_values().collect();
+        ptes.sort_by_key(|p| p.frame); // deterministic order
+        for pte in ptes {
+            self.unmap(pte)?;
+        }
+        Ok(())
+    }
+}
+
+fn is_zero(frame: u64) -> bool { frame == ZERO_FRAME || frame == HUGE_ZERO_FRAME }
