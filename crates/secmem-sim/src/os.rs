@@ -418,15 +418,27 @@ impl Os {
         }
     }
 
-    /// Early reclamation of `frame`: every lazy copy still reading from it is copied for real.
+    /// Early reclamation of `frame`: every lazy copy that may still read from it is copied for
+    /// real — its direct copies and, transitively, copies of those. The kernel marks a frame
+    /// modified when it is *stored to*; the controller, when a line is *written back*. After a
+    /// crash has dropped a store that never left the caches, the controller may have recorded
+    /// `frame` itself as the source of a copy of a copy (the recursive-chain rule applied to a
+    /// frame it sees unmodified) where the kernel recorded the middle frame. Walking the whole
+    /// chain, as the paper's OS walks every sibling at the same virtual address, covers both;
+    /// the controller's page_phyc check ("does the page still refer to a source?") skips pages
+    /// that are already private, so nothing is copied twice.
     fn reclaim(&mut self, frame: u64) -> Result<(), OsError> {
-        let Some(children) = self.lazy_children.remove(&frame) else { return Ok(()) };
-        for d in children {
-            if self.lazy_src.get(&d) == Some(&frame) {
-                self.stats.materialize_commands += 1;
-                self.command(PageCommand::Materialize { page: d });
-                self.lazy_src.remove(&d);
-                self.modified.remove(&d);
+        let mut todo = vec![frame];
+        while let Some(f) = todo.pop() {
+            let Some(children) = self.lazy_children.remove(&f) else { continue };
+            for d in children {
+                if self.lazy_src.get(&d) == Some(&f) {
+                    self.stats.materialize_commands += 1;
+                    self.command(PageCommand::Materialize { page: d });
+                    self.lazy_src.remove(&d);
+                    self.modified.remove(&d);
+                    todo.push(d);
+                }
             }
         }
         Ok(())
