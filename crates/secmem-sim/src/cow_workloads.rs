@@ -111,6 +111,9 @@ pub fn run(cfg: &Config, spec: &CowSpec) -> Result<Value, OsError> {
             os.store(0, va, data(0, va, *seq))?;
         }
         os.engine.flush_hierarchy()?;
+        // The data set is in memory before the measured phase starts: the write-back above
+        // must not still be queued in the device when the child's first access arrives.
+        os.engine.quiesce();
         Ok(())
     };
     let mut logical = 0u64;

@@ -464,6 +464,16 @@ impl Engine {
         Ok(n)
     }
 
+    /// Waits until the device is idle: every miss in flight returned, every write persistent
+    /// and drained from the write queue into the array. Workloads call it between a
+    /// fast-forwarded phase and the measured one, so the measured phase does not pay for the
+    /// earlier phase's queued writes.
+    pub fn quiesce(&mut self) {
+        self.settle();
+        self.now = self.now.max(self.last_persist);
+        self.now = self.now.max(self.mc.media.drain(self.now));
+    }
+
     /// Puts a recovered line back into the LLC as dirty; lines it displaces go to memory.
     pub fn restore_dirty_line(&mut self, line: u64, data: Option<[u8; 64]>) -> Result<(), IntegrityError> {
         self.hier.restore_dirty(line, data);
