@@ -153,6 +153,30 @@ def trace_gen(
     )
 
 
+COW_WORKLOADS = ("forkbench", "redis", "noncopy", "writeamp")
+
+
+def cow_trace(
+    workload: str,
+    out: str,
+    page_size: str = "4k",
+    lines_per_page: Optional[int] = None,
+    footprint_bytes: int = 16 << 20,
+    ops: int = 20_000,
+    seed: int = 1,
+    format: str = "binary",
+    with_data: bool = False,
+) -> int:
+    """Writes a copy-on-write workload (one of ``COW_WORKLOADS``) as an OS-level (v2) trace:
+    alloc, process-tagged stores and loads, fork and the region-of-interest marker. ``run``
+    replays it through the OS model with the counts of :func:`cow_workload`. ``with_data``:
+    stores carry their content (for functional mode). Returns the number of records."""
+    return _call(
+        _native.cow_trace, workload, _path(out), page_size, lines_per_page, footprint_bytes, ops, seed, format,
+        with_data,
+    )
+
+
 def trace_convert(input: str, output: str, out_format: str = "binary", in_format: Optional[str] = None) -> int:
     """Converts a trace (secmem binary/text, Ramulator, DRAMSim3, lackey) to secmem binary or text."""
     return _call(_native.trace_convert, _path(input), _path(output), out_format, in_format)

@@ -5,6 +5,7 @@
     secmem config show NAME [-p key=value ...]
     secmem config validate FILE [--preset NAME]
     secmem trace gen --pattern P --requests N --footprint-bytes B --read-ratio R --seed S -o FILE
+    secmem trace gen --pattern forkbench|redis|noncopy|writeamp --page-size 4k|2m [--lines-per-page N] -o FILE
     secmem trace convert IN OUT [--to binary|text] [--from FORMAT]
     secmem trace info FILE [--format FORMAT]
     secmem crash --preset strict [--trace FILE] --points N --seed S
@@ -53,6 +54,12 @@ def _summary(rep: api.Report) -> str:
         f"read latency p50/p99 {s['latency_cycles']['read']['p50']}/{s['latency_cycles']['read']['p99']} cycles",
         "hit rates  " + "  ".join(f"{k} {v['hit_rate']:.3f}" for k, v in s["caches"].items()),
     ]
+    if "os" in rep:  # an OS-level trace drove the OS model
+        o = rep["os"]
+        lines.append(
+            f"os: cow faults {o['cow_faults']}  zero faults {o['zero_faults']}  page commands {o['page_commands']}  "
+            f"kernel-copied lines {o['kernel_lines']}  write amplification {o['write_amplification']:.2f}"
+        )
     return "\n".join(lines)
 
 
@@ -84,10 +91,26 @@ def cmd_config_validate(a) -> int:
 
 
 def cmd_trace_gen(a) -> int:
+    if a.pattern in api.COW_WORKLOADS:
+        # Options of the synthetic patterns mean nothing here: refuse them rather than ignore them.
+        unused = [f"--{n.replace('_', '-')}" for n in ("requests", "read_ratio", "stride_bytes", "zipf_theta", "inst_gap") if getattr(a, n) is not None]
+        if unused:
+            raise api.SecmemError(f"trace gen --pattern {a.pattern}: {', '.join(unused)} apply only to the sequential, random, stride and zipf patterns")
+        n = api.cow_trace(
+            a.pattern, a.output, page_size=a.page_size, lines_per_page=a.lines_per_page,
+            footprint_bytes=16 << 20 if a.footprint_bytes is None else a.footprint_bytes, ops=a.ops, seed=a.seed,
+            format=a.format, with_data=a.with_data,
+        )
+        print(f"wrote {n} records to {a.output}")
+        return 0
+    def pick(v, default):
+        return default if v is None else v
+
     n = api.trace_gen(
-        a.output, pattern=a.pattern, requests=a.requests, footprint_bytes=a.footprint_bytes,
-        read_ratio=a.read_ratio, seed=a.seed, format=a.format, stride_bytes=a.stride_bytes,
-        zipf_theta=a.zipf_theta, inst_gap=a.inst_gap,
+        a.output, pattern=a.pattern, requests=pick(a.requests, 1_000_000),
+        footprint_bytes=1 << 30 if a.footprint_bytes is None else a.footprint_bytes,
+        read_ratio=pick(a.read_ratio, 0.5), seed=a.seed, format=a.format, stride_bytes=pick(a.stride_bytes, 4096),
+        zipf_theta=pick(a.zipf_theta, 0.99), inst_gap=pick(a.inst_gap, 10),
     )
     print(f"wrote {n} records to {a.output}")
     return 0
@@ -218,14 +241,21 @@ def parser() -> argparse.ArgumentParser:
 
     tr = sub.add_parser("trace", help="generate, convert and inspect traces").add_subparsers(dest="sub", required=True, metavar="SUB")
     p = tr.add_parser("gen", help="write a seeded synthetic trace")
-    p.add_argument("--pattern", default="random", help="sequential, random, stride or zipf")
-    p.add_argument("--requests", type=int, default=1_000_000)
-    p.add_argument("--footprint-bytes", type=int, default=1 << 30)
-    p.add_argument("--read-ratio", type=float, default=0.5)
+    p.add_argument(
+        "--pattern", default="random",
+        help="sequential, random, stride or zipf; or an OS-level (v2) CoW workload: forkbench, redis, noncopy, writeamp",
+    )
+    p.add_argument("--requests", type=int, default=None, help="default 1000000")
+    p.add_argument("--footprint-bytes", type=int, default=None, help="default 1 GiB (16 MiB for CoW workloads)")
+    p.add_argument("--page-size", default="4k", help="CoW workloads: 4k or 2m")
+    p.add_argument("--lines-per-page", type=int, default=None, help="CoW workloads: lines updated per page (default 32 for 4k, 512 for 2m)")
+    p.add_argument("--ops", type=int, default=20_000, help="redis: parent operations during the snapshot")
+    p.add_argument("--with-data", action="store_true", help="CoW workloads: stores carry their content (functional mode)")
+    p.add_argument("--read-ratio", type=float, default=None, help="default 0.5")
     p.add_argument("--seed", type=int, default=1)
-    p.add_argument("--stride-bytes", type=int, default=4096)
-    p.add_argument("--zipf-theta", type=float, default=0.99)
-    p.add_argument("--inst-gap", type=int, default=10)
+    p.add_argument("--stride-bytes", type=int, default=None, help="default 4096")
+    p.add_argument("--zipf-theta", type=float, default=None, help="default 0.99")
+    p.add_argument("--inst-gap", type=int, default=None, help="default 10")
     p.add_argument("--format", default="binary", help="binary or text")
     p.add_argument("-o", "--output", required=True)
     p.set_defaults(fn=cmd_trace_gen)

@@ -15,15 +15,6 @@ fn load(preset: Option<&str>, config: Option<&str>, overrides: Vec<String>) -> P
     Config::load(preset, config.map(Path::new), &overrides).map_err(err)
 }
 
-/// Opens a trace in the named format, or detects it.
-fn open_trace(path: &str, format: Option<&str>) -> PyResult<secmem_trace::RecordIter> {
-    match format {
-        Some(f) => secmem_trace::open_as(Path::new(path), f.parse().map_err(err)?),
-        None => secmem_trace::open(Path::new(path)),
-    }
-    .map_err(err)
-}
-
 /// `[{"name", "source"}]` for every preset.
 #[pyfunction]
 fn presets() -> String {
@@ -107,37 +98,55 @@ fn trace_gen(
 }
 
 /// Converts a trace between formats (input format detected unless given); returns records.
+/// A version-2 trace (OS-level or not) stays version 2. Stops at the first bad record, naming
+/// it, rather than writing a partial trace silently.
 #[pyfunction]
 #[pyo3(signature = (input, output, out_format="binary", in_format=None))]
 fn trace_convert(py: Python<'_>, input: &str, output: &str, out_format: &str, in_format: Option<&str>) -> PyResult<u64> {
     let out_format: secmem_trace::Format = out_format.parse().map_err(err)?;
-    let reader = open_trace(input, in_format)?;
-    py.allow_threads(|| {
-        // Stop at the first bad record, naming it, rather than writing a partial trace silently.
-        let mut first_err = None;
-        let records = reader.map_while(|r| match r {
-            Ok(rec) => Some(rec),
-            Err(e) => {
-                first_err = Some(e);
-                None
-            }
-        });
-        let n = secmem_trace::write(Path::new(output), out_format, records)?;
-        match first_err {
-            Some(e) => Err(e),
-            None => Ok(n),
-        }
-    })
-    .map_err(err)
+    let from = in_format.map(|f| f.parse::<secmem_trace::Format>()).transpose().map_err(err)?;
+    py.allow_threads(|| secmem_trace::convert(Path::new(input), from, Path::new(output), out_format)).map_err(err)
 }
 
-/// Summary of a trace as JSON.
+/// Summary of a trace as JSON (with an `os` block for OS-level traces).
 #[pyfunction]
 #[pyo3(signature = (path, format=None))]
 fn trace_info(py: Python<'_>, path: &str, format: Option<&str>) -> PyResult<String> {
-    let reader = open_trace(path, format)?;
-    let info = py.allow_threads(|| secmem_trace::info(reader)).map_err(err)?;
+    let stream = match format {
+        Some(f) => secmem_trace::open_events_as(Path::new(path), f.parse().map_err(err)?),
+        None => secmem_trace::open_events(Path::new(path)),
+    }
+    .map_err(err)?;
+    let os_level = stream.kind.os_level;
+    let info = py.allow_threads(|| secmem_trace::info_events(stream.events, os_level)).map_err(err)?;
     Ok(info.to_json())
+}
+
+/// Writes a copy-on-write workload (forkbench, redis, noncopy, writeamp) as an OS-level (v2)
+/// trace; returns the number of records.
+#[pyfunction]
+#[pyo3(signature = (workload, out, page_size="4k", lines_per_page=None, footprint_bytes=16 << 20, ops=20_000, seed=1, format="binary", with_data=false))]
+#[allow(clippy::too_many_arguments)]
+fn cow_trace(
+    py: Python<'_>,
+    workload: &str,
+    out: &str,
+    page_size: &str,
+    lines_per_page: Option<u64>,
+    footprint_bytes: u64,
+    ops: u64,
+    seed: u64,
+    format: &str,
+    with_data: bool,
+) -> PyResult<u64> {
+    use secmem_sim::cow_workloads::{CowSpec, CowWorkload};
+    use secmem_sim::os::PageSize;
+    let workload: CowWorkload = workload.parse().map_err(err)?;
+    let page_size: PageSize = page_size.parse().map_err(err)?;
+    let format: secmem_trace::Format = format.parse().map_err(err)?;
+    let lines_per_page = lines_per_page.unwrap_or(if page_size == PageSize::Huge { 512 } else { 32 });
+    let spec = CowSpec { workload, page_size, footprint_bytes, lines_per_page, ops, seed };
+    py.allow_threads(|| secmem_sim::cow_workloads::write_trace(&spec, Path::new(out), format, with_data)).map_err(err)
 }
 
 /// Crash injection: JSON {"points", "recovered", "mismatches", ...}.
@@ -320,6 +329,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(bench_scenarios, m)?)?;
     m.add_function(wrap_pyfunction!(bench_run, m)?)?;
     m.add_function(wrap_pyfunction!(cow_workload, m)?)?;
+    m.add_function(wrap_pyfunction!(cow_trace, m)?)?;
     m.add_function(wrap_pyfunction!(version, m)?)?;
     Ok(())
 }

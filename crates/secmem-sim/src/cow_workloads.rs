@@ -1,6 +1,8 @@
-//! Copy-on-write workloads of the Lelantus evaluation, driven through the OS model
-//! (`crate::os`) by a generator API rather than a trace file (the trace format has no
-//! process, fork or alloc records yet).
+//! Copy-on-write workloads of the Lelantus evaluation. Each workload is a stream of OS-level
+//! trace records (format v2: alloc, process-tagged stores and loads, wbnoinvd, fork, roi) that
+//! either drives the OS model (`crate::os`) directly through `crate::os_trace::OsDriver`
+//! ([`run`]) or is written to a trace file ([`write_trace`]) for `secmem run` to replay
+//! through the same driver, with the same counts.
 //!
 //! * `forkbench` (section V-D): the parent initialises `footprint_bytes`, forks; the child
 //!   updates `lines_per_page` evenly spaced lines of every page (32 of 64 for 4 KB pages, 512
@@ -14,15 +16,18 @@
 //!   write") or every line (the whole page); the report's `write_amplification` is the data
 //!   lines written to memory over the lines the child wrote.
 //!
-//! The measured phase is a stats snapshot difference, as for trace runs; the JSON carries the
-//! usual `stats` block plus `cycles`, `memory_writes`, `memory_reads` at top level.
+//! The measured phase starts at the `roi` record the workload emits (after the fork) and is a
+//! stats snapshot difference, as for trace runs; the JSON carries the usual `stats` block plus
+//! `cycles`, `memory_writes`, `memory_reads` at top level.
 
 use crate::config::Config;
-use crate::os::{Os, OsError, PageSize};
+use crate::os::{OsError, PageSize};
+use crate::os_trace::OsDriver;
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
-use secmem_media::TrafficClass;
+use secmem_trace::{Event, Format, TraceError, TraceKind};
 use serde_json::{json, Value};
+use std::path::Path;
 use std::time::Instant;
 
 /// Which workload.
@@ -87,55 +92,58 @@ fn content(pid: usize, vaddr: u64, seq: u64) -> [u8; 64] {
     out
 }
 
-/// Runs a workload on `cfg` (its design, preset, mode); returns the JSON result.
-pub fn run(cfg: &Config, spec: &CowSpec) -> Result<Value, OsError> {
+/// Non-memory instructions before each of the workload's loads and stores (the OS model's
+/// default gap).
+const INST_GAP: u32 = 10;
+
+/// The workload as OS-level trace records, in order, handed to `sink`. With `with_data`,
+/// stores carry their line content (for functional mode). Pid 0 is the parent, pid 1 the
+/// forked child.
+pub fn emit(spec: &CowSpec, with_data: bool, sink: &mut dyn FnMut(Event) -> Result<(), OsError>) -> Result<(), OsError> {
     spec.validate().map_err(OsError)?;
-    let start = Instant::now();
-    let mut os = Os::new(cfg)?;
-    let functional = cfg.run.functional;
-    let data = |pid, va, seq| functional.then(|| content(pid, va, seq));
+    let store = |pid: u32, va: u64, seq: u64| Event::Store {
+        pid,
+        vaddr: va,
+        size_bytes: 64,
+        inst_gap: INST_GAP,
+        data: with_data.then(|| content(pid as usize, va, seq)),
+    };
+    let load = |pid: u32, va: u64| Event::Load { pid, vaddr: va, size_bytes: 64, inst_gap: INST_GAP };
     let pb = spec.page_size.bytes();
     let pages = spec.footprint_bytes / pb;
     let lines_per = pb / 64;
     // Evenly spaced updated lines of a page (the paper spreads the child's writes uniformly).
     let stride = lines_per / spec.lines_per_page;
-    os.alloc(0, BASE_VADDR, spec.footprint_bytes, spec.page_size)?;
-    let mut seq = 0u64;
+    let page = if spec.page_size == PageSize::Huge { secmem_trace::PageSize::Huge } else { secmem_trace::PageSize::Small };
+    sink(Event::Alloc { pid: 0, vaddr: BASE_VADDR, length: spec.footprint_bytes, page })?;
     // Initialisation, then every dirty line is written back: the measured phase starts from
     // memory holding the data set (the paper fast-forwards past initialisation), so the
     // parent's initialisation writes are not charged to the child, for any scheme.
-    let init = |os: &mut Os, seq: &mut u64| -> Result<(), OsError> {
-        for l in 0..spec.footprint_bytes / 64 {
-            *seq += 1;
-            let va = BASE_VADDR + l * 64;
-            os.store(0, va, data(0, va, *seq))?;
-        }
-        os.engine.flush_hierarchy()?;
-        // The data set is in memory before the measured phase starts: the write-back above
-        // must not still be queued in the device when the child's first access arrives.
-        os.engine.quiesce();
-        Ok(())
-    };
-    let mut logical = 0u64;
-    let (warm, warm_extra) = match spec.workload {
+    let mut seq = 0u64;
+    for l in 0..spec.footprint_bytes / 64 {
+        seq += 1;
+        sink(store(0, BASE_VADDR + l * 64, seq))?;
+    }
+    sink(Event::WbNoInvd)?;
+    match spec.workload {
         CowWorkload::Forkbench | CowWorkload::WriteAmp | CowWorkload::NonCopy => {
-            init(&mut os, &mut seq)?;
-            let pid = if spec.workload == CowWorkload::NonCopy { 0 } else { os.fork(0)? };
-            let warm = (os.engine.snapshot(), os.engine.design.extra_stats(), os.stats.clone());
+            let pid = if spec.workload == CowWorkload::NonCopy {
+                0
+            } else {
+                sink(Event::Fork { parent: 0, child: 1 })?;
+                1
+            };
+            sink(Event::RoiBegin)?;
             for p in 0..pages {
                 for k in 0..spec.lines_per_page {
                     seq += 1;
-                    let va = BASE_VADDR + p * pb + k * stride * 64;
-                    os.store(pid, va, data(pid, va, seq))?;
-                    logical += 1;
+                    sink(store(pid, BASE_VADDR + p * pb + k * stride * 64, seq))?;
                 }
             }
-            (warm.0, (warm.1, warm.2))
         }
         CowWorkload::Redis => {
-            init(&mut os, &mut seq)?;
-            let child = os.fork(0)?;
-            let warm = (os.engine.snapshot(), os.engine.design.extra_stats(), os.stats.clone());
+            sink(Event::Fork { parent: 0, child: 1 })?;
+            sink(Event::RoiBegin)?;
             let mut rng = ChaCha8Rng::seed_from_u64(spec.seed);
             let total_lines = spec.footprint_bytes / 64;
             let per_op = total_lines.div_ceil(spec.ops.max(1));
@@ -144,54 +152,62 @@ pub fn run(cfg: &Config, spec: &CowSpec) -> Result<Value, OsError> {
                 let va = BASE_VADDR + rng.gen_range(0..total_lines) * 64;
                 if rng.gen_bool(0.5) {
                     seq += 1;
-                    os.store(0, va, data(0, va, seq))?;
-                    logical += 1;
+                    sink(store(0, va, seq))?;
                 } else {
-                    os.load(0, va)?;
+                    sink(load(0, va))?;
                 }
                 for _ in 0..per_op {
                     if next_child < total_lines {
-                        os.load(child, BASE_VADDR + next_child * 64)?;
+                        sink(load(1, BASE_VADDR + next_child * 64))?;
                         next_child += 1;
                     }
                 }
             }
             while next_child < total_lines {
-                os.load(child, BASE_VADDR + next_child * 64)?;
+                sink(load(1, BASE_VADDR + next_child * 64))?;
                 next_child += 1;
             }
-            (warm.0, (warm.1, warm.2))
-        }
-    };
-    os.engine.settle();
-    let end = os.engine.snapshot();
-    let roi = end.since(&warm);
-    // Design counters over the measured phase (rates recomputed from the differences).
-    let end_extra = os.engine.design.extra_stats();
-    let mut extra: Vec<(&'static str, f64)> =
-        end_extra.iter().zip(warm_extra.0.iter()).map(|((k, v), (_, w))| (*k, v - w)).collect();
-    let get = |x: &[(&'static str, f64)], k: &str| x.iter().find(|e| e.0 == k).map_or(0.0, |e| e.1);
-    let ovf = get(&extra, "cow_overflows");
-    let (hits, misses) = (get(&extra, "cow_cache_hits"), get(&extra, "cow_cache_misses"));
-    for e in extra.iter_mut() {
-        match e.0 {
-            "overflows_per_million_writes" => e.1 = if roi.core.memory_writes_issued == 0 { 0.0 } else { ovf * 1e6 / roi.core.memory_writes_issued as f64 },
-            "cow_cache_miss_rate" => e.1 = if hits + misses == 0.0 { 0.0 } else { misses / (hits + misses) },
-            _ => {}
         }
     }
-    let stats = crate::report::stats(cfg, &roi, &extra);
-    let w = &roi.media.writes_by_class;
-    let data_writes = w[TrafficClass::Data as usize] + w[TrafficClass::Design as usize];
-    let os_delta = {
-        let (a, b) = (&os.stats, &warm_extra.1);
-        json!({
-            "zero_faults": a.zero_faults - b.zero_faults, "cow_faults": a.cow_faults - b.cow_faults,
-            "reuse_faults": a.reuse_faults - b.reuse_faults, "kernel_lines": a.kernel_lines - b.kernel_lines,
-            "page_commands": a.page_commands - b.page_commands,
-            "materialize_commands": a.materialize_commands - b.materialize_commands,
+    Ok(())
+}
+
+/// Writes the workload as an OS-level (v2) trace in `format`; stores carry data with
+/// `with_data`. Returns the record count.
+pub fn write_trace(spec: &CowSpec, path: &Path, format: Format, with_data: bool) -> Result<u64, String> {
+    spec.validate()?;
+    let name = path.display().to_string();
+    let f = std::fs::File::create(path).map_err(|e| format!("{name}: cannot create: {e}"))?;
+    let mut w = secmem_trace::EventWriter::new(f, name, format, TraceKind::V2_OS).map_err(|e| e.to_string())?;
+    let mut write_err: Option<TraceError> = None;
+    let r = emit(spec, with_data, &mut |ev| {
+        w.write(&ev).map_err(|e| {
+            let m = OsError(e.to_string());
+            write_err = Some(e);
+            m
         })
-    };
+    });
+    if let Some(e) = write_err {
+        return Err(e.to_string());
+    }
+    r.map_err(|e| e.0)?;
+    w.finish().map_err(|e| e.to_string())
+}
+
+/// Runs a workload on `cfg` (its design, preset, mode); returns the JSON result.
+pub fn run(cfg: &Config, spec: &CowSpec) -> Result<Value, OsError> {
+    spec.validate().map_err(OsError)?;
+    let start = Instant::now();
+    let mut d = OsDriver::new(cfg)?;
+    let mut index = 0u64;
+    emit(spec, cfg.run.functional, &mut |ev| {
+        d.apply(&ev).map_err(|e| OsError(format!("record {index} ({ev}): {e}")))?;
+        index += 1;
+        Ok(())
+    })?;
+    let m = d.finish();
+    let stats = crate::report::stats(cfg, &m.roi, &m.extra);
+    let w = &m.roi.media.writes_by_class;
     Ok(json!({
         "workload": format!("{:?}", spec.workload).to_lowercase(),
         "scheme": cfg.run.design,
@@ -199,16 +215,16 @@ pub fn run(cfg: &Config, spec: &CowSpec) -> Result<Value, OsError> {
         "footprint_bytes": spec.footprint_bytes,
         "lines_per_page": spec.lines_per_page,
         "ops": spec.ops,
-        "functional": functional,
-        "cycles": roi.cycle.0,
+        "functional": cfg.run.functional,
+        "cycles": m.roi.cycle.0,
         "memory_writes": w.iter().sum::<u64>(),
-        "memory_reads": roi.media.reads_by_class.iter().sum::<u64>(),
-        "data_line_writes": data_writes,
-        "logical_line_writes": logical,
-        "write_amplification": if logical == 0 { 0.0 } else { data_writes as f64 / logical as f64 },
-        "os": os_delta,
+        "memory_reads": m.roi.media.reads_by_class.iter().sum::<u64>(),
+        "data_line_writes": m.data_line_writes,
+        "logical_line_writes": m.logical_line_writes,
+        "write_amplification": m.write_amplification(),
+        "os": m.os,
         "stats": stats,
-        "records": os.records(),
+        "records": m.engine_records,
         "wall_time_s": start.elapsed().as_secs_f64(),
     }))
 }

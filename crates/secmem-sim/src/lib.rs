@@ -11,6 +11,7 @@ pub mod engine;
 pub mod harness;
 pub mod hierarchy;
 pub mod os;
+pub mod os_trace;
 pub mod presets;
 pub mod report;
 pub mod run;

@@ -260,6 +260,18 @@ impl Os {
 
     fn phys(pte: &Pte, key: u64, vaddr: u64) -> u64 { pte.frame * 4096 + (vaddr - key) }
 
+    /// The page mapping `vaddr` in `pid`: its first virtual address and size; `None` when
+    /// nothing maps it or there is no such process. (Trace drivers check requests with it
+    /// before the model acts, so their errors can name the trace's own pids.)
+    pub fn page_of(&self, pid: usize, vaddr: u64) -> Option<(u64, PageSize)> {
+        let t = self.tables.get(pid)?.as_ref()?;
+        let huge = vaddr & !((2 << 20) - 1);
+        if let Some(p) = t.get(&huge).filter(|p| p.size == PageSize::Huge) {
+            return Some((huge, p.size));
+        }
+        t.get(&(vaddr & !4095)).map(|p| (vaddr & !4095, p.size))
+    }
+
     fn step(&mut self, rec: Record) -> Result<(), OsError> {
         self.records += 1;
         self.engine.step(&rec, self.records - 1)?;

@@ -205,6 +205,16 @@ pub fn run(cfg: &Config, input: &TraceInput) -> Result<Value, SimError> { run_sa
 
 /// Runs and, with `image_out`, saves the NVM image afterwards.
 pub fn run_saving(cfg: &Config, input: &TraceInput, image_out: Option<&Path>) -> Result<Value, SimError> {
+    // An OS-level trace (format v2, header flag) drives the OS model instead of the engine.
+    if let TraceInput::File(p) = input {
+        let stream = secmem_trace::open_events(p)?;
+        if stream.kind.os_level {
+            if image_out.is_some() {
+                return Err(SimError::Config(ConfigError::new("run.functional", "saving an NVM image after an OS-level trace is not supported")));
+            }
+            return crate::os_trace::run_events(cfg, stream.events, &input.describe(cfg));
+        }
+    }
     let (records, hint) = open_records(cfg, input)?;
     run_records_saving(cfg, records, hint, &input.describe(cfg), image_out)
 }

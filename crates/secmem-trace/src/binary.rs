@@ -1,20 +1,27 @@
-//! The secmem binary trace format, version 1 (layout in `docs/trace-format.md`).
+//! The secmem binary trace format, versions 1 and 2 (layout in `docs/trace-format.md`).
 //!
 //! ```text
-//! header (16 B): magic "SECMTRC\0" | version u16 LE = 1 | flags u16 LE | reserved u32 = 0
+//! header (16 B): magic "SECMTRC\0" | version u16 LE (1 or 2) | flags u16 LE | reserved u32 = 0
 //! record (16 B): op u8 | flags u8 | size_bytes u16 LE | inst_gap u32 LE | addr u64 LE
+//!                [+ 16 B OS extension for v2 op codes 8-15: pid u32 | pid2 u32 | length u64]
 //!                [+ 64 B data payload when record flag bit 0 is set]
 //! ```
+//!
+//! [`BinaryReader`] reads both versions; as an iterator it yields physical [`Record`]s, and
+//! [`BinaryReader::events`] yields every record as an [`Event`]. [`BinaryWriter::new`] writes
+//! version 1 (a physical trace stays readable by version-1 readers);
+//! [`BinaryWriter::with_kind`] writes version 2, OS-level or not.
 
 use std::io::{self, BufRead, BufReader, BufWriter, Read, Write};
 
 use crate::error::{ErrorKind, Position, TraceError, MEMORY_NAME};
+use crate::event::{Event, EventOp, PageSize, TraceKind, MAX_PID};
 use crate::{Op, Record};
 
 /// The 8-byte magic at the start of every secmem binary trace.
 pub const MAGIC: [u8; 8] = *b"SECMTRC\0";
-/// The binary format version this crate reads and writes.
-pub const VERSION: u16 = 1;
+/// The newest binary format version this crate reads and writes (it reads 1 and 2).
+pub const VERSION: u16 = 2;
 /// Size of the file header in bytes.
 pub const HEADER_BYTES: usize = 16;
 /// Size of the fixed part of a record in bytes.
@@ -23,6 +30,10 @@ pub const RECORD_BYTES: usize = 16;
 pub const DATA_BYTES: usize = 64;
 /// Header flag bit 0: records may carry a data payload.
 pub const HEADER_FLAG_DATA: u16 = 1;
+/// Header flag bit 1 (version 2): an OS-level trace; records may be OS records (op 4+).
+pub const HEADER_FLAG_OS: u16 = 2;
+/// Size of the OS extension that follows the fixed part of op codes 8-15 (version 2).
+pub const OS_EXTENSION_BYTES: usize = 16;
 /// Record flag bit 0: a 64-byte data payload follows the fixed part.
 pub const RECORD_FLAG_DATA: u8 = 1;
 
@@ -40,6 +51,18 @@ impl BinaryHeader {
     /// Whether records of this trace may carry data payloads.
     pub fn may_carry_data(&self) -> bool {
         self.flags & HEADER_FLAG_DATA != 0
+    }
+
+    /// Whether this is an OS-level trace (version 2, header flag bit 1).
+    pub fn os_level(&self) -> bool {
+        self.flags & HEADER_FLAG_OS != 0
+    }
+
+    pub fn kind(&self) -> TraceKind {
+        TraceKind {
+            version: self.version,
+            os_level: self.os_level(),
+        }
     }
 
     fn encode(&self) -> [u8; HEADER_BYTES] {
@@ -67,6 +90,16 @@ fn encode_fixed(rec: &Record) -> [u8; RECORD_BYTES] {
     b
 }
 
+/// Fills the fixed part and the OS extension of a version-2 record.
+fn put(b: &mut [u8; 32], size: u16, gap: u32, addr: u64, pid: u32, pid2: u32, length: u64) {
+    b[2..4].copy_from_slice(&size.to_le_bytes());
+    b[4..8].copy_from_slice(&gap.to_le_bytes());
+    b[8..16].copy_from_slice(&addr.to_le_bytes());
+    b[16..20].copy_from_slice(&pid.to_le_bytes());
+    b[20..24].copy_from_slice(&pid2.to_le_bytes());
+    b[24..32].copy_from_slice(&length.to_le_bytes());
+}
+
 /// Reads until `buf` is full or EOF; returns how many bytes were read.
 fn read_full<R: Read>(r: &mut R, buf: &mut [u8]) -> io::Result<usize> {
     let mut n = 0;
@@ -88,6 +121,7 @@ pub struct BinaryWriter<W: Write> {
     offset: u64,
     records: u64,
     allow_data: bool,
+    kind: TraceKind,
 }
 
 impl<W: Write> BinaryWriter<W> {
@@ -103,16 +137,42 @@ impl<W: Write> BinaryWriter<W> {
         name: impl Into<String>,
         allow_data: bool,
     ) -> Result<Self, TraceError> {
+        Self::with_kind(inner, name, allow_data, TraceKind::V1)
+    }
+
+    /// Writes the header of `kind` (version 1 or 2; `os_level` sets header flag bit 1 and
+    /// needs version 2). Only an OS-level writer accepts OS records.
+    pub fn with_kind(
+        inner: W,
+        name: impl Into<String>,
+        allow_data: bool,
+        kind: TraceKind,
+    ) -> Result<Self, TraceError> {
+        let name = name.into();
+        if !(kind.version == 1 && !kind.os_level || kind.version == 2) {
+            return Err(TraceError::at_offset(
+                name,
+                0,
+                ErrorKind::UnsupportedVersion,
+                format!(
+                    "cannot write binary trace version {}{} (versions 1 and 2; OS-level needs 2)",
+                    kind.version,
+                    if kind.os_level { " OS-level" } else { "" }
+                ),
+            ));
+        }
         let mut w = BinaryWriter {
             out: BufWriter::with_capacity(WRITE_BUFFER, inner),
-            name: name.into(),
+            name,
             offset: 0,
             records: 0,
             allow_data,
+            kind,
         };
         let header = BinaryHeader {
-            version: VERSION,
-            flags: if allow_data { HEADER_FLAG_DATA } else { 0 },
+            version: kind.version,
+            flags: if allow_data { HEADER_FLAG_DATA } else { 0 }
+                | if kind.os_level { HEADER_FLAG_OS } else { 0 },
         };
         w.out
             .write_all(&header.encode())
@@ -159,6 +219,81 @@ impl<W: Write> BinaryWriter<W> {
                 .map_err(|e| TraceError::io(self.name.clone(), Position::Offset(self.offset), e))?;
             self.offset += RECORD_BYTES as u64;
         }
+        self.records += 1;
+        Ok(())
+    }
+
+    /// Appends one record of any kind; OS records need an OS-level writer.
+    pub fn write_event(&mut self, ev: &Event) -> Result<(), TraceError> {
+        let bad = |w: &Self, msg: String| {
+            Err(TraceError::at_offset(
+                w.name.clone(),
+                w.offset,
+                ErrorKind::InvalidRecord,
+                format!("record #{}: {msg}", w.records),
+            ))
+        };
+        if let Err(m) = ev.validate() {
+            return bad(self, m);
+        }
+        let op = ev.op();
+        if op.is_os() && !self.kind.os_level {
+            return bad(
+                self,
+                format!("{op} record in a trace not written as OS-level (version 2, header flag bit 1)"),
+            );
+        }
+        let mut b = [0u8; RECORD_BYTES + OS_EXTENSION_BYTES];
+        b[0] = op as u8;
+        let mut payload = None;
+        match *ev {
+            Event::Phys(ref r) => return self.write(r),
+            Event::WbNoInvd | Event::RoiBegin => {}
+            Event::Load {
+                pid,
+                vaddr,
+                size_bytes,
+                inst_gap,
+            } => {
+                put(&mut b, size_bytes, inst_gap, vaddr, pid, 0, 0);
+            }
+            Event::Store {
+                pid,
+                vaddr,
+                size_bytes,
+                inst_gap,
+                ref data,
+            } => {
+                put(&mut b, size_bytes, inst_gap, vaddr, pid, 0, 0);
+                if let Some(d) = data {
+                    if !self.allow_data {
+                        return bad(self, "carries data but the writer was created without data".into());
+                    }
+                    b[1] = RECORD_FLAG_DATA;
+                    payload = Some(*d);
+                }
+            }
+            Event::Alloc {
+                pid,
+                vaddr,
+                length,
+                page,
+            } => put(&mut b, page.shift(), 0, vaddr, pid, 0, length),
+            Event::Free { pid, vaddr, length } => put(&mut b, 0, 0, vaddr, pid, 0, length),
+            Event::Fork { parent, child } => put(&mut b, 0, 0, 0, parent, child, 0),
+            Event::Exit { pid } => put(&mut b, 0, 0, 0, pid, 0, 0),
+        }
+        let len = if op.is_extended() {
+            RECORD_BYTES + OS_EXTENSION_BYTES
+        } else {
+            RECORD_BYTES
+        };
+        let r = self.out.write_all(&b[..len]).and_then(|_| match &payload {
+            Some(d) => self.out.write_all(d),
+            None => Ok(()),
+        });
+        r.map_err(|e| TraceError::io(self.name.clone(), Position::Offset(self.offset), e))?;
+        self.offset += (len + if payload.is_some() { DATA_BYTES } else { 0 }) as u64;
         self.records += 1;
         Ok(())
     }
@@ -230,16 +365,21 @@ impl<R: Read> BinaryReader<R> {
             ));
         }
         let version = u16::from_le_bytes([h[8], h[9]]);
-        if version != VERSION {
+        if !(1..=VERSION).contains(&version) {
             return Err(TraceError::at_offset(
                 name,
                 8,
                 ErrorKind::UnsupportedVersion,
-                format!("unsupported binary trace version {version} (this reader supports version {VERSION})"),
+                format!("unsupported binary trace version {version} (this reader supports versions 1 and 2)"),
             ));
         }
         let flags = u16::from_le_bytes([h[10], h[11]]);
-        if flags & !HEADER_FLAG_DATA != 0 {
+        let known = if version == 1 {
+            HEADER_FLAG_DATA
+        } else {
+            HEADER_FLAG_DATA | HEADER_FLAG_OS
+        };
+        if flags & !known != 0 {
             return Err(TraceError::at_offset(
                 name,
                 10,
@@ -277,19 +417,14 @@ impl<R: Read> BinaryReader<R> {
 
     #[cold]
     #[inline(never)]
-    fn fail(
-        &mut self,
-        at: u64,
-        kind: ErrorKind,
-        msg: String,
-    ) -> Option<Result<Record, TraceError>> {
+    fn fail<T>(&mut self, at: u64, kind: ErrorKind, msg: String) -> Option<Result<T, TraceError>> {
         self.done = true;
         Some(Err(TraceError::at_offset(self.name.clone(), at, kind, msg)))
     }
 
     #[cold]
     #[inline(never)]
-    fn fail_io(&mut self, at: u64, e: io::Error) -> Option<Result<Record, TraceError>> {
+    fn fail_io<T>(&mut self, at: u64, e: io::Error) -> Option<Result<T, TraceError>> {
         self.done = true;
         Some(Err(TraceError::io(
             self.name.clone(),
@@ -347,42 +482,102 @@ impl<R: Read> Iterator for BinaryReader<R> {
 }
 
 impl<R: Read> BinaryReader<R> {
+    /// The record path outside the fast path: a physical record, or an error (an OS record
+    /// cannot be a [`Record`]).
     #[inline(never)]
     fn next_general(&mut self) -> Option<Result<Record, TraceError>> {
+        let at = self.offset;
+        match self.decode()? {
+            Ok(Event::Phys(r)) => Some(Ok(r)),
+            Ok(ev) => self.fail(
+                at,
+                ErrorKind::InvalidRecord,
+                format!(
+                    "{} record in a physical-record stream: this is an OS-level trace; read it \
+                     as events (`secmem run` drives the OS model with it)",
+                    ev.op()
+                ),
+            ),
+            Err(e) => Some(Err(e)),
+        }
+    }
+
+    /// The next record as an [`Event`] (version-1 records are [`Event::Phys`]).
+    pub fn next_event(&mut self) -> Option<Result<Event, TraceError>> {
+        // Physical records take the record fast path.
+        if matches!(self.inp.buffer().first(), Some(&op) if op <= 3) && !self.done {
+            return self.next().map(|r| r.map(Event::Phys));
+        }
+        self.decode()
+    }
+
+    /// An iterator of [`Event`]s over the rest of the trace.
+    pub fn events(self) -> BinaryEvents<R> {
+        BinaryEvents(self)
+    }
+
+    /// Decodes one record of either version, checking every rule of the format.
+    fn decode(&mut self) -> Option<Result<Event, TraceError>> {
         if self.done {
             return None;
         }
         let at = self.offset;
-        let mut b = [0u8; RECORD_BYTES];
-        let n = match self.fill(&mut b) {
+        let mut b = [0u8; RECORD_BYTES + OS_EXTENSION_BYTES];
+        let n = match self.fill(&mut b[..RECORD_BYTES]) {
             Ok(n) => n,
             Err(e) => return self.fail_io(at, e),
         };
-        if n < RECORD_BYTES {
-            if n == 0 {
-                self.done = true;
-                return None;
+        if n == 0 {
+            self.done = true;
+            return None;
+        }
+        let v2 = self.header.version >= 2;
+        let op = match EventOp::from_code(b[0]).filter(|o| v2 || !o.is_os()) {
+            Some(op) => op,
+            None => {
+                let expected = if v2 {
+                    "0=Read, 1=Write, 2=Fence, 3=Flush, 4=WbNoInvd, 5=RoiBegin, 8=Load, 9=Store, \
+                     10=Alloc, 11=Free, 12=Fork, 13=Exit"
+                } else {
+                    "0=Read, 1=Write, 2=Fence, 3=Flush"
+                };
+                return self.fail(
+                    at,
+                    ErrorKind::UnknownOp,
+                    format!("unknown operation byte {} (expected {expected})", b[0]),
+                );
             }
+        };
+        let len = if op.is_extended() {
+            RECORD_BYTES + OS_EXTENSION_BYTES
+        } else {
+            RECORD_BYTES
+        };
+        let mut got = n;
+        if n == RECORD_BYTES && len > RECORD_BYTES {
+            got += match self.fill(&mut b[RECORD_BYTES..]) {
+                Ok(m) => m,
+                Err(e) => return self.fail_io(at, e),
+            };
+        }
+        if got < len {
             return self.fail(
                 at,
                 ErrorKind::Truncated,
-                format!("truncated record (needs {RECORD_BYTES} bytes, {n} left)"),
+                format!("truncated record (needs {len} bytes, {got} left)"),
             );
         }
-        let op =
-            match b[0] {
-                0 => Op::Read,
-                1 => Op::Write,
-                2 => Op::Fence,
-                3 => Op::Flush,
-                x => return self.fail(
-                    at,
-                    ErrorKind::UnknownOp,
-                    format!(
-                        "unknown operation byte {x} (expected 0=Read, 1=Write, 2=Fence, 3=Flush)"
-                    ),
+        if op.is_os() && !self.header.os_level() {
+            return self.fail(
+                at,
+                ErrorKind::InvalidRecord,
+                format!(
+                    "{op} record (op byte {}) in a trace whose header does not announce OS \
+                     records (header flag bit 1)",
+                    b[0]
                 ),
-            };
+            );
+        }
         let flags = b[1];
         if flags & !RECORD_FLAG_DATA != 0 {
             return self.fail(
@@ -393,13 +588,83 @@ impl<R: Read> BinaryReader<R> {
         }
         let size_bytes = u16::from_le_bytes([b[2], b[3]]);
         let inst_gap = u32::from_le_bytes([b[4], b[5], b[6], b[7]]);
-        let addr = u64::from_le_bytes([b[8], b[9], b[10], b[11], b[12], b[13], b[14], b[15]]);
+        let addr = u64::from_le_bytes(b[8..16].try_into().expect("8 bytes"));
+        let pid = u32::from_le_bytes(b[16..20].try_into().expect("4 bytes"));
+        let pid2 = u32::from_le_bytes(b[20..24].try_into().expect("4 bytes"));
+        let length = u64::from_le_bytes(b[24..32].try_into().expect("8 bytes"));
+        // Fields an op does not use are reserved: they must be 0, so a later version can give
+        // them meaning.
+        let unused: &[(&str, u64, u64)] = match op {
+            EventOp::WbNoInvd | EventOp::RoiBegin => &[
+                ("size_bytes", size_bytes as u64, 2),
+                ("inst_gap", inst_gap as u64, 4),
+                ("addr", addr, 8),
+            ],
+            EventOp::Load | EventOp::Store => &[("pid2", pid2 as u64, 20), ("length", length, 24)],
+            EventOp::Alloc => &[("inst_gap", inst_gap as u64, 4), ("pid2", pid2 as u64, 20)],
+            EventOp::Free => &[
+                ("size_bytes", size_bytes as u64, 2),
+                ("inst_gap", inst_gap as u64, 4),
+                ("pid2", pid2 as u64, 20),
+            ],
+            EventOp::Fork => &[
+                ("size_bytes", size_bytes as u64, 2),
+                ("inst_gap", inst_gap as u64, 4),
+                ("addr", addr, 8),
+                ("length", length, 24),
+            ],
+            EventOp::Exit => &[
+                ("size_bytes", size_bytes as u64, 2),
+                ("inst_gap", inst_gap as u64, 4),
+                ("addr", addr, 8),
+                ("pid2", pid2 as u64, 20),
+                ("length", length, 24),
+            ],
+            _ => &[],
+        };
+        if let Some(&(field, v, off)) = unused.iter().find(|u| u.1 != 0) {
+            return self.fail(
+                at + off,
+                ErrorKind::ReservedBits,
+                format!("{field} of a {op} record is {v} (unused by {op}: must be 0)"),
+            );
+        }
+        if op.is_extended() {
+            let pids: &[(u32, u64)] = if op == EventOp::Fork {
+                &[(pid, 16), (pid2, 20)]
+            } else {
+                &[(pid, 16)]
+            };
+            if let Some(&(p, off)) = pids.iter().find(|p| p.0 > MAX_PID) {
+                return self.fail(
+                    at + off,
+                    ErrorKind::InvalidRecord,
+                    format!("pid {p} out of range (0..={MAX_PID})"),
+                );
+            }
+        }
+        let page = if op == EventOp::Alloc {
+            match PageSize::from_shift(size_bytes) {
+                Some(p) => Some(p),
+                None => {
+                    return self.fail(
+                        at + 2,
+                        ErrorKind::InvalidRecord,
+                        format!(
+                            "bad page size: shift {size_bytes} (expected 12 = 4 KB or 21 = 2 MB)"
+                        ),
+                    )
+                }
+            }
+        } else {
+            None
+        };
         let data = if flags & RECORD_FLAG_DATA != 0 {
-            if op != Op::Write {
+            if !matches!(op, EventOp::Write | EventOp::Store) {
                 return self.fail(
                     at + 1,
                     ErrorKind::InvalidRecord,
-                    format!("data payload on a {op:?} record (only writes carry data)"),
+                    format!("data payload on a {} record (only writes carry data)", op_name(op)),
                 );
             }
             if !self.header.may_carry_data() {
@@ -410,7 +675,7 @@ impl<R: Read> BinaryReader<R> {
                 );
             }
             let mut d = [0u8; DATA_BYTES];
-            let pat = at + RECORD_BYTES as u64;
+            let pat = at + len as u64;
             let n = match self.fill(&mut d) {
                 Ok(n) => n,
                 Err(e) => return self.fail_io(pat, e),
@@ -422,21 +687,89 @@ impl<R: Read> BinaryReader<R> {
                     format!("truncated data payload (needs {DATA_BYTES} bytes, {n} left)"),
                 );
             }
-            self.offset += (RECORD_BYTES + DATA_BYTES) as u64;
             Some(d)
         } else {
-            self.offset += RECORD_BYTES as u64;
             None
         };
-        Some(Ok(Record {
-            op,
-            addr,
-            size_bytes,
-            inst_gap,
-            data,
+        self.offset += (len + if data.is_some() { DATA_BYTES } else { 0 }) as u64;
+        let phys = |op| {
+            Event::Phys(Record {
+                op,
+                addr,
+                size_bytes,
+                inst_gap,
+                data,
+            })
+        };
+        Some(Ok(match op {
+            EventOp::Read => phys(Op::Read),
+            EventOp::Write => phys(Op::Write),
+            EventOp::Fence => phys(Op::Fence),
+            EventOp::Flush => phys(Op::Flush),
+            EventOp::WbNoInvd => Event::WbNoInvd,
+            EventOp::RoiBegin => Event::RoiBegin,
+            EventOp::Load => Event::Load {
+                pid,
+                vaddr: addr,
+                size_bytes,
+                inst_gap,
+            },
+            EventOp::Store => Event::Store {
+                pid,
+                vaddr: addr,
+                size_bytes,
+                inst_gap,
+                data,
+            },
+            EventOp::Alloc => Event::Alloc {
+                pid,
+                vaddr: addr,
+                length,
+                page: page.expect("checked above"),
+            },
+            EventOp::Free => Event::Free {
+                pid,
+                vaddr: addr,
+                length,
+            },
+            EventOp::Fork => Event::Fork {
+                parent: pid,
+                child: pid2,
+            },
+            EventOp::Exit => Event::Exit { pid },
         }))
     }
 }
+
+/// The v1 name of physical ops in messages (`Read`, `Write`...), the mnemonic of the others.
+fn op_name(op: EventOp) -> String {
+    match op {
+        EventOp::Read => "Read".into(),
+        EventOp::Write => "Write".into(),
+        EventOp::Fence => "Fence".into(),
+        EventOp::Flush => "Flush".into(),
+        other => other.to_string(),
+    }
+}
+
+/// Every record of a binary trace as an [`Event`] (see [`BinaryReader::events`]).
+pub struct BinaryEvents<R: Read>(BinaryReader<R>);
+
+impl<R: Read> BinaryEvents<R> {
+    pub fn header(&self) -> BinaryHeader {
+        self.0.header()
+    }
+}
+
+impl<R: Read> Iterator for BinaryEvents<R> {
+    type Item = Result<Event, TraceError>;
+    #[inline]
+    fn next(&mut self) -> Option<Self::Item> {
+        self.0.next_event()
+    }
+}
+
+impl<R: Read> std::iter::FusedIterator for BinaryEvents<R> {}
 
 impl<R: Read> std::iter::FusedIterator for BinaryReader<R> {}
 
@@ -547,12 +880,12 @@ mod tests {
     #[test]
     fn unsupported_version_is_named() {
         let mut bytes = encode(&[Record::read(0, 0)]);
-        bytes[8] = 2;
+        bytes[8] = 3;
         let e = decode(&bytes).unwrap_err();
         assert_eq!(e.kind(), ErrorKind::UnsupportedVersion);
         assert_eq!(
             e.to_string(),
-            "t.bin: byte offset 8: unsupported binary trace version 2 (this reader supports version 1)"
+            "t.bin: byte offset 8: unsupported binary trace version 3 (this reader supports versions 1 and 2)"
         );
     }
 

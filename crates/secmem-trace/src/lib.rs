@@ -4,6 +4,8 @@
 //!
 //! * [`binary`]: the versioned secmem binary format (fast, compact, optional data payloads);
 //! * [`text`]: the secmem text form (human-readable, same information);
+//! * [`event`]: version 2's OS-level records (process-tagged virtual loads and stores,
+//!   alloc, free, fork, exit), read with [`open_events`] and written with [`write_events`];
 //! * [`foreign`]: readers for Ramulator, DRAMSim3 and valgrind lackey traces;
 //! * [`generate`]: seeded synthetic workloads (sequential, random, stride, zipf).
 //!
@@ -13,6 +15,7 @@
 
 pub mod binary;
 pub mod error;
+pub mod event;
 pub mod foreign;
 pub mod generate;
 mod lines;
@@ -28,6 +31,7 @@ use std::str::FromStr;
 
 pub use binary::{BinaryHeader, BinaryReader, BinaryWriter};
 pub use error::{ErrorKind, Position, TraceError};
+pub use event::{Event, EventOp, PageSize, TraceKind};
 pub use foreign::{Dramsim3Reader, LackeyReader, RamulatorReader};
 pub use generate::{GenSpec, Generator, Pattern};
 pub use text::{TextReader, TextWriter};
@@ -327,6 +331,141 @@ pub fn reader_for<R: Read + Send + 'static>(
     })
 }
 
+/// A boxed stream of [`Event`]s.
+pub type EventIter = Box<dyn Iterator<Item = Result<Event, TraceError>> + Send>;
+
+/// An opened trace read as events: its format, what its header says, and the records.
+pub struct EventStream {
+    pub format: Format,
+    /// Version and OS-level flag of a secmem trace; version 0 for foreign formats.
+    pub kind: TraceKind,
+    pub events: EventIter,
+}
+
+/// Opens a trace as [`Event`]s, detecting its format. Foreign and version-1 traces yield only
+/// [`Event::Phys`].
+pub fn open_events(path: &Path) -> Result<EventStream, TraceError> {
+    let name = path_name(path);
+    let mut f = open_file(path)?;
+    let head = read_head(&mut f, &name)?;
+    let format = detect_head(&head, &name)?;
+    events_reader_for(Cursor::new(head).chain(f), name, format)
+}
+
+/// Opens a trace as [`Event`]s in the given format.
+pub fn open_events_as(path: &Path, format: Format) -> Result<EventStream, TraceError> {
+    events_reader_for(open_file(path)?, path_name(path), format)
+}
+
+/// What the header of the trace at `path` says (format detected); version 0 for foreign
+/// formats. Reads only the header.
+pub fn trace_kind(path: &Path) -> Result<TraceKind, TraceError> {
+    Ok(open_events(path)?.kind)
+}
+
+/// A boxed event reader of `format` over any byte source; errors name `name`.
+pub fn events_reader_for<R: Read + Send + 'static>(
+    inner: R,
+    name: String,
+    format: Format,
+) -> Result<EventStream, TraceError> {
+    let (kind, events): (TraceKind, EventIter) = match format {
+        Format::Binary => {
+            let r = BinaryReader::with_name(inner, name)?;
+            (r.header().kind(), Box::new(r.events()))
+        }
+        Format::Text => {
+            let r = TextReader::with_name(inner, name)?;
+            (r.kind(), Box::new(r.events()))
+        }
+        _ => {
+            let it = reader_for(inner, name, format)?;
+            let foreign = TraceKind {
+                version: 0,
+                os_level: false,
+            };
+            (foreign, Box::new(it.map(|r| r.map(Event::Phys))))
+        }
+    };
+    Ok(EventStream {
+        format,
+        kind,
+        events,
+    })
+}
+
+/// Writes `events` to `path` as a secmem trace of `format` (binary or text) and `kind`
+/// (version 1 or 2; OS records need `os_level`); stops at (and returns) the first error of
+/// the input. Returns the record count.
+pub fn write_events(
+    path: &Path,
+    format: Format,
+    kind: TraceKind,
+    events: impl IntoIterator<Item = Result<Event, TraceError>>,
+) -> Result<u64, TraceError> {
+    let name = path_name(path);
+    if !format.is_writable() {
+        return Err(TraceError::whole_file(
+            name,
+            ErrorKind::Format,
+            format!("cannot write {format} traces (writable formats: binary, text)"),
+        ));
+    }
+    let f = File::create(path).map_err(|e| TraceError::io(name.clone(), Position::File, e))?;
+    let mut w = EventWriter::new(f, name, format, kind)?;
+    for e in events {
+        w.write(&e?)?;
+    }
+    w.finish()
+}
+
+/// A writer of binary or text traces of any version, record by record.
+pub enum EventWriter<W: std::io::Write> {
+    Binary(BinaryWriter<W>),
+    Text(TextWriter<W>, u64),
+}
+
+impl<W: std::io::Write> EventWriter<W> {
+    /// Writes the header of `kind` in `format` (binary or text); `name` is used in errors.
+    pub fn new(inner: W, name: String, format: Format, kind: TraceKind) -> Result<Self, TraceError> {
+        match format {
+            Format::Binary => Ok(EventWriter::Binary(BinaryWriter::with_kind(inner, name, true, kind)?)),
+            Format::Text => Ok(EventWriter::Text(TextWriter::with_kind(inner, name, kind)?, 0)),
+            other => Err(TraceError::whole_file(
+                name,
+                ErrorKind::Format,
+                format!("cannot write {other} traces (writable formats: binary, text)"),
+            )),
+        }
+    }
+
+    pub fn write(&mut self, ev: &Event) -> Result<(), TraceError> {
+        match self {
+            EventWriter::Binary(w) => w.write_event(ev),
+            EventWriter::Text(w, n) => {
+                w.write_event(ev)?;
+                *n += 1;
+                Ok(())
+            }
+        }
+    }
+
+    /// Flushes; returns the number of records written.
+    pub fn finish(self) -> Result<u64, TraceError> {
+        match self {
+            EventWriter::Binary(w) => {
+                let n = w.records_written();
+                w.finish()?;
+                Ok(n)
+            }
+            EventWriter::Text(w, n) => {
+                w.finish()?;
+                Ok(n)
+            }
+        }
+    }
+}
+
 /// Writes `records` to `path` in `format` (binary or text); returns the record count.
 pub fn write(
     path: &Path,
@@ -373,18 +512,24 @@ pub fn write_results(
 }
 
 /// Converts a trace (format detected when `from` is `None`) into `to` (binary or text);
-/// returns the record count.
+/// returns the record count. A version-2 secmem trace stays version 2 (OS-level or not);
+/// version-1 and foreign traces are written as version 1.
 pub fn convert(
     input: &Path,
     from: Option<Format>,
     output: &Path,
     to: Format,
 ) -> Result<u64, TraceError> {
-    let reader = match from {
-        Some(f) => open_as(input, f)?,
-        None => open(input)?,
+    let stream = match from {
+        Some(f) => open_events_as(input, f)?,
+        None => open_events(input)?,
     };
-    write_results(output, to, reader)
+    let kind = if stream.kind.version == 2 {
+        stream.kind
+    } else {
+        TraceKind::V1
+    };
+    write_events(output, to, kind, stream.events)
 }
 
 /// Most distinct lines [`info`] tracks (about 1 GiB of hash set); beyond it, counting stops.
@@ -411,16 +556,64 @@ pub struct TraceInfo {
     pub total_instructions: u64,
     /// `distinct_lines * 64`.
     pub footprint_bytes: u64,
+    /// The OS records of an OS-level (version 2) trace; `None` for other traces.
+    pub os: Option<OsInfo>,
+}
+
+/// Summary of the OS records of an OS-level trace.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct OsInfo {
+    pub loads: u64,
+    pub stores: u64,
+    pub allocs: u64,
+    pub frees: u64,
+    pub forks: u64,
+    pub exits: u64,
+    pub wbnoinvds: u64,
+    pub roi_markers: u64,
+    /// Distinct pids named by any record.
+    pub processes: u64,
+    /// Bytes allocated with 4 KB pages and with 2 MB pages, and bytes freed.
+    pub alloc_bytes_4k: u64,
+    pub alloc_bytes_2m: u64,
+    pub free_bytes: u64,
+}
+
+impl OsInfo {
+    fn to_json(&self) -> String {
+        format!(
+            "{{\"loads\":{},\"stores\":{},\"allocs\":{},\"frees\":{},\"forks\":{},\"exits\":{},\
+             \"wbnoinvds\":{},\"roi_markers\":{},\"processes\":{},\"alloc_bytes_4k\":{},\
+             \"alloc_bytes_2m\":{},\"free_bytes\":{}}}",
+            self.loads,
+            self.stores,
+            self.allocs,
+            self.frees,
+            self.forks,
+            self.exits,
+            self.wbnoinvds,
+            self.roi_markers,
+            self.processes,
+            self.alloc_bytes_4k,
+            self.alloc_bytes_2m,
+            self.free_bytes
+        )
+    }
 }
 
 impl TraceInfo {
-    /// A JSON object with the fields above (`min_addr`/`max_addr` are `null` when absent).
+    /// A JSON object with the fields above (`min_addr`/`max_addr` are `null` when absent;
+    /// `os` only for OS-level traces).
     pub fn to_json(&self) -> String {
         let opt = |v: Option<u64>| v.map_or_else(|| "null".to_string(), |x| x.to_string());
+        let os = self
+            .os
+            .as_ref()
+            .map_or_else(String::new, |o| format!(",\"os\":{}", o.to_json()));
         format!(
             "{{\"records\":{},\"reads\":{},\"writes\":{},\"fences\":{},\"flushes\":{},\
              \"records_with_data\":{},\"distinct_lines\":{},\"distinct_lines_capped\":{},\
-             \"min_addr\":{},\"max_addr\":{},\"total_instructions\":{},\"footprint_bytes\":{}}}",
+             \"min_addr\":{},\"max_addr\":{},\"total_instructions\":{},\"footprint_bytes\":{}{os}}}",
             self.records,
             self.reads,
             self.writes,
@@ -473,12 +666,78 @@ fn info_capped<I>(records: I, cap: u64) -> Result<TraceInfo, TraceError>
 where
     I: IntoIterator<Item = Result<Record, TraceError>>,
 {
+    info_events_capped(records.into_iter().map(|r| r.map(Event::Phys)), false, cap)
+}
+
+/// Summarises a trace read as events (see [`open_events`]), stopping at its first error;
+/// `os_level` (the header's flag) adds the `os` block. The physical-record fields count
+/// [`Event::Phys`] records only; virtual loads and stores are in the `os` block.
+pub fn info_events<I>(events: I, os_level: bool) -> Result<TraceInfo, TraceError>
+where
+    I: IntoIterator<Item = Result<Event, TraceError>>,
+{
+    info_events_capped(events, os_level, DISTINCT_LINE_CAP)
+}
+
+fn info_events_capped<I>(events: I, os_level: bool, cap: u64) -> Result<TraceInfo, TraceError>
+where
+    I: IntoIterator<Item = Result<Event, TraceError>>,
+{
     let mut t = TraceInfo::default();
+    let mut os = OsInfo::default();
+    let mut pids: HashSet<u32> = HashSet::new();
     let mut lines: HashSet<u64, BuildHasherDefault<LineHasher>> = HashSet::default();
-    for r in records {
-        let r = r?;
+    for ev in events {
+        let ev = ev?;
         t.records += 1;
-        t.total_instructions = t.total_instructions.saturating_add(r.inst_gap as u64 + 1);
+        if ev.is_instruction() {
+            t.total_instructions = t
+                .total_instructions
+                .saturating_add(ev.inst_gap() as u64 + 1);
+        }
+        pids.extend(ev.pids());
+        let r = match ev {
+            Event::Phys(r) => r,
+            Event::Load { .. } => {
+                os.loads += 1;
+                continue;
+            }
+            Event::Store { data, .. } => {
+                os.stores += 1;
+                t.records_with_data += data.is_some() as u64;
+                continue;
+            }
+            Event::Alloc { length, page, .. } => {
+                os.allocs += 1;
+                let b = match page {
+                    PageSize::Small => &mut os.alloc_bytes_4k,
+                    PageSize::Huge => &mut os.alloc_bytes_2m,
+                };
+                *b = b.saturating_add(length);
+                continue;
+            }
+            Event::Free { length, .. } => {
+                os.frees += 1;
+                os.free_bytes = os.free_bytes.saturating_add(length);
+                continue;
+            }
+            Event::Fork { .. } => {
+                os.forks += 1;
+                continue;
+            }
+            Event::Exit { .. } => {
+                os.exits += 1;
+                continue;
+            }
+            Event::WbNoInvd => {
+                os.wbnoinvds += 1;
+                continue;
+            }
+            Event::RoiBegin => {
+                os.roi_markers += 1;
+                continue;
+            }
+        };
         if r.data.is_some() {
             t.records_with_data += 1;
         }
@@ -505,6 +764,10 @@ where
     }
     t.distinct_lines = lines.len() as u64;
     t.footprint_bytes = t.distinct_lines * 64;
+    if os_level {
+        os.processes = pids.len() as u64;
+        t.os = Some(os);
+    }
     Ok(t)
 }
 
@@ -729,6 +992,7 @@ mod tests {
                 max_addr: Some(0x10bc),
                 total_instructions: 6 + 3 + 2 + 1,
                 footprint_bytes: 256,
+                os: None,
             }
         );
         assert_eq!(

@@ -1,4 +1,4 @@
-//! The secmem text trace form, version 1 (grammar in `docs/trace-format.md`).
+//! The secmem text trace form, versions 1 and 2 (grammar in `docs/trace-format.md`).
 //!
 //! ```text
 //! # secmem-trace v1
@@ -8,17 +8,35 @@
 //! F 0x0 0 5
 //! FL 0x1040 64 0
 //! ```
+//!
+//! Version 2 (`# secmem-trace v2`, or `# secmem-trace v2 os` for an OS-level trace) keeps
+//! those lines and, in OS-level traces, adds `LD`, `ST`, `ALLOC`, `FREE`, `FORK`, `EXIT`,
+//! `WBNOINVD` and `ROI` (see [`crate::event`]).
 
 use std::io::{BufWriter, Read, Write};
 
 use crate::error::{quote, ErrorKind, Position, TraceError, MEMORY_NAME};
+use crate::event::{Event, EventOp, TraceKind, MAX_PID};
 use crate::lines::{parse_dec, parse_u64_auto, LineReader};
 use crate::{Op, Record};
 
 /// The exact first line of a version-1 text trace.
 pub const HEADER_LINE: &str = "# secmem-trace v1";
+/// The first line of a version-2 text trace of physical records.
+pub const HEADER_LINE_V2: &str = "# secmem-trace v2";
+/// The first line of a version-2 OS-level text trace.
+pub const HEADER_LINE_V2_OS: &str = "# secmem-trace v2 os";
 /// The prefix shared by header lines of every version.
 pub const HEADER_PREFIX: &str = "# secmem-trace";
+
+fn header_line(kind: TraceKind) -> Option<&'static str> {
+    match (kind.version, kind.os_level) {
+        (1, false) => Some(HEADER_LINE),
+        (2, false) => Some(HEADER_LINE_V2),
+        (2, true) => Some(HEADER_LINE_V2_OS),
+        _ => None,
+    }
+}
 
 /// The text mnemonic of an op: `R`, `W`, `F`, `FL`.
 pub fn mnemonic(op: Op) -> &'static str {
@@ -35,6 +53,7 @@ pub struct TextWriter<W: Write> {
     out: BufWriter<W>,
     name: String,
     line: u64,
+    kind: TraceKind,
 }
 
 impl<W: Write> TextWriter<W> {
@@ -45,14 +64,67 @@ impl<W: Write> TextWriter<W> {
 
     /// Writes the header line; `name` is used in errors.
     pub fn with_name(inner: W, name: impl Into<String>) -> Result<Self, TraceError> {
+        Self::with_kind(inner, name, TraceKind::V1)
+    }
+
+    /// Writes the header line of `kind` (v1, v2, or v2 OS-level); only an OS-level writer
+    /// accepts OS records.
+    pub fn with_kind(inner: W, name: impl Into<String>, kind: TraceKind) -> Result<Self, TraceError> {
+        let name = name.into();
+        let Some(header) = header_line(kind) else {
+            return Err(TraceError::at_line(
+                name,
+                1,
+                ErrorKind::UnsupportedVersion,
+                format!(
+                    "cannot write text trace version {}{} (versions 1 and 2; OS-level needs 2)",
+                    kind.version,
+                    if kind.os_level { " OS-level" } else { "" }
+                ),
+            ));
+        };
         let mut w = TextWriter {
             out: BufWriter::with_capacity(256 * 1024, inner),
-            name: name.into(),
+            name,
             line: 1,
+            kind,
         };
-        writeln!(w.out, "{HEADER_LINE}")
+        writeln!(w.out, "{header}")
             .map_err(|e| TraceError::io(w.name.clone(), Position::Line(1), e))?;
         Ok(w)
+    }
+
+    /// Appends one record line of any kind; OS records need an OS-level writer.
+    pub fn write_event(&mut self, ev: &Event) -> Result<(), TraceError> {
+        let line = self.line + 1;
+        let bad = |w: &Self, msg: String| {
+            Err(TraceError::at_line(w.name.clone(), line, ErrorKind::InvalidRecord, msg))
+        };
+        if let Err(m) = ev.validate() {
+            return bad(self, m);
+        }
+        let op = ev.op();
+        if op.is_os() && !self.kind.os_level {
+            return bad(
+                self,
+                format!("{op} record in a trace not written as OS-level ('{HEADER_LINE_V2_OS}')"),
+            );
+        }
+        let data = match ev {
+            Event::Phys(r) => return self.write(r),
+            Event::Store { data, .. } => data.as_ref(),
+            _ => None,
+        };
+        // `Display` of an event is exactly its text form without data.
+        let r = write!(self.out, "{ev}")
+            .and_then(|_| match data {
+                Some(d) => self.out.write_all(&hex_field(d)),
+                None => Ok(()),
+            })
+            .and_then(|_| self.out.write_all(b"\n"));
+        r.map_err(|e| TraceError::io(self.name.clone(), Position::Line(line), e))?;
+        self.line = line;
+        Ok(())
     }
 
     /// Appends one record line. Data is only allowed on writes.
@@ -78,15 +150,7 @@ impl<W: Write> TextWriter<W> {
             rec.inst_gap
         )
         .and_then(|_| match &rec.data {
-            Some(d) => {
-                let mut hex = [0u8; 129];
-                hex[0] = b' ';
-                for (i, b) in d.iter().enumerate() {
-                    hex[1 + 2 * i] = HEX[(b >> 4) as usize];
-                    hex[2 + 2 * i] = HEX[(b & 15) as usize];
-                }
-                self.out.write_all(&hex)
-            }
+            Some(d) => self.out.write_all(&hex_field(d)),
             None => Ok(()),
         })
         .and_then(|_| self.out.write_all(b"\n"));
@@ -109,6 +173,17 @@ impl<W: Write> TextWriter<W> {
 }
 
 const HEX: &[u8; 16] = b"0123456789abcdef";
+
+/// A space and the 128 lower-case hex digits of a data payload.
+fn hex_field(d: &[u8; 64]) -> [u8; 129] {
+    let mut hex = [0u8; 129];
+    hex[0] = b' ';
+    for (i, b) in d.iter().enumerate() {
+        hex[1 + 2 * i] = HEX[(b >> 4) as usize];
+        hex[2 + 2 * i] = HEX[(b & 15) as usize];
+    }
+    hex
+}
 
 fn hex_val(c: u8) -> Option<u8> {
     match c {
@@ -148,12 +223,14 @@ fn parse_data(tok: &str) -> Result<[u8; 64], String> {
     Ok(d)
 }
 
-/// Reads secmem text v1 traces as an iterator of records, with line numbers in errors.
+/// Reads secmem text v1 and v2 traces, with line numbers in errors. As an iterator it yields
+/// physical [`Record`]s; [`TextReader::events`] yields every record as an [`Event`].
 ///
 /// After the first error, iteration ends.
 pub struct TextReader<R: Read> {
     lines: LineReader<R>,
     done: bool,
+    kind: TraceKind,
 }
 
 impl<R: Read> TextReader<R> {
@@ -166,33 +243,53 @@ impl<R: Read> TextReader<R> {
     pub fn with_name(inner: R, name: impl Into<String>) -> Result<Self, TraceError> {
         let mut lines = LineReader::new(inner, name.into());
         let first = lines.next_line()?.map(|l| l.trim_end().to_string());
-        match first.as_deref() {
-            Some(HEADER_LINE) => Ok(TextReader { lines, done: false }),
+        let kind = match first.as_deref() {
+            Some(HEADER_LINE) => TraceKind::V1,
+            Some(HEADER_LINE_V2) => TraceKind {
+                version: 2,
+                os_level: false,
+            },
+            Some(HEADER_LINE_V2_OS) => TraceKind::V2_OS,
             Some(l) if l.starts_with(HEADER_PREFIX) => {
                 let v = l[HEADER_PREFIX.len()..].trim();
-                Err(lines.err(
+                return Err(lines.err(
                     ErrorKind::UnsupportedVersion,
                     format!(
-                        "unsupported text trace version '{}' (this reader supports v1)",
+                        "unsupported text trace version '{}' (this reader supports v1, v2 and v2 os)",
                         quote(v)
                     ),
-                ))
+                ));
             }
             _ => {
                 let line = lines.line_no.max(1);
-                Err(TraceError::at_line(
+                return Err(TraceError::at_line(
                     lines.name.clone(),
                     line,
                     ErrorKind::MissingHeader,
                     format!(
                         "missing header line '{HEADER_LINE}' (first line of a secmem text trace)"
                     ),
-                ))
+                ));
             }
-        }
+        };
+        Ok(TextReader {
+            lines,
+            done: false,
+            kind,
+        })
     }
 
-    fn parse(&mut self) -> Result<Option<Record>, TraceError> {
+    /// What the header line says (version, OS-level).
+    pub fn kind(&self) -> TraceKind {
+        self.kind
+    }
+
+    /// An iterator of [`Event`]s over the rest of the trace.
+    pub fn events(self) -> TextEvents<R> {
+        TextEvents(self)
+    }
+
+    fn parse(&mut self) -> Result<Option<Event>, TraceError> {
         loop {
             let line = match self.lines.next_line()? {
                 None => return Ok(None),
@@ -202,11 +299,184 @@ impl<R: Read> TextReader<R> {
             if t.is_empty() || t.starts_with('#') {
                 continue;
             }
-            return match parse_record(t) {
+            return match parse_event(t, self.kind) {
                 Ok(r) => Ok(Some(r)),
                 Err((kind, msg)) => Err(self.lines.err(kind, msg)),
             };
         }
+    }
+
+    /// The next record as an [`Event`].
+    pub fn next_event(&mut self) -> Option<Result<Event, TraceError>> {
+        if self.done {
+            return None;
+        }
+        match self.parse() {
+            Ok(Some(r)) => Some(Ok(r)),
+            Ok(None) => {
+                self.done = true;
+                None
+            }
+            Err(e) => {
+                self.done = true;
+                Some(Err(e))
+            }
+        }
+    }
+}
+
+type ParseError = (ErrorKind, String);
+
+/// Parses one record line of a trace of `kind`.
+fn parse_event(t: &str, kind: TraceKind) -> Result<Event, ParseError> {
+    let op_tok = t.split_ascii_whitespace().next().unwrap_or("");
+    let op = EventOp::from_mnemonic(op_tok).filter(|o| kind.version >= 2 || !o.is_os());
+    let Some(op) = op else {
+        let expected = if kind.version >= 2 {
+            "R, W, F, FL, WBNOINVD, ROI, LD, ST, ALLOC, FREE, FORK, EXIT"
+        } else {
+            "R, W, F, FL"
+        };
+        return Err((
+            ErrorKind::UnknownOp,
+            format!("unknown operation '{}' (expected {expected})", quote(op_tok)),
+        ));
+    };
+    if !op.is_os() {
+        return parse_record(t).map(Event::Phys);
+    }
+    if !kind.os_level {
+        return Err((
+            ErrorKind::InvalidRecord,
+            format!("{op} record in a trace whose header is not '{HEADER_LINE_V2_OS}'"),
+        ));
+    }
+    let mut f = Fields {
+        toks: t.split_ascii_whitespace().skip(1),
+        prev: op_tok,
+    };
+    let ev = match op {
+        EventOp::WbNoInvd => Event::WbNoInvd,
+        EventOp::RoiBegin => Event::RoiBegin,
+        EventOp::Load | EventOp::Store => {
+            let pid = f.pid("pid")?;
+            let vaddr = f.addr()?;
+            let size_bytes = f.num("size", u16::MAX as u64)? as u16;
+            let inst_gap = f.num("instruction gap", u32::MAX as u64)? as u32;
+            if op == EventOp::Load {
+                Event::Load {
+                    pid,
+                    vaddr,
+                    size_bytes,
+                    inst_gap,
+                }
+            } else {
+                let data = match f.toks.next() {
+                    None => None,
+                    Some(d) => Some(parse_data(d).map_err(|m| (ErrorKind::Syntax, m))?),
+                };
+                Event::Store {
+                    pid,
+                    vaddr,
+                    size_bytes,
+                    inst_gap,
+                    data,
+                }
+            }
+        }
+        EventOp::Alloc => {
+            let pid = f.pid("pid")?;
+            let vaddr = f.addr()?;
+            let length = f.num("length", u64::MAX)?;
+            let tok = f.next("page size")?;
+            let page = tok.parse().map_err(|m| (ErrorKind::Syntax, m))?;
+            Event::Alloc {
+                pid,
+                vaddr,
+                length,
+                page,
+            }
+        }
+        EventOp::Free => {
+            let pid = f.pid("pid")?;
+            let vaddr = f.addr()?;
+            let length = f.num("length", u64::MAX)?;
+            Event::Free { pid, vaddr, length }
+        }
+        EventOp::Fork => {
+            let parent = f.pid("parent pid")?;
+            let child = f.pid("child pid")?;
+            Event::Fork { parent, child }
+        }
+        EventOp::Exit => Event::Exit { pid: f.pid("pid")? },
+        _ => unreachable!("physical ops are parsed by parse_record"),
+    };
+    if let Some(extra) = f.toks.next() {
+        let msg = if op == EventOp::Load && extra.len() == 128 {
+            "data on a LD record (only ST records carry data)".to_string()
+        } else {
+            format!("unexpected extra field '{}'", quote(extra))
+        };
+        return Err((ErrorKind::Syntax, msg));
+    }
+    Ok(ev)
+}
+
+/// The fields of one OS record, each parsed with an error naming it.
+struct Fields<'a, I: Iterator<Item = &'a str>> {
+    toks: I,
+    /// The previous token, for "missing X after Y".
+    prev: &'a str,
+}
+
+impl<'a, I: Iterator<Item = &'a str>> Fields<'a, I> {
+    fn next(&mut self, what: &str) -> Result<&'a str, ParseError> {
+        let t = self.toks.next().ok_or_else(|| {
+            (
+                ErrorKind::Syntax,
+                format!("missing {what} after '{}'", quote(self.prev)),
+            )
+        })?;
+        self.prev = t;
+        Ok(t)
+    }
+
+    fn num(&mut self, what: &str, max: u64) -> Result<u64, ParseError> {
+        let t = self.next(what)?;
+        parse_dec(t).filter(|&v| v <= max).ok_or_else(|| {
+            (
+                ErrorKind::Syntax,
+                format!("bad {what} '{}' (expected decimal 0..={max})", quote(t)),
+            )
+        })
+    }
+
+    fn pid(&mut self, what: &str) -> Result<u32, ParseError> {
+        let t = self.next(what)?;
+        match parse_dec(t) {
+            Some(v) if v <= MAX_PID as u64 => Ok(v as u32),
+            Some(v) => Err((
+                ErrorKind::InvalidRecord,
+                format!("{what} {v} out of range (0..={MAX_PID})"),
+            )),
+            None => Err((
+                ErrorKind::Syntax,
+                format!("bad {what} '{}' (expected decimal 0..={MAX_PID})", quote(t)),
+            )),
+        }
+    }
+
+    fn addr(&mut self) -> Result<u64, ParseError> {
+        let t = self.next("address")?;
+        parse_u64_auto(t).ok_or_else(|| {
+            (
+                ErrorKind::Syntax,
+                format!(
+                    "bad address '{}' (expected 0x-prefixed hex or decimal, at most 64 bits)",
+                    quote(t)
+                ),
+            )
+        })
     }
 }
 
@@ -288,22 +558,41 @@ impl<R: Read> Iterator for TextReader<R> {
     type Item = Result<Record, TraceError>;
 
     fn next(&mut self) -> Option<Self::Item> {
-        if self.done {
-            return None;
-        }
-        match self.parse() {
-            Ok(Some(r)) => Some(Ok(r)),
-            Ok(None) => {
+        match self.next_event()? {
+            Ok(Event::Phys(r)) => Some(Ok(r)),
+            Ok(ev) => {
                 self.done = true;
-                None
+                Some(Err(self.lines.err(
+                    ErrorKind::InvalidRecord,
+                    format!(
+                        "{} record in a physical-record stream: this is an OS-level trace; read \
+                         it as events (`secmem run` drives the OS model with it)",
+                        ev.op()
+                    ),
+                )))
             }
-            Err(e) => {
-                self.done = true;
-                Some(Err(e))
-            }
+            Err(e) => Some(Err(e)),
         }
     }
 }
+
+/// Every record of a text trace as an [`Event`] (see [`TextReader::events`]).
+pub struct TextEvents<R: Read>(TextReader<R>);
+
+impl<R: Read> TextEvents<R> {
+    pub fn kind(&self) -> TraceKind {
+        self.0.kind
+    }
+}
+
+impl<R: Read> Iterator for TextEvents<R> {
+    type Item = Result<Event, TraceError>;
+    fn next(&mut self) -> Option<Self::Item> {
+        self.0.next_event()
+    }
+}
+
+impl<R: Read> std::iter::FusedIterator for TextEvents<R> {}
 
 impl<R: Read> std::iter::FusedIterator for TextReader<R> {}
 
@@ -399,11 +688,11 @@ mod tests {
 
     #[test]
     fn other_header_versions_are_rejected_by_name() {
-        let e = decode("# secmem-trace v2\nR 0x0 64 0\n").unwrap_err();
+        let e = decode("# secmem-trace v3\nR 0x0 64 0\n").unwrap_err();
         assert_eq!(e.kind(), ErrorKind::UnsupportedVersion);
         assert_eq!(
             e.to_string(),
-            "trace.txt:1: unsupported text trace version 'v2' (this reader supports v1)"
+            "trace.txt:1: unsupported text trace version 'v3' (this reader supports v1, v2 and v2 os)"
         );
     }
 

@@ -1,0 +1,287 @@
+//! Driving the OS memory model (`crate::os`) with OS-level trace records (trace format v2):
+//! process-tagged virtual loads and stores, `alloc`, `free`, `fork`, `exit`, `wbnoinvd` and the
+//! region-of-interest marker. The CoW workloads (`crate::cow_workloads`) emit the same records
+//! and run through this driver too, so a workload run directly and the same workload written
+//! as a trace and replayed take one code path.
+//!
+//! Pids are the trace's own numbers (0..=`MAX_PID`): pid 0 exists from the start, every other
+//! process from the `fork` that names it, until its `exit` (after which the number may be
+//! reused, as Linux does). The driver maps them to the model's processes, and checks each
+//! request before the model acts (unknown pid, unmapped address, overlapping allocation, a
+//! free that would split a huge page), so errors speak of the trace's pids and addresses.
+//!
+//! Statistics cover the region of interest: from the `roi` record (or after
+//! `run.warmup_requests` trace records, or from the start) to the end.
+
+use crate::config::Config;
+use crate::engine::{RecordError, Snapshot};
+use crate::os::{Os, OsError, OsStats, PageSize};
+use crate::report;
+use crate::run::SimError;
+use rustc_hash::FxHashMap;
+use secmem_core::error::ConfigError;
+use secmem_media::TrafficClass;
+use secmem_trace::{Event, TraceError};
+use serde_json::{json, Value};
+use std::time::Instant;
+
+/// Counters at the start of the region of interest.
+struct Warm {
+    snap: Snapshot,
+    extra: Vec<(&'static str, f64)>,
+    os: OsStats,
+}
+
+/// What the region of interest measured.
+pub struct Measured {
+    pub roi: Snapshot,
+    /// The design's counters over the region (rates recomputed from the differences).
+    pub extra: Vec<(&'static str, f64)>,
+    /// The OS model's counters over the region, and the write amplification (JSON object).
+    pub os: Value,
+    /// Memory writes of data lines (data and design classes) over the region.
+    pub data_line_writes: u64,
+    /// Stores of the trace in the region (the lines the program itself wrote).
+    pub logical_line_writes: u64,
+    /// Accesses sent through the engine (workload and kernel), whole run.
+    pub engine_records: u64,
+}
+
+/// The OS model plus the trace's pid table.
+pub struct OsDriver {
+    pub os: Os,
+    pids: FxHashMap<u32, usize>,
+    functional: bool,
+    warm: Warm,
+    /// Index of the `roi` record, once seen.
+    roi_at: Option<u64>,
+    stores_in_roi: u64,
+    /// Records applied so far.
+    applied: u64,
+}
+
+fn to_os_page(p: secmem_trace::PageSize) -> PageSize {
+    match p {
+        secmem_trace::PageSize::Small => PageSize::Small,
+        secmem_trace::PageSize::Huge => PageSize::Huge,
+    }
+}
+
+fn err(m: impl Into<String>) -> OsError { OsError(m.into()) }
+
+impl OsDriver {
+    /// A fresh OS (process 0, nothing mapped) over a fresh engine for `cfg`.
+    pub fn new(cfg: &Config) -> Result<OsDriver, OsError> {
+        let os = Os::new(cfg)?;
+        let warm = Warm { snap: os.engine.snapshot(), extra: os.engine.design.extra_stats(), os: os.stats.clone() };
+        let mut pids = FxHashMap::default();
+        pids.insert(0, 0);
+        Ok(OsDriver { os, pids, functional: cfg.run.functional, warm, roi_at: None, stores_in_roi: 0, applied: 0 })
+    }
+
+    /// Statistics start now.
+    pub fn start_roi(&mut self) {
+        self.warm = Warm { snap: self.os.engine.snapshot(), extra: self.os.engine.design.extra_stats(), os: self.os.stats.clone() };
+        self.stores_in_roi = 0;
+    }
+
+    fn pid(&self, pid: u32) -> Result<usize, OsError> {
+        self.pids.get(&pid).copied().ok_or_else(|| {
+            let mut live: Vec<u32> = self.pids.keys().copied().collect();
+            live.sort_unstable();
+            let live: Vec<String> = live.iter().map(|p| p.to_string()).collect();
+            err(format!("unknown pid {pid} (live: {}; a process exists from the FORK that names it, pid 0 from the start)", if live.is_empty() { "none".into() } else { live.join(", ") }))
+        })
+    }
+
+    /// A load or store must fall in one 64 B line of a mapped page.
+    fn check_access(&self, pid: u32, p: usize, vaddr: u64, size: u16) -> Result<(), OsError> {
+        let size = size.max(1) as u64;
+        if vaddr % 64 + size > 64 {
+            return Err(err(format!("access of {size} bytes at {vaddr:#x} crosses a 64-byte line (OS-level loads and stores stay within one line)")));
+        }
+        if self.os.page_of(p, vaddr).is_none() {
+            return Err(err(format!("pid {pid}: virtual address {vaddr:#x} is not mapped (no ALLOC covers it)")));
+        }
+        Ok(())
+    }
+
+    /// Applies one record. Errors say what is wrong with it; callers add the record index.
+    pub fn apply(&mut self, ev: &Event) -> Result<(), OsError> {
+        let index = self.applied;
+        self.applied += 1;
+        match *ev {
+            Event::Phys(ref r) => {
+                // A physical access (a device or the kernel, bypassing translation).
+                self.os.engine.step(r, index)?;
+            }
+            Event::Load { pid, vaddr, size_bytes, inst_gap } => {
+                let p = self.pid(pid)?;
+                self.check_access(pid, p, vaddr, size_bytes)?;
+                self.os.inst_gap = inst_gap;
+                self.os.load(p, vaddr)?;
+            }
+            Event::Store { pid, vaddr, size_bytes, inst_gap, data } => {
+                let p = self.pid(pid)?;
+                self.check_access(pid, p, vaddr, size_bytes)?;
+                self.os.inst_gap = inst_gap;
+                // Counting mode moves no bytes: a payload would be ignored downstream anyway.
+                self.os.store(p, vaddr, data.filter(|_| self.functional))?;
+                self.stores_in_roi += 1;
+            }
+            Event::Alloc { pid, vaddr, length, page } => {
+                let p = self.pid(pid)?;
+                let pb = page.bytes();
+                if length == 0 || vaddr % pb != 0 || length % pb != 0 {
+                    return Err(err(format!("address {vaddr:#x} and length {length} must be non-zero multiples of the {} page", page.name())));
+                }
+                if vaddr.checked_add(length).is_none() {
+                    return Err(err(format!("range {vaddr:#x} + {length} wraps around the address space")));
+                }
+                // Every 4 KB page of the range must be free (a huge page would hide small ones).
+                let mut v = vaddr;
+                while v < vaddr + length {
+                    if let Some((key, size)) = self.os.page_of(p, v) {
+                        return Err(err(format!("pid {pid}: {v:#x} is already mapped (a {} page at {key:#x})", if size == PageSize::Huge { "2m" } else { "4k" })));
+                    }
+                    v += 4096;
+                }
+                self.os.alloc(p, vaddr, length, to_os_page(page))?;
+            }
+            Event::Free { pid, vaddr, length } => {
+                let p = self.pid(pid)?;
+                if length == 0 || vaddr % 4096 != 0 || length % 4096 != 0 || vaddr.checked_add(length).is_none() {
+                    return Err(err(format!("address {vaddr:#x} and length {length} must be non-zero multiples of 4096")));
+                }
+                let end = vaddr + length;
+                let mut v = vaddr;
+                while v < end {
+                    let Some((key, size)) = self.os.page_of(p, v) else {
+                        return Err(err(format!("pid {pid}: virtual address {v:#x} is not mapped")));
+                    };
+                    let next = key + size.bytes();
+                    if key < vaddr || next > end {
+                        return Err(err(format!("pid {pid}: the range would split the 2 MB page at {key:#x} (freeing part of a huge page is not modelled)")));
+                    }
+                    v = next;
+                }
+                self.os.free(p, vaddr, length)?;
+            }
+            Event::Fork { parent, child } => {
+                let p = self.pid(parent)?;
+                if self.pids.contains_key(&child) {
+                    return Err(err(format!("child pid {child} is already live")));
+                }
+                let c = self.os.fork(p)?;
+                self.pids.insert(child, c);
+            }
+            Event::Exit { pid } => {
+                let p = self.pid(pid)?;
+                self.os.exit(p)?;
+                self.pids.remove(&pid);
+            }
+            Event::WbNoInvd => {
+                self.os.engine.flush_hierarchy()?;
+            }
+            Event::RoiBegin => {
+                if let Some(at) = self.roi_at {
+                    return Err(err(format!("a second ROI record (the region of interest began at record {at})")));
+                }
+                self.roi_at = Some(index);
+                // What came before is fast-forwarded: the measured region starts with the
+                // device idle, so it does not pay for the earlier phase's queued writes (the
+                // data set's write-back before a fork).
+                self.os.engine.quiesce();
+                self.start_roi();
+            }
+        }
+        Ok(())
+    }
+
+    /// Index of the `roi` record, if one was applied.
+    pub fn roi_record(&self) -> Option<u64> { self.roi_at }
+
+    /// Lets the last misses complete and measures the region of interest.
+    pub fn finish(&mut self) -> Measured {
+        self.os.engine.settle();
+        let end = self.os.engine.snapshot();
+        let roi = end.since(&self.warm.snap);
+        let end_extra = self.os.engine.design.extra_stats();
+        let mut extra: Vec<(&'static str, f64)> = end_extra.iter().zip(self.warm.extra.iter()).map(|((k, v), (_, w))| (*k, v - w)).collect();
+        let get = |x: &[(&'static str, f64)], k: &str| x.iter().find(|e| e.0 == k).map_or(0.0, |e| e.1);
+        let ovf = get(&extra, "cow_overflows");
+        let (hits, misses) = (get(&extra, "cow_cache_hits"), get(&extra, "cow_cache_misses"));
+        for e in extra.iter_mut() {
+            match e.0 {
+                "overflows_per_million_writes" => e.1 = if roi.core.memory_writes_issued == 0 { 0.0 } else { ovf * 1e6 / roi.core.memory_writes_issued as f64 },
+                "cow_cache_miss_rate" => e.1 = if hits + misses == 0.0 { 0.0 } else { misses / (hits + misses) },
+                _ => {}
+            }
+        }
+        let w = &roi.media.writes_by_class;
+        let data_line_writes = w[TrafficClass::Data as usize] + w[TrafficClass::Design as usize];
+        let (a, b) = (&self.os.stats, &self.warm.os);
+        let os = json!({
+            "zero_faults": a.zero_faults - b.zero_faults, "cow_faults": a.cow_faults - b.cow_faults,
+            "reuse_faults": a.reuse_faults - b.reuse_faults, "kernel_lines": a.kernel_lines - b.kernel_lines,
+            "page_commands": a.page_commands - b.page_commands,
+            "materialize_commands": a.materialize_commands - b.materialize_commands,
+        });
+        Measured { roi, extra, os, data_line_writes, logical_line_writes: self.stores_in_roi, engine_records: self.os.records() }
+    }
+}
+
+impl Measured {
+    /// Data lines written to memory per line the program stored (Lelantus Fig. 2).
+    pub fn write_amplification(&self) -> f64 {
+        if self.logical_line_writes == 0 { 0.0 } else { self.data_line_writes as f64 / self.logical_line_writes as f64 }
+    }
+}
+
+/// Runs an OS-level trace through the OS model; the usual report plus an `os` block (the OS
+/// model's counters over the region of interest, logical and data line writes, write
+/// amplification). Errors name the trace and the record index.
+pub fn run_events(cfg: &Config, events: impl Iterator<Item = Result<Event, TraceError>>, trace_name: &str) -> Result<Value, SimError> {
+    if cfg.run.trace_level != crate::config::TraceLevel::Core {
+        return Err(SimError::Config(ConfigError::new("run.trace_level", "an OS-level trace drives the OS model through the cache hierarchy: it needs run.trace_level = \"core\"")));
+    }
+    let start = Instant::now();
+    let mut d = OsDriver::new(cfg).map_err(|e| SimError::Config(ConfigError::new("pcm.capacity_gib", e.0)))?;
+    let warmup = cfg.run.warmup_requests;
+    let limit = if cfg.run.max_requests == 0 { u64::MAX } else { cfg.run.max_requests };
+    let mut n = 0u64;
+    for ev in events {
+        if n == limit {
+            break;
+        }
+        let ev = ev?;
+        let fail = |message: String| SimError::Record { trace: trace_name.to_string(), error: RecordError { index: n, message, integrity: None } };
+        if warmup > 0 && ev == Event::RoiBegin {
+            return Err(fail(format!("{ev}: the trace marks its region of interest and run.warmup_requests = {warmup} sets another; use one")));
+        }
+        d.apply(&ev).map_err(|e| fail(format!("{ev}: {e}")))?;
+        n += 1;
+        if n == warmup {
+            d.start_roi();
+        }
+    }
+    let m = d.finish();
+    let wall = start.elapsed().as_secs_f64();
+    let stats = report::stats(cfg, &m.roi, &m.extra);
+    let meta = report::meta(cfg, trace_name.to_string(), cfg.run.functional, n, wall);
+    let mut rep = report::report(cfg, &meta, stats);
+    let mut os = m.os.clone();
+    os["roi_record"] = json!(d.roi_record());
+    os["logical_line_writes"] = json!(m.logical_line_writes);
+    os["data_line_writes"] = json!(m.data_line_writes);
+    os["write_amplification"] = json!(m.write_amplification());
+    os["engine_records"] = json!(m.engine_records);
+    rep["os"] = os;
+    if let Some(f) = d.os.engine.mc.func.as_ref() {
+        rep["meta"]["event_log_hash"] = json!(format!("{:016x}", f.event_log_digest()));
+        if let Some(v) = &f.reuse_violation {
+            return Err(SimError::Integrity { trace: trace_name.to_string(), message: v.to_string() });
+        }
+    }
+    Ok(rep)
+}
