@@ -191,7 +191,13 @@ impl SetAssocCache {
             use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T0};
             let set = self.set_of(line);
             let base = set * self.ways;
-            _mm_prefetch(self.tags.as_ptr().add(base) as *const i8, _MM_HINT_T0);
+            // Every host cache line of the set's tags (a 16-way set spans two).
+            let tags = self.tags.as_ptr().add(base) as *const i8;
+            let mut off = 0;
+            while off < self.ways * 8 {
+                _mm_prefetch(tags.add(off), _MM_HINT_T0);
+                off += 64;
+            }
             // The recency links and the set's head/tail, which the hit or fill will update.
             _mm_prefetch(self.next.as_ptr().add(base) as *const i8, _MM_HINT_T0);
             _mm_prefetch(self.prev.as_ptr().add(base) as *const i8, _MM_HINT_T0);
@@ -200,6 +206,16 @@ impl SetAssocCache {
         }
         #[cfg(not(target_arch = "x86_64"))]
         let _ = line;
+    }
+
+    /// The line a fill into `line`'s set would evict now, with its dirty bit (exact for LRU
+    /// and FIFO, the usual victim for random replacement), or None if that way is empty. A
+    /// host look-ahead uses it to prefetch the state the eviction will touch.
+    #[inline]
+    pub fn next_victim(&self, line: u64) -> Option<(u64, bool)> {
+        let set = self.set_of(line);
+        let t = self.tags[set * self.ways + self.tail[set] as usize];
+        (t != INVALID).then_some((t & !DIRTY, t & DIRTY != 0))
     }
 
     #[inline]

@@ -117,25 +117,14 @@ pub struct CounterStore {
     pub minor_bits: u32,
 }
 
-/// A boxed slice of counter blocks obtained from `alloc_zeroed`.
-struct ZeroedBlocks(Box<[CounterBlock]>);
+/// `n` counter blocks in zeroed, lazily committed host memory (all-zero bytes are a valid
+/// block: major 0, minors 0).
+struct ZeroedBlocks(crate::hostmem::ZeroedSlice<CounterBlock>);
 
 impl ZeroedBlocks {
     fn new(n: usize) -> ZeroedBlocks {
-        if n == 0 {
-            return ZeroedBlocks(Box::new([]));
-        }
-        let layout = std::alloc::Layout::array::<CounterBlock>(n).expect("counter array size overflows");
-        // SAFETY: CounterBlock is plain integers, for which all-zero bytes are a valid value
-        // (major 0, minors 0); the pointer comes from the global allocator with the layout of
-        // exactly `n` blocks, which is what Box<[CounterBlock]> frees with.
-        unsafe {
-            let ptr = std::alloc::alloc_zeroed(layout) as *mut CounterBlock;
-            if ptr.is_null() {
-                std::alloc::handle_alloc_error(layout);
-            }
-            ZeroedBlocks(Box::from_raw(std::ptr::slice_from_raw_parts_mut(ptr, n)))
-        }
+        // SAFETY: CounterBlock is plain integers, for which all-zero bytes are a valid value.
+        ZeroedBlocks(unsafe { crate::hostmem::ZeroedSlice::new(n) })
     }
 }
 
@@ -172,7 +161,12 @@ impl CounterStore {
         #[cfg(target_arch = "x86_64")]
         if let Some(b) = self.blocks.0.get(page_of_line(line) as usize) {
             // SAFETY: prefetch of a valid reference has no effect on program state.
-            unsafe { std::arch::x86_64::_mm_prefetch(b as *const CounterBlock as *const i8, std::arch::x86_64::_MM_HINT_T0) }
+            // A 72-byte block spans two host cache lines.
+            unsafe {
+                let p = b as *const CounterBlock as *const i8;
+                std::arch::x86_64::_mm_prefetch(p, std::arch::x86_64::_MM_HINT_T0);
+                std::arch::x86_64::_mm_prefetch(p.add(std::mem::size_of::<CounterBlock>() - 1), std::arch::x86_64::_MM_HINT_T0);
+            }
         }
         #[cfg(not(target_arch = "x86_64"))]
         let _ = line;

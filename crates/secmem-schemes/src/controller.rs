@@ -299,6 +299,28 @@ impl SecureMc {
         self.media.access(MemRequest { addr, kind: AccessKind::Write, class, issue: at })
     }
 
+    // ---------------------------------------------------------------- host look-ahead
+
+    /// Hints the host CPU to bring in the metadata-cache sets a read of data `line` looks up
+    /// first (its counter block's and its MAC block's). Changes no simulated state.
+    #[inline]
+    pub fn prefetch_read_metadata(&self, line: u64) {
+        if line < self.layout.counter_blocks * LINES_PER_PAGE {
+            self.counter_cache.prefetch(self.layout.counter_addr(page_of_line(line)) >> LINE_SHIFT);
+            self.mac_cache.prefetch(self.layout.mac_addr(line).0 >> LINE_SHIFT);
+        }
+    }
+
+    /// As [`prefetch_read_metadata`](Self::prefetch_read_metadata), for a write of `line`:
+    /// also its counter in the counter store.
+    #[inline]
+    pub fn prefetch_write_metadata(&self, line: u64) {
+        if line < self.layout.counter_blocks * LINES_PER_PAGE {
+            self.prefetch_read_metadata(line);
+            self.counters.prefetch_line(line);
+        }
+    }
+
     // ---------------------------------------------------------------- metadata blocks
 
     #[inline]

@@ -429,10 +429,45 @@ impl Engine {
     pub fn prefetch(&self, rec: &Record) {
         if matches!(rec.op, Op::Read | Op::Write) {
             let line = rec.addr >> LINE_SHIFT;
+            if self.memory_level {
+                // The record itself goes to the controller: a write bumps its counter.
+                if rec.op == Op::Write {
+                    self.mc.counters.prefetch_line(line);
+                }
+                return;
+            }
             self.hier.l2.prefetch(line);
             self.hier.llc.prefetch(line);
-            if rec.op == Op::Write && line < self.mc.counters.pages() * 64 {
-                self.mc.counters.prefetch_line(line);
+        }
+    }
+
+    /// Second look-ahead stage, a few records before `rec` runs (after [`prefetch`](Self::prefetch)
+    /// brought its sets in): predicts the lines its fills will evict from the L2 and the LLC
+    /// (each set's next victim) and prefetches what those evictions touch — the LLC set a
+    /// dirty L2 victim is written into; the upper-level sets an LLC victim is
+    /// back-invalidated from, its counter block and its counter and MAC cache sets (its
+    /// write-back); and the metadata-cache sets a read of the record's line looks up.
+    /// Changes no simulated state; a wrong guess costs one useless host prefetch.
+    #[inline]
+    pub fn prefetch_late(&self, rec: &Record) {
+        if self.memory_level || !matches!(rec.op, Op::Read | Op::Write) {
+            return;
+        }
+        let line = rec.addr >> LINE_SHIFT;
+        if let Some((v2, true)) = self.hier.l2.next_victim(line) {
+            self.hier.llc.prefetch(v2);
+        }
+        let secure = self.mc.p.secure;
+        if secure {
+            self.mc.prefetch_read_metadata(line);
+        }
+        if let Some((v3, _)) = self.hier.llc.next_victim(line) {
+            if self.hier.inclusive {
+                self.hier.l2.prefetch(v3);
+                self.hier.l1.prefetch(v3);
+            }
+            if secure {
+                self.mc.prefetch_write_metadata(v3);
             }
         }
     }
