@@ -144,6 +144,8 @@ pub struct Engine {
     pub on_persist: Option<PersistHook>,
     /// Records are memory-controller requests (no cache hierarchy).
     memory_level: bool,
+    /// Page of the record last given to `prefetch_late` (host look-ahead only).
+    prefetch_page: std::cell::Cell<u64>,
 }
 
 /// An idle device sized for the config: the DIMM holds the data and, above it, the security
@@ -216,6 +218,7 @@ impl Engine {
             failure: None,
             on_persist: None,
             memory_level: cfg.run.trace_level == TraceLevel::Memory,
+            prefetch_page: std::cell::Cell::new(u64::MAX),
             cfg: cfg.clone(),
         })
     }
@@ -454,6 +457,11 @@ impl Engine {
             return;
         }
         let line = rec.addr >> LINE_SHIFT;
+        // Records in the page of the previous one (sequential traffic) find everything in
+        // the host caches already, and the hardware prefetcher follows their victims.
+        if self.prefetch_page.replace(line >> 6) == line >> 6 {
+            return;
+        }
         if let Some((v2, true)) = self.hier.l2.next_victim(line) {
             self.hier.llc.prefetch(v2);
         }
