@@ -424,7 +424,7 @@ impl SetAssocCache {
 
     /// Fills `line` (which must be absent) and returns its slot and the victim, if a valid line
     /// had to leave.
-    #[inline]
+    #[inline(always)]
     pub fn fill(&mut self, line: u64, dirty: bool) -> (usize, Option<Victim>) {
         debug_assert!(self.find(line).is_none(), "fill of a line already present");
         let set = self.set_of(line);

@@ -488,6 +488,7 @@ impl SecureMc {
         t
     }
 
+    #[inline(always)]
     fn fill_meta(&mut self, kind: MetaKind, key: u64, dirty: bool, payload: Option<[u8; 64]>) {
         let cache = self.cache_of(kind);
         let (slot, victim) = cache.fill(key, dirty);
