@@ -608,20 +608,19 @@ impl ReadQueue {
     /// [`enter`](Self::enter) when the entry at the cursor is busy.
     #[inline(never)]
     fn enter_slow(&mut self, t: u64) -> (RqSlot, u64) {
-        let (first, index) = self.done.min();
-        if first <= t {
-            // Some entry is free: the remaining probes pick it if they see a free one first.
-            let mut i = self.next(self.cursor);
-            for _ in 1..RQ_PROBES.min(self.entries) {
-                if self.done.get(i) <= t {
-                    self.cursor = self.next(i);
-                    return (RqSlot { index: i, stalled: false }, t);
-                }
-                i = self.next(i);
+        // The remaining probes take the first free entry they see. (Any free entry means
+        // some entry is free, so they may run before the minimum is known.)
+        let mut i = self.next(self.cursor);
+        for _ in 1..RQ_PROBES.min(self.entries) {
+            if self.done.get(i) <= t {
+                self.cursor = self.next(i);
+                return (RqSlot { index: i, stalled: false }, t);
             }
+            i = self.next(i);
         }
-        // Otherwise (in particular whenever the queue is full: every probe would fail) the
-        // entry that frees first.
+        // Otherwise (in particular whenever the queue is full: every probe fails) the entry
+        // that frees first.
+        let (first, index) = self.done.min();
         self.cursor = self.next(index);
         (RqSlot { index, stalled: first > t }, first.max(t))
     }
