@@ -350,7 +350,14 @@ impl SecureMc {
     }
 
     /// Takes a block back from the write-back buffer, if it is there (refilled dirty).
+    #[inline(always)]
     fn reclaim(&mut self, kind: MetaKind, key: u64) -> bool {
+        // Between operations the buffer is empty; a miss then costs no call.
+        !self.evictions.is_empty() && self.reclaim_buffered(kind, key)
+    }
+
+    #[inline(never)]
+    fn reclaim_buffered(&mut self, kind: MetaKind, key: u64) -> bool {
         let Some(i) = self.evictions.iter().position(|e| e.key == key) else { return false };
         let e = self.evictions.swap_remove(i);
         debug_assert_eq!(e.kind, kind);
