@@ -273,13 +273,28 @@ impl Engine {
     #[inline]
     fn add_outstanding(&mut self, done: Cycle) {
         if self.outstanding.len() >= self.mlp {
+            // One branch-free pass drops the misses completed by now (keeping the others in
+            // order) and finds the earliest completion. Only the multiset of completions
+            // matters (the stall waits for the earliest, the end of the run for the latest).
             let now = self.now;
-            self.outstanding.retain(|&c| c > now);
-            if self.outstanding.len() >= self.mlp {
-                let (i, &earliest) = self.outstanding.iter().enumerate().min_by_key(|(_, c)| **c).unwrap();
+            let v = &mut self.outstanding;
+            let (mut kept, mut earliest, mut at) = (0, Cycle(u64::MAX), 0);
+            for j in 0..v.len() {
+                let c = v[j];
+                let lower = c < earliest;
+                earliest = if lower { c } else { earliest };
+                at = if lower { j } else { at };
+                v[kept] = c;
+                kept += usize::from(c > now);
+            }
+            if kept >= self.mlp {
+                // Every slot still busy: wait for the earliest (nothing was dropped, so `at`
+                // indexes it).
                 self.stats.mlp_stall_cycles += (earliest - self.now).0;
                 self.now = earliest;
-                self.outstanding.swap_remove(i);
+                v.swap_remove(at);
+            } else {
+                v.truncate(kept);
             }
         }
         self.outstanding.push(done);
