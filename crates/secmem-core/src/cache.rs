@@ -470,6 +470,7 @@ impl SetAssocCache {
     }
 
     /// Removes `line` if present; returns whether it was dirty (and its slot for reading data).
+    #[inline(always)]
     pub fn invalidate(&mut self, line: u64) -> Option<(bool, usize)> {
         let slot = self.find(line)?;
         let d = self.tags[slot] & DIRTY != 0;
