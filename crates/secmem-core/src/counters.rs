@@ -117,14 +117,25 @@ pub struct CounterStore {
     pub minor_bits: u32,
 }
 
-/// `n` counter blocks in zeroed, lazily committed host memory (all-zero bytes are a valid
-/// block: major 0, minors 0).
-struct ZeroedBlocks(crate::hostmem::ZeroedSlice<CounterBlock>);
+/// A boxed slice of counter blocks obtained from `alloc_zeroed`.
+struct ZeroedBlocks(Box<[CounterBlock]>);
 
 impl ZeroedBlocks {
     fn new(n: usize) -> ZeroedBlocks {
-        // SAFETY: CounterBlock is plain integers, for which all-zero bytes are a valid value.
-        ZeroedBlocks(unsafe { crate::hostmem::ZeroedSlice::new(n) })
+        if n == 0 {
+            return ZeroedBlocks(Box::new([]));
+        }
+        let layout = std::alloc::Layout::array::<CounterBlock>(n).expect("counter array size overflows");
+        // SAFETY: CounterBlock is plain integers, for which all-zero bytes are a valid value
+        // (major 0, minors 0); the pointer comes from the global allocator with the layout of
+        // exactly `n` blocks, which is what Box<[CounterBlock]> frees with.
+        unsafe {
+            let ptr = std::alloc::alloc_zeroed(layout) as *mut CounterBlock;
+            if ptr.is_null() {
+                std::alloc::handle_alloc_error(layout);
+            }
+            ZeroedBlocks(Box::from_raw(std::ptr::slice_from_raw_parts_mut(ptr, n)))
+        }
     }
 }
 
