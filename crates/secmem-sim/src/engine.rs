@@ -144,8 +144,9 @@ pub struct Engine {
     pub on_persist: Option<PersistHook>,
     /// Records are memory-controller requests (no cache hierarchy).
     memory_level: bool,
-    /// Page of the record last given to `prefetch_late` (host look-ahead only).
+    /// Page of the record last given to `prefetch_late` / `prefetch` (host look-ahead only).
     prefetch_page: std::cell::Cell<u64>,
+    prefetch_page_early: std::cell::Cell<u64>,
 }
 
 /// An idle device sized for the config: the DIMM holds the data and, above it, the security
@@ -219,6 +220,7 @@ impl Engine {
             on_persist: None,
             memory_level: cfg.run.trace_level == TraceLevel::Memory,
             prefetch_page: std::cell::Cell::new(u64::MAX),
+            prefetch_page_early: std::cell::Cell::new(u64::MAX),
             cfg: cfg.clone(),
         })
     }
@@ -452,6 +454,11 @@ impl Engine {
                 if rec.op == Op::Write {
                     self.mc.counters.prefetch_line(line);
                 }
+                return;
+            }
+            // A record in the page of the previous one (sequential traffic) touches the sets
+            // next to its predecessor's, which the hardware prefetcher follows.
+            if self.prefetch_page_early.replace(line >> 6) == line >> 6 {
                 return;
             }
             self.hier.l2.prefetch(line);
