@@ -104,14 +104,15 @@ pub struct SetAssocCache {
     set_mask: Option<u64>,
     /// `tags[set * ways + way]` = line index | DIRTY, or INVALID.
     tags: Vec<u64>,
-    /// Recency order of each set as a doubly linked list of ways (u16 links; `ways` <= 65535):
-    /// the head is the most recently used (LRU) or filled (FIFO) way, the tail the next
-    /// victim. Empty ways are kept at the tail, so a fill takes the tail in O(1) whatever the
-    /// associativity, and a hit moves its way to the head in O(1).
-    next: Vec<u16>,
-    prev: Vec<u16>,
-    head: Vec<u16>,
-    tail: Vec<u16>,
+    /// Per slot, when `ways` is a multiple of 8: a one-byte fingerprint of its line
+    /// ([`fingerprint`]), 0 if empty, so that a lookup compares eight ways per word and reads
+    /// only the tags whose fingerprint matches. Empty otherwise.
+    fps: Vec<u8>,
+    /// Recency order of each set: a list of its ways whose head is the most recently used
+    /// (LRU) or filled (FIFO) way and whose tail is the next victim. Empty ways are kept at
+    /// the tail, so a fill takes the tail whatever the associativity, and a hit moves its way
+    /// to the head.
+    order: Order,
     rng_state: u64,
     replacement: Replacement,
     data: Option<Vec<[u8; 64]>>,
@@ -119,6 +120,162 @@ pub struct SetAssocCache {
 }
 
 const NIL: u16 = u16::MAX;
+
+/// The recency lists of every set, in one of two exact representations of the same list.
+#[derive(Clone)]
+enum Order {
+    /// Up to 16 ways: each set's list in one word, as 4-bit way numbers from the head (bits
+    /// 0..4) to the tail (nibble `ways - 1`); unused nibbles above hold 0xF. Moving a way is
+    /// a few word operations, and a set's whole order is 8 bytes.
+    Packed { words: Vec<u64>, ways: u32 },
+    /// More ways: a doubly linked list of ways per set (u16 links; `ways` <= 65535), O(1) per
+    /// move.
+    Linked { next: Vec<u16>, prev: Vec<u16>, head: Vec<u16>, tail: Vec<u16> },
+}
+
+const NIBBLE_ONES: u64 = 0x1111_1111_1111_1111;
+const BYTE_ONES: u64 = 0x0101_0101_0101_0101;
+
+/// A line's one-byte fingerprint: seven bits of a multiplicative hash, top bit set (never 0,
+/// the empty way's).
+#[inline(always)]
+fn fingerprint(line: u64) -> u8 { ((line.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 57) as u8) | 0x80 }
+
+/// Mask of nibbles `0..n` (n <= 16).
+#[inline(always)]
+fn nibbles_below(n: u32) -> u64 { (!0u64).checked_shl(4 * n).map_or(!0, |m| !m) }
+
+/// Position (from the head) of way `w` in a packed list; `w` must be in it.
+#[inline(always)]
+fn packed_pos(word: u64, w: u32) -> u32 {
+    let x = word ^ (w as u64).wrapping_mul(NIBBLE_ONES);
+    // The lowest zero nibble of x is exact (borrows only create false positives above it).
+    let z = x.wrapping_sub(NIBBLE_ONES) & !x & (NIBBLE_ONES << 3);
+    z.trailing_zeros() / 4
+}
+
+impl Order {
+    fn new(sets: usize, ways: usize) -> Order { Self::with_packing(sets, ways, ways <= 16) }
+
+    fn with_packing(sets: usize, ways: usize, packed: bool) -> Order {
+        if packed {
+            assert!(ways <= 16, "a packed order holds at most 16 ways");
+            // Head = way ways-1 ... tail = way 0, so ways fill 0, 1, 2, ...
+            let mut word = 0u64;
+            for k in 0..16u32 {
+                let nib = if (k as usize) < ways { (ways - 1 - k as usize) as u64 } else { 0xF };
+                word |= nib << (4 * k);
+            }
+            return Order::Packed { words: vec![word; sets], ways: ways as u32 };
+        }
+        let n = sets * ways;
+        let mut next = vec![NIL; n];
+        let mut prev = vec![NIL; n];
+        for set in 0..sets {
+            let base = set * ways;
+            for w in 0..ways {
+                // head = ways-1 ... tail = 0; next points towards the tail.
+                next[base + w] = if w == 0 { NIL } else { (w - 1) as u16 };
+                prev[base + w] = if w + 1 == ways { NIL } else { (w + 1) as u16 };
+            }
+        }
+        Order::Linked { next, prev, head: vec![(ways - 1) as u16; sets], tail: vec![0; sets] }
+    }
+
+    /// The tail (next victim) of `set`.
+    #[inline(always)]
+    fn tail(&self, set: usize) -> usize {
+        match self {
+            Order::Packed { words, ways } => ((words[set] >> (4 * (ways - 1))) & 0xF) as usize,
+            Order::Linked { tail, .. } => tail[set] as usize,
+        }
+    }
+
+    /// Moves way `w` of `set` (`base` = its first slot) to the head.
+    #[inline(always)]
+    fn to_head(&mut self, set: usize, base: usize, w: u16) {
+        match self {
+            Order::Packed { words, .. } => {
+                let word = words[set];
+                let p = packed_pos(word, w as u32);
+                let below = nibbles_below(p);
+                let above = !nibbles_below(p + 1);
+                words[set] = (word & above) | ((word & below) << 4) | w as u64;
+            }
+            Order::Linked { next, prev, head, tail } => {
+                if head[set] != w {
+                    Self::unlink(next, prev, head, tail, set, base, w);
+                    let h = head[set];
+                    prev[base + w as usize] = NIL;
+                    next[base + w as usize] = h;
+                    if h == NIL { tail[set] = w } else { prev[base + h as usize] = w }
+                    head[set] = w;
+                }
+            }
+        }
+    }
+
+    /// Moves the tail way `w` of `set` to the head (a fill).
+    #[inline(always)]
+    fn tail_to_head(&mut self, set: usize, base: usize, w: u16) {
+        match self {
+            Order::Packed { words, ways } => {
+                let word = words[set];
+                let list = nibbles_below(*ways);
+                words[set] = (word & !list) | ((word << 4) & list) | w as u64;
+            }
+            Order::Linked { .. } => self.to_head(set, base, w),
+        }
+    }
+
+    /// Moves way `w` of `set` to the tail (an invalidation: the empty way is the next victim).
+    #[inline]
+    fn to_tail(&mut self, set: usize, base: usize, w: u16) {
+        match self {
+            Order::Packed { words, ways } => {
+                let word = words[set];
+                let p = packed_pos(word, w as u32);
+                let t = *ways - 1;
+                let mid = (word & nibbles_below(t + 1) & !nibbles_below(p + 1)) >> 4;
+                words[set] = (word & nibbles_below(p)) | mid | ((w as u64) << (4 * t)) | (word & !nibbles_below(t + 1));
+            }
+            Order::Linked { next, prev, head, tail } => {
+                Self::unlink(next, prev, head, tail, set, base, w);
+                let t = tail[set];
+                next[base + w as usize] = NIL;
+                prev[base + w as usize] = t;
+                if t == NIL { head[set] = w } else { next[base + t as usize] = w }
+                tail[set] = w;
+            }
+        }
+    }
+
+    #[inline(always)]
+    fn unlink(next: &mut [u16], prev: &mut [u16], head: &mut [u16], tail: &mut [u16], set: usize, base: usize, w: u16) {
+        let (p, n) = (prev[base + w as usize], next[base + w as usize]);
+        if p == NIL { head[set] = n } else { next[base + p as usize] = n }
+        if n == NIL { tail[set] = p } else { prev[base + n as usize] = p }
+    }
+
+    /// Hints the host CPU to fetch `set`'s order.
+    #[cfg(target_arch = "x86_64")]
+    #[inline(always)]
+    fn prefetch(&self, set: usize, base: usize) {
+        use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T0};
+        // SAFETY: prefetching an in-bounds address has no effect on program state.
+        unsafe {
+            match self {
+                Order::Packed { words, .. } => _mm_prefetch(words.as_ptr().add(set) as *const i8, _MM_HINT_T0),
+                Order::Linked { next, prev, head, tail } => {
+                    _mm_prefetch(next.as_ptr().add(base) as *const i8, _MM_HINT_T0);
+                    _mm_prefetch(prev.as_ptr().add(base) as *const i8, _MM_HINT_T0);
+                    _mm_prefetch(head.as_ptr().add(set) as *const i8, _MM_HINT_T0);
+                    _mm_prefetch(tail.as_ptr().add(set) as *const i8, _MM_HINT_T0);
+                }
+            }
+        }
+    }
+}
 
 impl SetAssocCache {
     /// Builds a cache; the config must have passed `validate`.
@@ -130,26 +287,13 @@ impl SetAssocCache {
     pub fn with_geometry(sets: u64, ways: usize, replacement: Replacement) -> Self {
         assert!(ways >= 1 && ways < NIL as usize, "associativity must be 1..65535");
         let n = sets as usize * ways;
-        // Initial order per set: way 0 at the tail, so ways fill 0, 1, 2, ...
-        let mut next = vec![NIL; n];
-        let mut prev = vec![NIL; n];
-        for set in 0..sets as usize {
-            let base = set * ways;
-            for w in 0..ways {
-                // head = ways-1 ... tail = 0; next points towards the tail.
-                next[base + w] = if w == 0 { NIL } else { (w - 1) as u16 };
-                prev[base + w] = if w + 1 == ways { NIL } else { (w + 1) as u16 };
-            }
-        }
         SetAssocCache {
             ways,
             sets,
             set_mask: sets.is_power_of_two().then(|| sets - 1),
             tags: vec![INVALID; n],
-            next,
-            prev,
-            head: vec![(ways - 1) as u16; sets as usize],
-            tail: vec![0; sets as usize],
+            fps: if ways.is_multiple_of(8) { vec![0; n] } else { Vec::new() },
+            order: Order::new(sets as usize, ways),
             rng_state: 0x9E37_79B9_7F4A_7C15,
             replacement,
             data: None,
@@ -176,10 +320,38 @@ impl SetAssocCache {
         }
     }
 
-    #[inline]
+    #[inline(always)]
     fn find(&self, line: u64) -> Option<usize> {
         let base = self.set_of(line) * self.ways;
-        self.tags[base..base + self.ways].iter().position(|&t| t & !DIRTY == line).map(|w| base + w)
+        self.way_of(base, line).map(|w| base + w)
+    }
+
+    /// The way of the set starting at slot `base` that holds `line`. Common associativities
+    /// compare every way without branches (a hit's way is unpredictable); a line is in at
+    /// most one way, so this is the first match.
+    #[inline(always)]
+    fn way_of(&self, base: usize, line: u64) -> Option<usize> {
+        if self.fps.is_empty() {
+            return self.tags[base..base + self.ways].iter().position(|&t| t & !DIRTY == line);
+        }
+        // Eight fingerprints per word: a zero byte of `x` is a candidate way. The lowest zero
+        // byte is always found, borrows may add false candidates above it; every candidate's
+        // tag is checked, so the result is exact.
+        let probe = (fingerprint(line) as u64).wrapping_mul(BYTE_ONES);
+        let fps = &self.fps[base..base + self.ways];
+        let tags = &self.tags[base..base + self.ways];
+        for (chunk, word) in fps.chunks_exact(8).enumerate() {
+            let x = u64::from_le_bytes(word.try_into().expect("8 bytes")) ^ probe;
+            let mut m = x.wrapping_sub(BYTE_ONES) & !x & (BYTE_ONES << 7);
+            while m != 0 {
+                let w = chunk * 8 + (m.trailing_zeros() / 8) as usize;
+                if tags[w] & !DIRTY == line {
+                    return Some(w);
+                }
+                m &= m - 1;
+            }
+        }
+        None
     }
 
     /// Hints the host CPU to bring `line`'s set into its caches (trace look-ahead).
@@ -191,51 +363,36 @@ impl SetAssocCache {
             use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T0};
             let set = self.set_of(line);
             let base = set * self.ways;
-            _mm_prefetch(self.tags.as_ptr().add(base) as *const i8, _MM_HINT_T0);
-            // The recency links and the set's head/tail, which the hit or fill will update.
-            _mm_prefetch(self.next.as_ptr().add(base) as *const i8, _MM_HINT_T0);
-            _mm_prefetch(self.prev.as_ptr().add(base) as *const i8, _MM_HINT_T0);
-            _mm_prefetch(self.head.as_ptr().add(set) as *const i8, _MM_HINT_T0);
-            _mm_prefetch(self.tail.as_ptr().add(set) as *const i8, _MM_HINT_T0);
+            if !self.fps.is_empty() {
+                _mm_prefetch(self.fps.as_ptr().add(base) as *const i8, _MM_HINT_T0);
+            }
+            // Every host cache line of the set's tags (a 16-way set spans two).
+            let tags = self.tags.as_ptr().add(base) as *const i8;
+            let mut off = 0;
+            while off < self.ways * 8 {
+                _mm_prefetch(tags.add(off), _MM_HINT_T0);
+                off += 64;
+            }
+            // The recency order, which the hit or fill will update.
+            self.order.prefetch(set, base);
         }
         #[cfg(not(target_arch = "x86_64"))]
         let _ = line;
     }
 
+    /// The line a fill into `line`'s set would evict now, with its dirty bit (exact for LRU
+    /// and FIFO, the usual victim for random replacement), or None if that way is empty. A
+    /// host look-ahead uses it to prefetch the state the eviction will touch.
     #[inline]
-    fn unlink(&mut self, set: usize, base: usize, w: u16) {
-        let (p, n) = (self.prev[base + w as usize], self.next[base + w as usize]);
-        if p == NIL { self.head[set] = n } else { self.next[base + p as usize] = n }
-        if n == NIL { self.tail[set] = p } else { self.prev[base + n as usize] = p }
-    }
-
-    #[inline]
-    fn push_head(&mut self, set: usize, base: usize, w: u16) {
-        let h = self.head[set];
-        self.prev[base + w as usize] = NIL;
-        self.next[base + w as usize] = h;
-        if h == NIL { self.tail[set] = w } else { self.prev[base + h as usize] = w }
-        self.head[set] = w;
-    }
-
-    #[inline]
-    fn push_tail(&mut self, set: usize, base: usize, w: u16) {
-        let t = self.tail[set];
-        self.next[base + w as usize] = NIL;
-        self.prev[base + w as usize] = t;
-        if t == NIL { self.head[set] = w } else { self.next[base + t as usize] = w }
-        self.tail[set] = w;
+    pub fn next_victim(&self, line: u64) -> Option<(u64, bool)> {
+        let set = self.set_of(line);
+        let t = self.tags[set * self.ways + self.order.tail(set)];
+        (t != INVALID).then_some((t & !DIRTY, t & DIRTY != 0))
     }
 
     /// Moves way `w` of `set` to the most-recent end of the set.
     #[inline]
-    fn touch(&mut self, set: usize, w: u16) {
-        if self.head[set] != w {
-            let base = set * self.ways;
-            self.unlink(set, base, w);
-            self.push_head(set, base, w);
-        }
-    }
+    fn touch(&mut self, set: usize, w: u16) { self.order.to_head(set, set * self.ways, w) }
 
     /// Looks up `line` without changing any state.
     #[inline]
@@ -243,11 +400,11 @@ impl SetAssocCache {
 
     /// Looks up `line`; on a hit updates replacement state, sets dirty if `write`, counts a hit.
     /// On a miss counts a miss and changes nothing else (the caller decides whether to fill).
-    #[inline]
+    #[inline(always)]
     pub fn lookup(&mut self, line: u64, write: bool) -> Option<usize> {
         let set = self.set_of(line);
         let base = set * self.ways;
-        match self.tags[base..base + self.ways].iter().position(|&t| t & !DIRTY == line) {
+        match self.way_of(base, line) {
             Some(w) => {
                 self.stats.hits += 1;
                 if self.replacement == Replacement::Lru {
@@ -267,12 +424,12 @@ impl SetAssocCache {
 
     /// Fills `line` (which must be absent) and returns its slot and the victim, if a valid line
     /// had to leave.
-    #[inline]
+    #[inline(always)]
     pub fn fill(&mut self, line: u64, dirty: bool) -> (usize, Option<Victim>) {
         debug_assert!(self.find(line).is_none(), "fill of a line already present");
         let set = self.set_of(line);
         let base = set * self.ways;
-        let tail = self.tail[set] as usize;
+        let tail = self.order.tail(set);
         let way = match self.replacement {
             // Empty ways sit at the tail, so the tail is the right victim for both.
             Replacement::Lru | Replacement::Fifo => tail,
@@ -301,20 +458,30 @@ impl SetAssocCache {
             Victim { line: old & !DIRTY, dirty, slot }
         });
         self.tags[slot] = if dirty { line | DIRTY } else { line };
-        self.touch(set, way as u16);
+        if let Some(f) = self.fps.get_mut(slot) {
+            *f = fingerprint(line);
+        }
+        if way == tail {
+            self.order.tail_to_head(set, base, way as u16);
+        } else {
+            self.touch(set, way as u16);
+        }
         (slot, victim)
     }
 
     /// Removes `line` if present; returns whether it was dirty (and its slot for reading data).
+    #[inline(always)]
     pub fn invalidate(&mut self, line: u64) -> Option<(bool, usize)> {
         let slot = self.find(line)?;
         let d = self.tags[slot] & DIRTY != 0;
         self.tags[slot] = INVALID;
+        if let Some(f) = self.fps.get_mut(slot) {
+            *f = 0;
+        }
         // An empty way is the next victim.
         let set = slot / self.ways;
         let base = set * self.ways;
-        self.unlink(set, base, (slot - base) as u16);
-        self.push_tail(set, base, (slot - base) as u16);
+        self.order.to_tail(set, base, (slot - base) as u16);
         Some((d, slot))
     }
 
@@ -349,10 +516,8 @@ impl SetAssocCache {
     pub fn clear(&mut self) {
         let fresh = Self::with_geometry(self.sets, self.ways, self.replacement);
         self.tags = fresh.tags;
-        self.next = fresh.next;
-        self.prev = fresh.prev;
-        self.head = fresh.head;
-        self.tail = fresh.tail;
+        self.fps = fresh.fps;
+        self.order = fresh.order;
     }
 }
 
@@ -459,6 +624,47 @@ mod tests {
         assert_eq!(c.valid_lines().count(), 0);
         let (slot, v) = c.fill(4, false);
         assert_eq!((slot, v), (0, None));
+    }
+
+    proptest::proptest! {
+        /// The packed recency order (<= 16 ways) is the linked one, operation by operation.
+        #[test]
+        fn packed_and_linked_orders_choose_the_same_victims(
+            ways in proptest::sample::select(vec![1usize, 2, 3, 4, 5, 7, 8, 8, 16, 16]),
+            sets in 1u64..4,
+            repl in 0u8..3,
+            ops in proptest::collection::vec((0u8..4, 0u64..64), 1..400),
+        ) {
+            let r = [Replacement::Lru, Replacement::Fifo, Replacement::Random][repl as usize];
+            let packed = SetAssocCache::with_geometry(sets, ways, r);
+            let mut linked = packed.clone();
+            linked.order = Order::with_packing(sets as usize, ways, false);
+            let mut packed = packed;
+            let is_packed = matches!(packed.order, Order::Packed { .. });
+            proptest::prop_assert!(is_packed);
+            for (op, line) in ops {
+                match op {
+                    0 | 1 => proptest::prop_assert_eq!(packed.lookup(line, op == 1), linked.lookup(line, op == 1)),
+                    2 => {
+                        if packed.probe(line).is_none() {
+                            proptest::prop_assert_eq!(packed.fill(line, line % 3 == 0), linked.fill(line, line % 3 == 0));
+                        }
+                    }
+                    _ => proptest::prop_assert_eq!(packed.invalidate(line), linked.invalidate(line)),
+                }
+                for set in 0..sets as usize {
+                    proptest::prop_assert_eq!(packed.order.tail(set), linked.order.tail(set));
+                }
+                proptest::prop_assert_eq!(packed.next_victim(line), linked.next_victim(line));
+            }
+            proptest::prop_assert_eq!(&packed.tags, &linked.tags);
+            // Fingerprint lookups (ways a multiple of 8) find exactly what a scan of the tags does.
+            for line in 0..64u64 {
+                let base = packed.set_of(line) * ways;
+                let naive = packed.tags[base..base + ways].iter().position(|&t| t & !DIRTY == line).map(|w| base + w);
+                proptest::prop_assert_eq!(packed.probe(line), naive);
+            }
+        }
     }
 
     #[test]

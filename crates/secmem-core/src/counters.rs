@@ -114,35 +114,37 @@ impl CounterBlock {
 pub struct CounterStore {
     blocks: ZeroedBlocks,
     touched: u64,
+    /// Per huge-page region of the array: blocks written for the first time, or
+    /// `COLLAPSED`. Host memory only (see `first_touch`).
+    region_touches: Vec<u32>,
     pub minor_bits: u32,
 }
 
-/// A boxed slice of counter blocks obtained from `alloc_zeroed`.
-struct ZeroedBlocks(Box<[CounterBlock]>);
+/// `n` counter blocks in zeroed, lazily committed host memory (see [`crate::hostmem`]).
+struct ZeroedBlocks(crate::hostmem::ZeroedSlice<CounterBlock>);
 
 impl ZeroedBlocks {
     fn new(n: usize) -> ZeroedBlocks {
-        if n == 0 {
-            return ZeroedBlocks(Box::new([]));
-        }
-        let layout = std::alloc::Layout::array::<CounterBlock>(n).expect("counter array size overflows");
         // SAFETY: CounterBlock is plain integers, for which all-zero bytes are a valid value
-        // (major 0, minors 0); the pointer comes from the global allocator with the layout of
-        // exactly `n` blocks, which is what Box<[CounterBlock]> frees with.
-        unsafe {
-            let ptr = std::alloc::alloc_zeroed(layout) as *mut CounterBlock;
-            if ptr.is_null() {
-                std::alloc::handle_alloc_error(layout);
-            }
-            ZeroedBlocks(Box::from_raw(std::ptr::slice_from_raw_parts_mut(ptr, n)))
-        }
+        // (major 0, minors 0), and needs no drop.
+        ZeroedBlocks(unsafe { crate::hostmem::ZeroedSlice::new(n) })
     }
 }
+
+/// Blocks in one huge-page region of the array (the last one may hold fewer).
+const BLOCKS_PER_REGION: u64 = (crate::hostmem::HUGE_BYTES / std::mem::size_of::<CounterBlock>()) as u64;
+/// A region is offered for collapsing into a huge page each time another sixteenth of its
+/// blocks has been written for the first time.
+const COLLAPSE_STEP: u32 = (BLOCKS_PER_REGION / 16) as u32;
+/// `region_touches` value of a region already collapsed.
+const COLLAPSED: u32 = u32::MAX;
 
 impl CounterStore {
     /// Counters for `pages` pages, all zero.
     pub fn new(minor_bits: u32, pages: u64) -> Self {
-        CounterStore { blocks: ZeroedBlocks::new(pages as usize), touched: 0, minor_bits }
+        let blocks = ZeroedBlocks::new(pages as usize);
+        let regions = if blocks.0.is_mapped() { pages.div_ceil(BLOCKS_PER_REGION) as usize + 1 } else { 0 };
+        CounterStore { blocks, touched: 0, region_touches: vec![0; regions], minor_bits }
     }
 
     /// The counter block of `page`.
@@ -159,11 +161,31 @@ impl CounterStore {
     #[inline]
     pub fn bump_line(&mut self, line: u64) -> Bump {
         let bits = self.minor_bits;
-        let b = &mut self.blocks.0[page_of_line(line) as usize];
+        let page = page_of_line(line) as usize;
+        let b = &mut self.blocks.0[page];
         if b.major == 0 && b.minors == [0; 64] {
             self.touched += 1;
+            self.first_touch(page);
         }
-        b.bump(line_in_page(line), bits)
+        self.blocks.0[page].bump(line_in_page(line), bits)
+    }
+
+    /// Host memory only: once a sixteenth, an eighth, ... of a huge-page region's blocks have
+    /// been written, offers the region for collapsing into a huge page, which happens only
+    /// when it is almost entirely resident already (dense random traffic) — so TLB misses
+    /// drop without making a sparse store dense.
+    #[cold]
+    #[inline(never)]
+    fn first_touch(&mut self, page: usize) {
+        let region = page * std::mem::size_of::<CounterBlock>() / crate::hostmem::HUGE_BYTES;
+        let Some(n) = self.region_touches.get_mut(region) else { return };
+        if *n == COLLAPSED {
+            return;
+        }
+        *n += 1;
+        if (*n).is_multiple_of(COLLAPSE_STEP) && self.blocks.0.collapse_if_resident(page) {
+            *n = COLLAPSED;
+        }
     }
 
     /// Hints the host CPU to bring `line`'s counter block into its caches (trace look-ahead).
@@ -172,7 +194,12 @@ impl CounterStore {
         #[cfg(target_arch = "x86_64")]
         if let Some(b) = self.blocks.0.get(page_of_line(line) as usize) {
             // SAFETY: prefetch of a valid reference has no effect on program state.
-            unsafe { std::arch::x86_64::_mm_prefetch(b as *const CounterBlock as *const i8, std::arch::x86_64::_MM_HINT_T0) }
+            // A 72-byte block spans two host cache lines.
+            unsafe {
+                let p = b as *const CounterBlock as *const i8;
+                std::arch::x86_64::_mm_prefetch(p, std::arch::x86_64::_MM_HINT_T0);
+                std::arch::x86_64::_mm_prefetch(p.add(std::mem::size_of::<CounterBlock>() - 1), std::arch::x86_64::_MM_HINT_T0);
+            }
         }
         #[cfg(not(target_arch = "x86_64"))]
         let _ = line;

@@ -9,12 +9,14 @@
 //! * [`counters`] — split counters (major + 64 minors per 4 KB page).
 //! * [`tree`] — Bonsai Merkle Tree geometry and the NVM region layout.
 //! * [`stats`] — latency histograms with percentiles; counters subtract for warm-up removal.
+//! * [`hostmem`] — zeroed, lazily committed host arrays (huge pages where dense).
 //! * [`error`] — the typed configuration error that names the field.
 
 pub mod addr;
 pub mod cache;
 pub mod counters;
 pub mod error;
+pub mod hostmem;
 pub mod schema;
 pub mod stats;
 pub mod time;

@@ -130,7 +130,13 @@ impl SecureLayout {
     /// Device address of the MAC block holding data `line`'s MAC, and the MAC's slot in it.
     #[inline]
     pub fn mac_addr(&self, line: u64) -> (u64, usize) {
-        (self.mac_base + (line / self.macs_per_block) * LINE_BYTES, (line % self.macs_per_block) as usize)
+        let m = self.macs_per_block;
+        if m.is_power_of_two() {
+            // 8 or 64 per block (64- or 8-bit MACs): shift and mask rather than divide.
+            (self.mac_base + (line >> m.trailing_zeros()) * LINE_BYTES, (line & (m - 1)) as usize)
+        } else {
+            (self.mac_base + (line / m) * LINE_BYTES, (line % m) as usize)
+        }
     }
     /// Metadata bytes as a fraction of data bytes.
     pub fn overhead(&self) -> f64 { (self.end - self.data_bytes) as f64 / self.data_bytes as f64 }

@@ -452,7 +452,7 @@ struct GroupMin {
     /// Padded to whole groups with `u64::MAX` (never below a real value, and after it on
     /// ties).
     vals: Vec<u64>,
-    /// Per group, `(minimum, its first index within the group)` unless stale.
+    /// Per group, `(minimum, the first index holding it)` unless stale.
     groups: Vec<(u64, u32)>,
     /// Bit `g % 64` set: groups `g`, `g + 64`, ... may be stale. One word, so marking a
     /// group costs a shift and an OR (queues of more than 512 entries rescan a few extra
@@ -480,7 +480,7 @@ impl GroupMin {
         let groups = n.div_ceil(GROUP).max(1);
         GroupMin {
             vals: vec![u64::MAX; groups * GROUP],
-            groups: vec![(u64::MAX, 0); groups],
+            groups: (0..groups).map(|g| (u64::MAX, (g * GROUP) as u32)).collect(),
             stale: 0,
         }
     }
@@ -500,7 +500,7 @@ impl GroupMin {
     fn lower(&mut self, i: usize, v: u64) {
         debug_assert!(v <= self.vals[i]);
         self.vals[i] = v;
-        let (g, k) = (i / GROUP, (i % GROUP) as u32);
+        let (g, k) = (i / GROUP, i as u32);
         let (m, at) = self.groups[g];
         if v < m || (v == m && k < at) {
             self.groups[g] = (v, k);
@@ -517,7 +517,8 @@ impl GroupMin {
     #[inline]
     fn rescan(&mut self, g: usize) {
         let chunk = self.vals.chunks_exact(GROUP).nth(g).expect("group");
-        self.groups[g] = group_argmin(chunk.try_into().expect("a whole group"));
+        let (m, at) = group_argmin(chunk.try_into().expect("a whole group"));
+        self.groups[g] = (m, (g * GROUP) as u32 + at);
     }
 
     /// `(smallest value, lowest index holding it)`.
@@ -526,15 +527,23 @@ impl GroupMin {
         if self.stale != 0 {
             self.rescan_stale();
         }
-        let (mut best, mut at) = self.groups[0];
-        let mut group = 0;
-        for (g, &(v, i)) in self.groups.iter().enumerate().skip(1) {
-            let lower = v < best;
-            best = select_unpredictable(lower, v, best);
-            at = select_unpredictable(lower, i, at);
-            group = select_unpredictable(lower, g, group);
+        // Groups hold global indices, and an earlier group wins ties: the lowest index.
+        #[inline(always)]
+        fn argmin(groups: &[(u64, u32)]) -> (u64, u32) {
+            let (mut best, mut at) = groups[0];
+            for &(v, i) in &groups[1..] {
+                let lower = v < best;
+                best = select_unpredictable(lower, v, best);
+                at = select_unpredictable(lower, i, at);
+            }
+            (best, at)
         }
-        (best, group * GROUP + at as usize)
+        // The default 64-entry read queue: eight groups, unrolled.
+        let (best, at) = match <&[(u64, u32); 8]>::try_from(&self.groups[..]) {
+            Ok(g8) => argmin(g8),
+            Err(_) => argmin(&self.groups),
+        };
+        (best, at as usize)
     }
 
     fn rescan_stale(&mut self) {
@@ -599,20 +608,19 @@ impl ReadQueue {
     /// [`enter`](Self::enter) when the entry at the cursor is busy.
     #[inline(never)]
     fn enter_slow(&mut self, t: u64) -> (RqSlot, u64) {
-        let (first, index) = self.done.min();
-        if first <= t {
-            // Some entry is free: the remaining probes pick it if they see a free one first.
-            let mut i = self.next(self.cursor);
-            for _ in 1..RQ_PROBES.min(self.entries) {
-                if self.done.get(i) <= t {
-                    self.cursor = self.next(i);
-                    return (RqSlot { index: i, stalled: false }, t);
-                }
-                i = self.next(i);
+        // The remaining probes take the first free entry they see. (Any free entry means
+        // some entry is free, so they may run before the minimum is known.)
+        let mut i = self.next(self.cursor);
+        for _ in 1..RQ_PROBES.min(self.entries) {
+            if self.done.get(i) <= t {
+                self.cursor = self.next(i);
+                return (RqSlot { index: i, stalled: false }, t);
             }
+            i = self.next(i);
         }
-        // Otherwise (in particular whenever the queue is full: every probe would fail) the
-        // entry that frees first.
+        // Otherwise (in particular whenever the queue is full: every probe fails) the entry
+        // that frees first.
+        let (first, index) = self.done.min();
         self.cursor = self.next(index);
         (RqSlot { index, stalled: first > t }, first.max(t))
     }

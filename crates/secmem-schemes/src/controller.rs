@@ -299,6 +299,28 @@ impl SecureMc {
         self.media.access(MemRequest { addr, kind: AccessKind::Write, class, issue: at })
     }
 
+    // ---------------------------------------------------------------- host look-ahead
+
+    /// Hints the host CPU to bring in the metadata-cache sets a read of data `line` looks up
+    /// first (its counter block's and its MAC block's). Changes no simulated state.
+    #[inline]
+    pub fn prefetch_read_metadata(&self, line: u64) {
+        if line < self.layout.counter_blocks * LINES_PER_PAGE {
+            self.counter_cache.prefetch(self.layout.counter_addr(page_of_line(line)) >> LINE_SHIFT);
+            self.mac_cache.prefetch(self.layout.mac_addr(line).0 >> LINE_SHIFT);
+        }
+    }
+
+    /// As [`prefetch_read_metadata`](Self::prefetch_read_metadata), for a write of `line`:
+    /// also its counter in the counter store.
+    #[inline]
+    pub fn prefetch_write_metadata(&self, line: u64) {
+        if line < self.layout.counter_blocks * LINES_PER_PAGE {
+            self.prefetch_read_metadata(line);
+            self.counters.prefetch_line(line);
+        }
+    }
+
     // ---------------------------------------------------------------- metadata blocks
 
     #[inline]
@@ -328,7 +350,14 @@ impl SecureMc {
     }
 
     /// Takes a block back from the write-back buffer, if it is there (refilled dirty).
+    #[inline(always)]
     fn reclaim(&mut self, kind: MetaKind, key: u64) -> bool {
+        // Between operations the buffer is empty; a miss then costs no call.
+        !self.evictions.is_empty() && self.reclaim_buffered(kind, key)
+    }
+
+    #[inline(never)]
+    fn reclaim_buffered(&mut self, kind: MetaKind, key: u64) -> bool {
         let Some(i) = self.evictions.iter().position(|e| e.key == key) else { return false };
         let e = self.evictions.swap_remove(i);
         debug_assert_eq!(e.kind, kind);
@@ -466,6 +495,7 @@ impl SecureMc {
         t
     }
 
+    #[inline(always)]
     fn fill_meta(&mut self, kind: MetaKind, key: u64, dirty: bool, payload: Option<[u8; 64]>) {
         let cache = self.cache_of(kind);
         let (slot, victim) = cache.fill(key, dirty);

@@ -144,6 +144,9 @@ pub struct Engine {
     pub on_persist: Option<PersistHook>,
     /// Records are memory-controller requests (no cache hierarchy).
     memory_level: bool,
+    /// Page of the record last given to `prefetch_late` / `prefetch` (host look-ahead only).
+    prefetch_page: std::cell::Cell<u64>,
+    prefetch_page_early: std::cell::Cell<u64>,
 }
 
 /// An idle device sized for the config: the DIMM holds the data and, above it, the security
@@ -216,6 +219,8 @@ impl Engine {
             failure: None,
             on_persist: None,
             memory_level: cfg.run.trace_level == TraceLevel::Memory,
+            prefetch_page: std::cell::Cell::new(u64::MAX),
+            prefetch_page_early: std::cell::Cell::new(u64::MAX),
             cfg: cfg.clone(),
         })
     }
@@ -270,13 +275,28 @@ impl Engine {
     #[inline]
     fn add_outstanding(&mut self, done: Cycle) {
         if self.outstanding.len() >= self.mlp {
+            // One branch-free pass drops the misses completed by now (keeping the others in
+            // order) and finds the earliest completion. Only the multiset of completions
+            // matters (the stall waits for the earliest, the end of the run for the latest).
             let now = self.now;
-            self.outstanding.retain(|&c| c > now);
-            if self.outstanding.len() >= self.mlp {
-                let (i, &earliest) = self.outstanding.iter().enumerate().min_by_key(|(_, c)| **c).unwrap();
+            let v = &mut self.outstanding;
+            let (mut kept, mut earliest, mut at) = (0, Cycle(u64::MAX), 0);
+            for j in 0..v.len() {
+                let c = v[j];
+                let lower = c < earliest;
+                earliest = if lower { c } else { earliest };
+                at = if lower { j } else { at };
+                v[kept] = c;
+                kept += usize::from(c > now);
+            }
+            if kept >= self.mlp {
+                // Every slot still busy: wait for the earliest (nothing was dropped, so `at`
+                // indexes it).
                 self.stats.mlp_stall_cycles += (earliest - self.now).0;
                 self.now = earliest;
-                self.outstanding.swap_remove(i);
+                v.swap_remove(at);
+            } else {
+                v.truncate(kept);
             }
         }
         self.outstanding.push(done);
@@ -429,10 +449,55 @@ impl Engine {
     pub fn prefetch(&self, rec: &Record) {
         if matches!(rec.op, Op::Read | Op::Write) {
             let line = rec.addr >> LINE_SHIFT;
+            if self.memory_level {
+                // The record itself goes to the controller: a write bumps its counter.
+                if rec.op == Op::Write {
+                    self.mc.counters.prefetch_line(line);
+                }
+                return;
+            }
+            // A record in the page of the previous one (sequential traffic) touches the sets
+            // next to its predecessor's, which the hardware prefetcher follows.
+            if self.prefetch_page_early.replace(line >> 6) == line >> 6 {
+                return;
+            }
             self.hier.l2.prefetch(line);
             self.hier.llc.prefetch(line);
-            if rec.op == Op::Write && line < self.mc.counters.pages() * 64 {
-                self.mc.counters.prefetch_line(line);
+        }
+    }
+
+    /// Second look-ahead stage, a few records before `rec` runs (after [`prefetch`](Self::prefetch)
+    /// brought its sets in): predicts the lines its fills will evict from the L2 and the LLC
+    /// (each set's next victim) and prefetches what those evictions touch — the LLC set a
+    /// dirty L2 victim is written into; the upper-level sets an LLC victim is
+    /// back-invalidated from, its counter block and its counter and MAC cache sets (its
+    /// write-back); and the metadata-cache sets a read of the record's line looks up.
+    /// Changes no simulated state; a wrong guess costs one useless host prefetch.
+    #[inline]
+    pub fn prefetch_late(&self, rec: &Record) {
+        if self.memory_level || !matches!(rec.op, Op::Read | Op::Write) {
+            return;
+        }
+        let line = rec.addr >> LINE_SHIFT;
+        // Records in the page of the previous one (sequential traffic) find everything in
+        // the host caches already, and the hardware prefetcher follows their victims.
+        if self.prefetch_page.replace(line >> 6) == line >> 6 {
+            return;
+        }
+        if let Some((v2, true)) = self.hier.l2.next_victim(line) {
+            self.hier.llc.prefetch(v2);
+        }
+        let secure = self.mc.p.secure;
+        if secure {
+            self.mc.prefetch_read_metadata(line);
+        }
+        if let Some((v3, _)) = self.hier.llc.next_victim(line) {
+            if self.hier.inclusive {
+                self.hier.l2.prefetch(v3);
+                self.hier.l1.prefetch(v3);
+            }
+            if secure {
+                self.mc.prefetch_write_metadata(v3);
             }
         }
     }

@@ -6,7 +6,7 @@
 //! inclusive LLC, an LLC victim is back-invalidated from L1 and L2 (a dirty upper copy makes
 //! the write-back dirty). Line contents move with the lines when the hierarchy tracks data.
 
-use secmem_core::cache::{CacheConfig, CacheStats, SetAssocCache};
+use secmem_core::cache::{CacheConfig, CacheStats, SetAssocCache, Victim};
 use secmem_core::Cycle;
 
 /// Where an access was satisfied.
@@ -76,6 +76,9 @@ impl Hierarchy {
     /// the line's content from the memory controller and installs it with
     /// [`set_filled_data`](Self::set_filled_data) (tracked-data mode).
     pub fn access(&mut self, line: u64, write: bool, store_data: Option<&[u8; 64]>) -> Level {
+        if !self.track_data {
+            return self.access_untracked(line, write);
+        }
         if let Some(slot) = self.l1.lookup(line, write) {
             if let (Some(d), Some(dst)) = (store_data, self.l1.data_mut(slot)) {
                 *dst = *d;
@@ -106,6 +109,72 @@ impl Hierarchy {
             self.write_into_l2(vl, vdata);
         }
         level
+    }
+
+    /// [`access`](Self::access) when no contents are tracked: the same lookups, fills and
+    /// victims in the same order, without carrying `Option<[u8; 64]>` contents around.
+    #[inline]
+    fn access_untracked(&mut self, line: u64, write: bool) -> Level {
+        if self.l1.lookup(line, write).is_some() {
+            return Level::L1;
+        }
+        let level = if self.l2.lookup(line, false).is_some() {
+            Level::L2
+        } else if self.llc.lookup(line, false).is_some() {
+            Level::Llc
+        } else {
+            Level::Memory
+        };
+        if level == Level::Memory {
+            if let (_, Some(v)) = self.llc.fill(line, false) {
+                self.llc_victim_untracked(v.line, v.dirty);
+            }
+        }
+        if level >= Level::Llc {
+            if let (_, Some(Victim { line: vl, dirty: true, .. })) = self.l2.fill(line, false) {
+                self.write_into_llc_untracked(vl);
+            }
+        }
+        if let (_, Some(Victim { line: vl, dirty: true, .. })) = self.l1.fill(line, write) {
+            // write_into_l2, untracked.
+            match self.l2.probe(vl) {
+                Some(slot) => self.l2.set_dirty(slot, true),
+                None => {
+                    if let (_, Some(Victim { line: v2, dirty: true, .. })) = self.l2.fill(vl, true) {
+                        self.write_into_llc_untracked(v2);
+                    }
+                }
+            }
+        }
+        level
+    }
+
+    #[inline]
+    fn write_into_llc_untracked(&mut self, line: u64) {
+        match self.llc.probe(line) {
+            Some(slot) => self.llc.set_dirty(slot, true),
+            None => {
+                if let (_, Some(v)) = self.llc.fill(line, true) {
+                    self.llc_victim_untracked(v.line, v.dirty);
+                }
+            }
+        }
+    }
+
+    #[inline]
+    fn llc_victim_untracked(&mut self, line: u64, dirty: bool) {
+        let mut dirty = dirty;
+        if self.inclusive {
+            if let Some((d2, _)) = self.l2.invalidate(line) {
+                dirty |= d2;
+            }
+            if let Some((d1, _)) = self.l1.invalidate(line) {
+                dirty |= d1;
+            }
+        }
+        if dirty {
+            self.writebacks.push(Writeback { line, data: None });
+        }
     }
 
     fn write_into_l2(&mut self, line: u64, data: Option<[u8; 64]>) {

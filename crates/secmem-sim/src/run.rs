@@ -132,6 +132,9 @@ pub fn run_records_saving(
     // Records pass through a short look-ahead window so that the host can prefetch the state
     // each will touch while earlier ones are simulated (see Engine::prefetch).
     const LOOKAHEAD: usize = 16;
+    // The record this many places behind the newest gets the second stage
+    // (Engine::prefetch_late), which reads the cache sets the first stage brought in.
+    const LATE: usize = 8;
     let mut window: std::collections::VecDeque<Record> = std::collections::VecDeque::with_capacity(LOOKAHEAD + 1);
     let mut records = records.take(usize::try_from(limit).unwrap_or(usize::MAX));
     loop {
@@ -141,6 +144,9 @@ pub fn run_records_saving(
                     let rec = rec?;
                     engine.prefetch(&rec);
                     window.push_back(rec);
+                    if let Some(r) = window.len().checked_sub(LATE + 1).and_then(|i| window.get(i)) {
+                        engine.prefetch_late(r);
+                    }
                 }
                 None => break,
             }

@@ -1,0 +1,180 @@
+//! Host memory for the simulator's largest array, the counter store.
+//!
+//! [`ZeroedSlice`] is a fixed-length slice in zeroed memory that the OS commits only when a
+//! page is first written, so a sparse array costs host memory only where it is used. On Linux
+//! it is an anonymous mapping aligned to 2 MiB, and a region of it that has become (almost)
+//! fully resident can be collapsed into a transparent huge page
+//! ([`collapse_if_resident`](ZeroedSlice::collapse_if_resident)): random accesses over a
+//! hundred-MB array then miss the host TLB far less (each miss is a page walk, nested and
+//! expensive under a hypervisor), while a sparse array stays sparse — a region is collapsed
+//! only once at least 90% of its 4 KiB pages are resident, so collapsing commits at most 10%
+//! more of it. Elsewhere, or when the mapping fails, it is the global allocator's
+//! `alloc_zeroed`.
+//!
+//! Nothing here changes a simulated value: it only decides where the bytes live.
+
+use std::ops::{Deref, DerefMut};
+
+/// Huge-page size (x86-64 and aarch64 with 4 KiB base pages).
+pub const HUGE_BYTES: usize = 2 << 20;
+
+/// Arrays smaller than this are not worth a mapping of their own.
+const MAP_MIN_BYTES: usize = 4 * HUGE_BYTES;
+
+/// Linux's MADV_COLLAPSE (6.1+; not in the libc crate version we use).
+#[cfg(target_os = "linux")]
+const MADV_COLLAPSE: libc::c_int = 25;
+
+/// A fixed-length slice of `T` in zeroed, lazily committed host memory.
+pub struct ZeroedSlice<T> {
+    ptr: *mut T,
+    len: usize,
+    /// The mapping (start, bytes) to unmap; bytes 0: allocated with the global allocator.
+    map: (*mut u8, usize),
+}
+
+// SAFETY: a ZeroedSlice owns its memory exclusively, like a Box<[T]>.
+unsafe impl<T: Send> Send for ZeroedSlice<T> {}
+// SAFETY: shared access only hands out &[T], like a Box<[T]>.
+unsafe impl<T: Sync> Sync for ZeroedSlice<T> {}
+
+impl<T> ZeroedSlice<T> {
+    /// `len` values of all-zero bytes.
+    ///
+    /// # Safety
+    /// All-zero bytes must be a valid value of `T` (plain integers and arrays of them), and
+    /// `T` must need no drop.
+    pub unsafe fn new(len: usize) -> ZeroedSlice<T> {
+        let bytes = std::mem::size_of::<T>().checked_mul(len).expect("array size overflows");
+        if bytes == 0 {
+            return ZeroedSlice { ptr: std::ptr::NonNull::dangling().as_ptr(), len, map: (std::ptr::null_mut(), 0) };
+        }
+        #[cfg(target_os = "linux")]
+        if bytes >= MAP_MIN_BYTES && std::mem::align_of::<T>() <= HUGE_BYTES {
+            // One huge page of slack so the array can start on a huge-page boundary.
+            let map_bytes = bytes + HUGE_BYTES;
+            // SAFETY: an anonymous private mapping is zero-filled; it is unmapped exactly
+            // once, in Drop, with the same start and length.
+            let p = libc::mmap(
+                std::ptr::null_mut(),
+                map_bytes,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE,
+                -1,
+                0,
+            );
+            if p != libc::MAP_FAILED {
+                let start = (p as usize).next_multiple_of(HUGE_BYTES);
+                return ZeroedSlice { ptr: start as *mut T, len, map: (p as *mut u8, map_bytes) };
+            }
+        }
+        let layout = std::alloc::Layout::array::<T>(len).expect("array size overflows");
+        let ptr = std::alloc::alloc_zeroed(layout) as *mut T;
+        if ptr.is_null() {
+            std::alloc::handle_alloc_error(layout);
+        }
+        ZeroedSlice { ptr, len, map: (std::ptr::null_mut(), 0) }
+    }
+
+    /// Whether the array lives in its own huge-page-aligned mapping (else collapsing is a
+    /// no-op).
+    pub fn is_mapped(&self) -> bool { self.map.1 != 0 }
+
+    /// Collapses the huge-page region holding element `i` into a transparent huge page if at
+    /// least 90% of its 4 KiB pages are resident already (so at most 10% more of it is
+    /// committed). Returns whether the region was collapsed or already is a huge page; false
+    /// leaves it as it was (not resident enough, or the kernel declined).
+    pub fn collapse_if_resident(&self, i: usize) -> bool {
+        #[cfg(target_os = "linux")]
+        if self.is_mapped() && i < self.len {
+            let addr = (self.ptr as usize + i * std::mem::size_of::<T>()) & !(HUGE_BYTES - 1);
+            let mut resident = [0u8; HUGE_BYTES / 4096];
+            // SAFETY: the region is inside our mapping (the array starts on a huge-page
+            // boundary and the mapping has a huge page of slack past it); mincore only
+            // reports, and MADV_COLLAPSE keeps the contents.
+            unsafe {
+                if libc::mincore(addr as *mut libc::c_void, HUGE_BYTES, resident.as_mut_ptr()) != 0 {
+                    return false;
+                }
+                if resident.iter().filter(|&&r| r & 1 != 0).count() * 10 < resident.len() * 9 {
+                    return false;
+                }
+                return libc::madvise(addr as *mut libc::c_void, HUGE_BYTES, MADV_COLLAPSE) == 0;
+            }
+        }
+        let _ = i;
+        false
+    }
+}
+
+impl<T> Drop for ZeroedSlice<T> {
+    fn drop(&mut self) {
+        let bytes = std::mem::size_of::<T>() * self.len;
+        if bytes == 0 {
+            return;
+        }
+        // SAFETY: the memory came from `new` with exactly this size (values of T need no
+        // drop, as `new` requires).
+        unsafe {
+            #[cfg(target_os = "linux")]
+            if self.map.1 != 0 {
+                libc::munmap(self.map.0 as *mut libc::c_void, self.map.1);
+                return;
+            }
+            std::alloc::dealloc(self.ptr as *mut u8, std::alloc::Layout::array::<T>(self.len).expect("array size"));
+        }
+    }
+}
+
+impl<T> Deref for ZeroedSlice<T> {
+    type Target = [T];
+    #[inline]
+    fn deref(&self) -> &[T] {
+        // SAFETY: `ptr` points to `len` initialised (zeroed or since written) values.
+        unsafe { std::slice::from_raw_parts(self.ptr, self.len) }
+    }
+}
+
+impl<T> DerefMut for ZeroedSlice<T> {
+    #[inline]
+    fn deref_mut(&mut self) -> &mut [T] {
+        // SAFETY: as in `deref`, and `&mut self` is exclusive.
+        unsafe { std::slice::from_raw_parts_mut(self.ptr, self.len) }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn small_and_large_slices_start_zeroed_and_keep_writes() {
+        for n in [0usize, 1, 2, 1000, (MAP_MIN_BYTES / 8) + 3] {
+            // SAFETY: zero is a valid u64.
+            let mut s: ZeroedSlice<u64> = unsafe { ZeroedSlice::new(n) };
+            assert_eq!(s.len(), n);
+            assert!(s.iter().step_by(4099).all(|&x| x == 0));
+            if n > 1 {
+                s[n - 1] = 7;
+                s[0] = 5;
+                assert_eq!((s[0], s[1], s[n - 1]), (5, if n == 2 { 7 } else { 0 }, 7));
+            }
+        }
+    }
+
+    #[test]
+    fn a_sparse_region_is_not_collapsed_and_contents_survive_a_collapse() {
+        // SAFETY: zero is a valid u64.
+        let mut s: ZeroedSlice<u64> = unsafe { ZeroedSlice::new(MAP_MIN_BYTES / 8) };
+        s[3] = 11;
+        assert!(!s.collapse_if_resident(3), "one resident page of 512 is not enough");
+        let per_region = HUGE_BYTES / 8;
+        for i in (per_region..2 * per_region).step_by(512) {
+            s[i] = i as u64;
+        }
+        // Whether the kernel collapses is up to it; the contents must not change either way.
+        let _ = s.collapse_if_resident(per_region);
+        assert!((per_region..2 * per_region).step_by(512).all(|i| s[i] == i as u64));
+        assert_eq!(s[3], 11);
+    }
+}
