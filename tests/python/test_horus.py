@@ -77,3 +77,8 @@ def test_bench_has_the_horus_drain_scenario():
     assert "horus-drain-base-lu" in names
     r = secmem.bench(["horus-drain-base-lu"], scale=0.01)["horus-drain-base-lu"]
     assert r["records"] == (64 + 256 + 1024) * 1024 // 64
+
+
+def test_drain_refuses_a_design_that_conflicts_with_the_scheme(cli):
+    res = cli("drain", "--scheme", "base-lu", "-p", "run.design=lelantus", *SMALL)
+    assert res.returncode == 2 and "run.design" in res.stderr and "lelantus" in res.stderr

@@ -234,6 +234,15 @@ pub fn worst_case_lines(cfg: &Config, functional: bool) -> Result<Vec<DrainLine>
 /// Runs one drain of `scheme` over `content`; with `recover`, then crashes, recovers and (in
 /// functional mode) checks every line against the oracle.
 pub fn drain_run(cfg: &Config, scheme: DrainScheme, content: &DrainContent, recover: bool) -> Result<DrainOutcome, SimError> {
+    // The scheme decides the design; a different one asked for in the config is a conflict,
+    // not something to override silently.
+    let implied = scheme.apply(cfg).run.design;
+    if cfg.run.design != "baseline" && cfg.run.design != implied {
+        return Err(SimError::Config(ConfigError::new(
+            "run.design",
+            format!("the drain scheme {} runs design '{implied}', but the config asks for '{}'", scheme.as_str(), cfg.run.design),
+        )));
+    }
     let cfg = scheme.apply(cfg);
     cfg.validate()?;
     let functional = cfg.run.functional;
