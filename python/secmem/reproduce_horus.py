@@ -13,7 +13,7 @@ import os
 import time
 from typing import Any, Dict, List, Optional, Sequence
 
-from . import api
+from . import api, reproduce_table
 
 SCHEMES = ("nonsecure", "base-lu", "base-eu", "horus-slm", "horus-dlm")
 SECURE = ("base-lu", "base-eu", "horus-slm", "horus-dlm")
@@ -212,14 +212,8 @@ def report_md(rows: List[Dict[str, Any]], exp: Dict[str, Any], files: List[str],
         f"at most {cfg['drain']['max_inflight']} flushes in flight. {'Quick mode. ' if exp['quick'] else ''}"
         f"Simulated in {exp['wall_s']:.1f} s.",
         "",
-        "| figure | metric | paper | secmem | ours / paper | unit |",
-        "| --- | --- | ---: | ---: | ---: | --- |",
     ]
-    for r in rows:
-        p = r["paper"]
-        ratio = f"{r['ours'] / p:.2f}" if p not in (None, 0) else ""
-        ps = "" if p is None else f"{p:g}"
-        lines.append(f"| {r['figure']} | {r['metric']} | {ps} | {r['ours']:.4g} | {ratio} | {r['unit']} |")
+    lines += reproduce_table.markdown(rows)
     acc = {s: t[s]["memory_accesses"] for s in SCHEMES}
     cyc = {s: t[s]["drain_cycles"] for s in SCHEMES}
     lu_reads_per_line = t["base-lu"]["memory_reads"] / t["base-lu"]["flushed_lines"]
@@ -285,5 +279,6 @@ def reproduce(out: str, quick: bool = False, params: Optional[Sequence[str]] = N
 def main(out: str = "reproduce", quick: bool = False, params: Optional[Sequence[str]] = None) -> int:
     """Entry point of ``secmem reproduce horus``."""
     rows = reproduce(out, quick=quick, params=params)
+    print(reproduce_table.text(rows))
     print(f"wrote {out}/reproduce.json ({len(rows)} rows), {out}/report.md and plots")
     return 0

@@ -16,7 +16,7 @@ import os
 import time
 from typing import Any, Dict, List, Optional
 
-from . import api
+from . import api, reproduce_table
 
 SCHEMES = ["lelantus", "lelantus-cow", "silent-shredder"]
 
@@ -261,12 +261,8 @@ def report_md(rows: List[Dict[str, Any]], out: str, quick: bool, wall: float) ->
         f"Preset `lelantus` (Table III), counting mode, {'--quick (fewer sweep points, fewer redis operations)' if quick else 'full sweeps'}, 16 MiB footprint; "
         f"{wall:.0f} s of simulation. Baseline = kernel copy-on-write on the same secure memory.",
         "",
-        "| figure | metric | paper | ours | unit |",
-        "|---|---|---|---|---|",
     ]
-    for r in rows:
-        paper = "" if r["paper"] is None else f"{r['paper']:g}"
-        lines.append(f"| {r['figure']} | {r['metric']} | {paper} | {r['ours']:.3f} | {r['unit']} |")
+    lines += reproduce_table.markdown(rows)
     lines.append(REPORT_NOTES)
     lines.append("Plots: fig2.png, fig9.png, fig10.png, fig11.png.")
     text = "\n".join(lines) + "\n"
@@ -286,10 +282,6 @@ def main(out: str = "reproduce", quick: bool = False) -> int:
         json.dump(series, f, indent=2)
     plots(rows, series, out)
     report_md(rows, out, quick, wall)
-    width = max(len(r["metric"]) for r in rows)
-    print(f"{'figure':<8} {'metric':<{width}} {'paper':>10} {'ours':>10}  unit")
-    for r in rows:
-        paper = "" if r["paper"] is None else f"{r['paper']:.2f}"
-        print(f"{r['figure']:<8} {r['metric']:<{width}} {paper:>10} {r['ours']:>10.2f}  {r['unit']}")
+    print(reproduce_table.text(rows))
     print(f"wrote {out}/reproduce.json, {out}/report.md and plots ({wall:.0f} s)")
     return 0

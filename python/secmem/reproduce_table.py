@@ -1,0 +1,37 @@
+"""The paper-vs-ours table every ``secmem reproduce`` prints and writes (rows
+``{"figure", "metric", "paper", "ours", "unit"}``), with the ratio ours / paper."""
+
+from __future__ import annotations
+
+from typing import Any, Dict, List
+
+
+def fmt(v: float) -> str:
+    """Four significant digits, but whole counts in full (295,936, not 2.959e+05)."""
+    if abs(v) >= 1e4 and float(v).is_integer():
+        return f"{int(v):,}"
+    return f"{v:.4g}"
+
+
+def ratio(row: Dict[str, Any]) -> str:
+    p = row["paper"]
+    return f"{row['ours'] / p:.2f}" if p not in (None, 0) else ""
+
+
+def markdown(rows: List[Dict[str, Any]]) -> List[str]:
+    """Markdown table lines."""
+    out = ["| figure | metric | paper | secmem | ours / paper | unit |", "| --- | --- | ---: | ---: | ---: | --- |"]
+    for r in rows:
+        p = "" if r["paper"] is None else fmt(r["paper"])
+        out.append(f"| {r['figure']} | {r['metric']} | {p} | {fmt(r['ours'])} | {ratio(r)} | {r['unit']} |")
+    return out
+
+
+def text(rows: List[Dict[str, Any]]) -> str:
+    """A plain-text table for the terminal."""
+    width = max(len(r["metric"]) for r in rows)
+    lines = [f"{'figure':<9} {'metric':<{width}} {'paper':>10} {'secmem':>10} {'ratio':>7}  unit"]
+    for r in rows:
+        p = "" if r["paper"] is None else fmt(r["paper"])
+        lines.append(f"{r['figure']:<9} {r['metric']:<{width}} {p:>10} {fmt(r['ours']):>10} {ratio(r):>7}  {r['unit']}")
+    return "\n".join(lines)
