@@ -7,9 +7,9 @@ from typing import Any, Dict, List
 
 
 def fmt(v: float) -> str:
-    """Four significant digits, but whole counts in full (295,936, not 2.959e+05)."""
-    if abs(v) >= 1e4 and float(v).is_integer():
-        return f"{int(v):,}"
+    """Four significant digits; from 10,000 up, whole numbers with separators (295,936, not 2.959e+05)."""
+    if abs(v) >= 1e4:
+        return f"{v:,.0f}"
     return f"{v:.4g}"
 
 
