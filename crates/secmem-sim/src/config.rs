@@ -80,6 +80,7 @@ config_section! {
         metadata_cache: MetadataCachesConfig = MetadataCachesConfig::default() => "Metadata caches in the memory controller";
         run: RunConfig = RunConfig::default() => "Run control";
         workload: WorkloadConfig = WorkloadConfig::default() => "Built-in synthetic workload (used when no trace is given)";
+        os: crate::os::OsConfig = crate::os::OsConfig::default() => "The OS memory model (copy-on-write workloads, OS-level traces)";
         drain: crate::harness::drain::DrainConfig = crate::harness::drain::DrainConfig::default() => "eADR power-loss drains (Horus): pacing, energy and battery model, worst-case content";
     }
 }

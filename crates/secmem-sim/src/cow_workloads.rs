@@ -217,6 +217,8 @@ pub fn run(cfg: &Config, spec: &CowSpec) -> Result<Value, OsError> {
         "ops": spec.ops,
         "functional": cfg.run.functional,
         "cycles": m.roi.cycle.0,
+        // The parent's (trace pid 0) own core time in the measured phase (see OsDriver).
+        "parent_cycles": m.os["cycles_by_pid"].get("0").and_then(|v| v.as_u64()).unwrap_or(0),
         "memory_writes": w.iter().sum::<u64>(),
         "memory_reads": m.roi.media.reads_by_class.iter().sum::<u64>(),
         "data_line_writes": m.data_line_writes,

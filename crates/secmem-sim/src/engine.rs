@@ -529,6 +529,10 @@ impl Engine {
         Ok(n)
     }
 
+    /// The core does `cycles` of work that is not modelled instruction by instruction (an OS
+    /// fault handler's entry and exit).
+    pub fn stall(&mut self, cycles: Cycle) { self.now += cycles; }
+
     /// Waits until the device is idle: every miss in flight returned, every write persistent
     /// and drained from the write queue into the array. Workloads call it between a
     /// fast-forwarded phase and the measured one, so the measured phase does not pay for the

@@ -24,6 +24,14 @@
 //! the top 1/512 of memory that designs may use for per-page records (Lelantus-CoW).
 
 use crate::config::Config;
+use secmem_core::config_section;
+
+config_section! {
+    /// The OS memory model (copy-on-write workloads and OS-level traces).
+    pub struct OsConfig {
+        page_fault_cycles: u64 = 0 => "Core cycles the kernel spends entering and leaving each zero-page, copy-on-write or reuse fault (trap, handler, page-table update), before any copy work; every scheme pays it alike. 0 = not modelled (default). Linux minor faults cost on the order of 1 us";
+    }
+}
 use crate::engine::{Engine, RecordError};
 use rustc_hash::{FxHashMap, FxHashSet};
 use secmem_core::addr::LINES_PER_PAGE;
@@ -309,6 +317,7 @@ impl Os {
 
     /// Handles a write to a write-protected page; returns the new entry.
     fn fault(&mut self, pid: usize, key: u64, pte: Pte) -> Result<Pte, OsError> {
+        self.engine.stall(secmem_core::Cycle(self.engine.cfg.os.page_fault_cycles));
         let n = pte.size.frames();
         let new = if is_zero(pte.frame) {
             self.stats.zero_faults += 1;

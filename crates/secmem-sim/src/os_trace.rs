@@ -56,6 +56,11 @@ pub struct OsDriver {
     /// Index of the `roi` record, once seen.
     roi_at: Option<u64>,
     stores_in_roi: u64,
+    /// Core cycles spent applying each trace pid's loads and stores (faults and kernel copies
+    /// included) since the region of interest began. With one simulated core, interleaved
+    /// processes share one clock; this splits it, so a workload measured per process (Redis'
+    /// parent serving requests while a snapshot child runs, Lelantus V-D) can be.
+    cycles_by_pid: std::collections::BTreeMap<u32, u64>,
     /// Records applied so far.
     applied: u64,
 }
@@ -76,13 +81,14 @@ impl OsDriver {
         let warm = Warm { snap: os.engine.snapshot(), extra: os.engine.design.extra_stats(), os: os.stats.clone() };
         let mut pids = FxHashMap::default();
         pids.insert(0, 0);
-        Ok(OsDriver { os, pids, functional: cfg.run.functional, warm, roi_at: None, stores_in_roi: 0, applied: 0 })
+        Ok(OsDriver { os, pids, functional: cfg.run.functional, warm, roi_at: None, stores_in_roi: 0, cycles_by_pid: Default::default(), applied: 0 })
     }
 
     /// Statistics start now.
     pub fn start_roi(&mut self) {
         self.warm = Warm { snap: self.os.engine.snapshot(), extra: self.os.engine.design.extra_stats(), os: self.os.stats.clone() };
         self.stores_in_roi = 0;
+        self.cycles_by_pid.clear();
     }
 
     fn pid(&self, pid: u32) -> Result<usize, OsError> {
@@ -119,14 +125,18 @@ impl OsDriver {
                 let p = self.pid(pid)?;
                 self.check_access(pid, p, vaddr, size_bytes)?;
                 self.os.inst_gap = inst_gap;
+                let t0 = self.os.engine.now();
                 self.os.load(p, vaddr)?;
+                *self.cycles_by_pid.entry(pid).or_default() += (self.os.engine.now() - t0).0;
             }
             Event::Store { pid, vaddr, size_bytes, inst_gap, data } => {
                 let p = self.pid(pid)?;
                 self.check_access(pid, p, vaddr, size_bytes)?;
                 self.os.inst_gap = inst_gap;
                 // Counting mode moves no bytes: a payload would be ignored downstream anyway.
+                let t0 = self.os.engine.now();
                 self.os.store(p, vaddr, data.filter(|_| self.functional))?;
+                *self.cycles_by_pid.entry(pid).or_default() += (self.os.engine.now() - t0).0;
                 self.stores_in_roi += 1;
             }
             Event::Alloc { pid, vaddr, length, page } => {
@@ -226,6 +236,7 @@ impl OsDriver {
             "reuse_faults": a.reuse_faults - b.reuse_faults, "kernel_lines": a.kernel_lines - b.kernel_lines,
             "page_commands": a.page_commands - b.page_commands,
             "materialize_commands": a.materialize_commands - b.materialize_commands,
+            "cycles_by_pid": self.cycles_by_pid.iter().map(|(k, v)| (k.to_string(), json!(v))).collect::<serde_json::Map<_, _>>(),
         });
         Measured { roi, extra, os, data_line_writes, logical_line_writes: self.stores_in_roi, engine_records: self.os.records() }
     }

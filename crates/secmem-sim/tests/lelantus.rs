@@ -299,3 +299,20 @@ fn torn_kernel_copies_are_what_lelantus_avoids() {
     }
 }
 
+
+#[test]
+fn page_fault_cost_is_charged_once_per_fault_to_the_faulting_process() {
+    let spec = CowSpec { workload: CowWorkload::Forkbench, page_size: PageSize::Small, footprint_bytes: 1 << 20, lines_per_page: 4, ops: 0, seed: 1 };
+    let mut c = cfg("lelantus", false);
+    let free = cow_workloads::run(&c, &spec).unwrap();
+    c.os.page_fault_cycles = 1000;
+    let paid = cow_workloads::run(&c, &spec).unwrap();
+    let faults = paid["os"]["cow_faults"].as_u64().unwrap() + paid["os"]["zero_faults"].as_u64().unwrap() + paid["os"]["reuse_faults"].as_u64().unwrap();
+    assert!(faults >= 256, "one CoW fault per 4 KB page of the 1 MiB data set: {faults}");
+    // The child is trace pid 1: its own time now holds every fault's cost (misses in flight
+    // overlap the handler, so the growth over the free run can be smaller than the sum).
+    let child = |r: &serde_json::Value| r["os"]["cycles_by_pid"]["1"].as_u64().unwrap();
+    assert!(child(&paid) >= faults * 1000, "{} < {}", child(&paid), faults * 1000);
+    assert!(child(&paid) > child(&free) && paid["cycles"].as_u64().unwrap() > free["cycles"].as_u64().unwrap());
+    assert!(child(&paid) <= paid["cycles"].as_u64().unwrap());
+}
