@@ -688,15 +688,23 @@ impl SecureMc {
         } else {
             None
         };
+        let done = self.finish_read(data_at, ctr_at, mac_at, now)?;
+        self.stats.read_latency.record((done - now).0);
+        Ok((done, plain))
+    }
+
+    /// The common end of a secure read whose data, counter and MAC fetches are issued: writes
+    /// back what the fetches evicted, counts the decryption and verification, and returns when
+    /// the plaintext is usable. Pad generation starts when the counter is known; the XOR
+    /// follows when both pad and data are in.
+    #[inline]
+    fn finish_read(&mut self, data_at: Cycle, ctr_at: Cycle, mac_at: Cycle, now: Cycle) -> Result<Cycle, IntegrityError> {
         self.process_evictions(now)?;
         self.stats.aes_ops.data_decrypt += 1;
         self.stats.mac_ops.data_verify += 1;
-        // Pad generation starts when the counter is known; XOR when both pad and data are in.
         let plain_at = data_at.max(ctr_at + self.p.aes) + Cycle(1);
         let verified_at = data_at.max(mac_at) + self.p.mac;
-        let done = if self.p.verify_on_critical_path { plain_at.max(verified_at) } else { plain_at };
-        self.stats.read_latency.record((done - now).0);
-        Ok((done, plain))
+        Ok(if self.p.verify_on_critical_path { plain_at.max(verified_at) } else { plain_at })
     }
 
     /// Baseline write of data `line` (an LLC write-back) arriving at `now`; `data` is the
@@ -968,13 +976,7 @@ impl SecureMc {
         let data_at = self.device_read(line << LINE_SHIFT, TrafficClass::Data, now);
         let mac_at = self.ensure_mac(line, false, now);
         let plain = if self.func.is_some() { Some(self.open_line(line, major, minor)?) } else { None };
-        self.process_evictions(now)?;
-        self.stats.aes_ops.data_decrypt += 1;
-        self.stats.mac_ops.data_verify += 1;
-        let plain_at = data_at.max(ctr_at + self.p.aes) + Cycle(1);
-        let verified_at = data_at.max(mac_at) + self.p.mac;
-        let done = if self.p.verify_on_critical_path { plain_at.max(verified_at) } else { plain_at };
-        Ok((done, plain))
+        Ok((self.finish_read(data_at, ctr_at, mac_at, now)?, plain))
     }
 
     /// Encrypts `plain` (functional mode) for `line` under counter (`major`, `minor`), MACs it
