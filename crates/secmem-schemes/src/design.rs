@@ -100,8 +100,7 @@ pub trait Design {
     /// back lines to put into the cache hierarchy again. Default: rebuild the tree from NVM and
     /// check it against the root register (what a drain that wrote everything home needs).
     fn recover_drained(&mut self, mc: &mut SecureMc, now: Cycle) -> Result<DrainRecovery, DrainRecoveryError> {
-        let r = self.recover(mc, now)?;
-        Ok(DrainRecovery { blocks_read: r.counter_blocks_read, hashes: r.hashes, cycles: r.cycles, serial_cycles: r.cycles, ..Default::default() })
+        Ok(self.recover(mc, now)?.into())
     }
 }
 
@@ -146,10 +145,7 @@ impl Design for Baseline {
                 let base = eadr::reserved_base(mc);
                 eadr::restore_metadata(mc, base, regs, now)
             }
-            None => {
-                let r = self.recover(mc, now)?;
-                Ok(DrainRecovery { blocks_read: r.counter_blocks_read, hashes: r.hashes, cycles: r.cycles, serial_cycles: r.cycles, ..Default::default() })
-            }
+            None => Ok(self.recover(mc, now)?.into()),
         }
     }
 }

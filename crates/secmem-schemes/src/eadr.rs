@@ -27,6 +27,7 @@ use crate::controller::{MetaBlock, SecureMc};
 use crate::functional::IntegrityError;
 use secmem_core::addr::LINE_SHIFT;
 use secmem_core::Cycle;
+use secmem_crypto::{node_entry, set_node_entry};
 use secmem_media::{MediaStats, TrafficClass};
 use serde::Serialize;
 use std::cmp::Reverse;
@@ -231,6 +232,14 @@ impl From<IntegrityError> for DrainRecoveryError {
     fn from(e: IntegrityError) -> Self { DrainRecoveryError { class: e.class(), location: e.to_string() } }
 }
 
+impl From<crate::recovery::RecoveryReport> for DrainRecovery {
+    /// A tree rebuild's work as drain-recovery work (no lines to hand back; its reads are
+    /// already overlapped, so the serial estimate is the same).
+    fn from(r: crate::recovery::RecoveryReport) -> Self {
+        DrainRecovery { blocks_read: r.counter_blocks_read, hashes: r.hashes, cycles: r.cycles, serial_cycles: r.cycles, ..Default::default() }
+    }
+}
+
 impl From<crate::recovery::RecoveryError> for DrainRecoveryError {
     fn from(e: crate::recovery::RecoveryError) -> Self { DrainRecoveryError { class: "tree-rebuild".into(), location: e.to_string() } }
 }
@@ -268,7 +277,7 @@ pub struct MetadataSaveRegisters {
 pub fn save_metadata(mc: &mut SecureMc, base: u64, clock: &mut DrainClock, stats: &mut DrainStats) -> Result<MetadataSaveRegisters, IntegrityError> {
     let blocks = mc.dirty_metadata();
     let n = blocks.len() as u64;
-    check_room(mc, base, shadow_bytes(n))?;
+    check_room(mc, base, shadow_bytes(n));
     let addr_base = base + n * 64;
     let hash = mc.p.hash;
     let mut addr_block = [0u8; 64];
@@ -278,7 +287,7 @@ pub fn save_metadata(mc: &mut SecureMc, base: u64, clock: &mut DrainClock, stats
         if let (Some(f), Some(p)) = (mc.func.as_mut(), b.payload) {
             f.persist((base >> LINE_SHIFT) + i as u64, p);
         }
-        addr_block[(i % 8) * 8..(i % 8) * 8 + 8].copy_from_slice(&b.key.to_le_bytes());
+        set_node_entry(&mut addr_block, i % 8, b.key);
         let mut last = done;
         if i % 8 == 7 || i + 1 == blocks.len() {
             let a = addr_base + (i as u64 / 8) * 64;
@@ -304,7 +313,7 @@ pub fn save_metadata(mc: &mut SecureMc, base: u64, clock: &mut DrainClock, stats
 /// Bytes Base-LU's save region needs for `n` metadata blocks (blocks + address blocks).
 pub fn shadow_bytes(n: u64) -> u64 { n * 64 + n.div_ceil(8) * 64 }
 
-pub(crate) fn check_room(mc: &SecureMc, base: u64, bytes: u64) -> Result<(), IntegrityError> {
+pub(crate) fn check_room(mc: &SecureMc, base: u64, bytes: u64) {
     // The device is sized for the reserved region by the engine; a mismatch is a bug.
     assert!(
         base + bytes <= mc.media.capacity_bytes(),
@@ -312,7 +321,6 @@ pub(crate) fn check_room(mc: &SecureMc, base: u64, bytes: u64) -> Result<(), Int
         base + bytes,
         mc.media.capacity_bytes()
     );
-    Ok(())
 }
 
 /// Reads Base-LU's saved metadata back, verifies it against the on-chip root and restores it
@@ -342,7 +350,7 @@ pub fn restore_metadata(mc: &mut SecureMc, base: u64, regs: MetadataSaveRegister
         unloaded_read = unloaded_read.min((t - now).0);
         last = last.max(t);
         rec.blocks_read += 1;
-        let key = u64::from_le_bytes(addr_block[(i as usize % 8) * 8..(i as usize % 8) * 8 + 8].try_into().unwrap());
+        let key = node_entry(&addr_block, (i % 8) as usize);
         let payload = mc.func.as_ref().map(|f| f.image.get(a >> LINE_SHIFT));
         blocks.push((i, key, payload));
     }

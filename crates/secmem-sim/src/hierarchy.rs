@@ -288,18 +288,7 @@ impl Hierarchy {
     }
 
     /// Every line dirty somewhere in the hierarchy, once, with its freshest data.
-    pub fn dirty_lines(&self) -> Vec<Writeback> {
-        let mut seen = rustc_hash::FxHashSet::default();
-        let mut out = Vec::new();
-        for cache in [&self.l1, &self.l2, &self.llc] {
-            for (line, dirty, slot) in cache.valid_lines() {
-                if dirty && seen.insert(line) {
-                    out.push(Writeback { line, data: cache.data(slot).copied() });
-                }
-            }
-        }
-        out
-    }
+    pub fn dirty_lines(&self) -> Vec<Writeback> { self.dirty_lines_with_level().into_iter().map(|(wb, _)| wb).collect() }
 
     /// Like [`dirty_lines`](Self::dirty_lines), with the level the freshest copy is read from
     /// (what an eADR flush reads out).

@@ -231,6 +231,18 @@ pub fn worst_case_lines(cfg: &Config, functional: bool) -> Result<Vec<DrainLine>
     Ok(out)
 }
 
+/// What an eADR flush reads out of `engine`'s hierarchy at power loss: every dirty line once,
+/// with its freshest content, costing the hit latency of the level it is read from.
+pub fn hierarchy_drain_lines(engine: &Engine) -> Vec<DrainLine> {
+    let cfg = &engine.cfg;
+    let lat = |l: Level| match l {
+        Level::L1 => cfg.l1.latency_cycles,
+        Level::L2 => cfg.l2.latency_cycles,
+        _ => cfg.llc.latency_cycles,
+    };
+    engine.hier.dirty_lines_with_level().into_iter().map(|(wb, level)| DrainLine { line: wb.line, data: wb.data, read_cycles: lat(level) }).collect()
+}
+
 /// Runs one drain of `scheme` over `content`; with `recover`, then crashes, recovers and (in
 /// functional mode) checks every line against the oracle.
 pub fn drain_run(cfg: &Config, scheme: DrainScheme, content: &DrainContent, recover: bool) -> Result<DrainOutcome, SimError> {
@@ -255,11 +267,6 @@ pub fn drain_run(cfg: &Config, scheme: DrainScheme, content: &DrainContent, reco
             o2.borrow_mut().insert(line, *data);
         }));
     }
-    let lat = |l: Level| match l {
-        Level::L1 => cfg.l1.latency_cycles,
-        Level::L2 => cfg.l2.latency_cycles,
-        _ => cfg.llc.latency_cycles,
-    };
     let lines: Vec<DrainLine> = match content {
         DrainContent::WorstCase => worst_case_lines(&cfg, functional)?,
         DrainContent::Trace { input, after_records } => {
@@ -271,12 +278,7 @@ pub fn drain_run(cfg: &Config, scheme: DrainScheme, content: &DrainContent, reco
                 engine.step(r, i as u64).map_err(|x| record_error(input, &cfg, x))?;
             }
             engine.settle();
-            engine
-                .hier
-                .dirty_lines_with_level()
-                .into_iter()
-                .map(|(wb, level)| DrainLine { line: wb.line, data: wb.data, read_cycles: lat(level) })
-                .collect()
+            hierarchy_drain_lines(&engine)
         }
     };
     if functional {

@@ -25,7 +25,8 @@ use rand::{Rng, SeedableRng};
 use secmem_core::addr::LINE_SHIFT;
 use secmem_core::error::ConfigError;
 use secmem_core::Cycle;
-use secmem_schemes::eadr::{DrainClock, DrainLine, DrainStats};
+use secmem_crypto::{node_entry, set_node_entry};
+use secmem_schemes::eadr::{DrainClock, DrainStats};
 use secmem_schemes::functional::NvmImage;
 use secmem_schemes::horus::{Horus, MacLevels};
 use secmem_schemes::{Design, SecureMc};
@@ -66,19 +67,17 @@ impl VaultAttackOutcome {
 /// Swaps 64-bit slot `sx` of block `ax` with slot `sy` of block `ay` (device addresses).
 fn swap_slots(img: &mut NvmImage, ax: u64, ay: u64, sx: usize, sy: usize) {
     let (lx, ly) = (ax >> LINE_SHIFT, ay >> LINE_SHIFT);
-    let (mut bx, mut by) = (img.get(lx), img.get(ly));
-    let vx: [u8; 8] = bx[sx * 8..sx * 8 + 8].try_into().unwrap();
-    let vy: [u8; 8] = by[sy * 8..sy * 8 + 8].try_into().unwrap();
+    let mut bx = img.get(lx);
+    let (vx, vy) = (node_entry(&bx, sx), node_entry(&img.get(ly), sy));
+    set_node_entry(&mut bx, sx, vy);
     if lx == ly {
-        bx[sx * 8..sx * 8 + 8].copy_from_slice(&vy);
-        bx[sy * 8..sy * 8 + 8].copy_from_slice(&vx);
-        img.put(lx, bx);
+        set_node_entry(&mut bx, sy, vx);
     } else {
-        bx[sx * 8..sx * 8 + 8].copy_from_slice(&vy);
-        by[sy * 8..sy * 8 + 8].copy_from_slice(&vx);
-        img.put(lx, bx);
+        let mut by = img.get(ly);
+        set_node_entry(&mut by, sy, vx);
         img.put(ly, by);
     }
+    img.put(lx, bx);
 }
 
 /// One drain episode: run `records[range]` on `engine`, drain into the vault.
@@ -87,7 +86,7 @@ fn episode(engine: &mut Engine, horus: &mut Horus, records: &[secmem_trace::Reco
         engine.step(r, (first + i) as u64).map_err(|x| record_error(input, cfg, x))?;
     }
     engine.settle();
-    let lines: Vec<DrainLine> = engine.hier.dirty_lines().into_iter().map(|w| DrainLine { line: w.line, data: w.data, read_cycles: 0 }).collect();
+    let lines = crate::harness::drain::hierarchy_drain_lines(engine);
     let mut clock = DrainClock::new(cfg.drain.max_inflight, engine.now());
     let mut stats = DrainStats::default();
     horus.drain(&mut engine.mc, &lines, &mut clock, &mut stats).map_err(|e| SimError::Config(ConfigError::new("drain", e.to_string())))?;
