@@ -15,6 +15,9 @@ fn load(preset: Option<&str>, config: Option<&str>, overrides: Vec<String>) -> P
     Config::load(preset, config.map(Path::new), &overrides).map_err(err)
 }
 
+/// A trace file, or the config's built-in workload when none is given.
+fn trace_input(trace: Option<String>) -> TraceInput { trace.map_or(TraceInput::Workload, |t| TraceInput::File(PathBuf::from(t))) }
+
 /// `[{"name", "source"}]` for every preset.
 #[pyfunction]
 fn presets() -> String {
@@ -53,7 +56,7 @@ fn run(
     save_image: Option<String>,
 ) -> PyResult<String> {
     let cfg = load(preset, config, overrides)?;
-    let input = trace.map_or(TraceInput::Workload, |t| TraceInput::File(PathBuf::from(t)));
+    let input = trace_input(trace);
     let image = save_image.as_deref().map(Path::new);
     let report = py
         .allow_threads(|| match &out {
@@ -162,7 +165,7 @@ fn crash(
     seed: u64,
 ) -> PyResult<String> {
     let cfg = load(preset, config, overrides)?;
-    let input = trace.map_or(TraceInput::Workload, |t| TraceInput::File(PathBuf::from(t)));
+    let input = trace_input(trace);
     let out = py.allow_threads(|| secmem_sim::harness::crash_campaign(&cfg, &input, points, seed)).map_err(err)?;
     Ok(serde_json::to_string(&out).unwrap())
 }
@@ -183,7 +186,7 @@ fn attack(
     clean_reads: u64,
 ) -> PyResult<String> {
     let cfg = load(preset, config, overrides)?;
-    let input = trace.map_or(TraceInput::Workload, |t| TraceInput::File(PathBuf::from(t)));
+    let input = trace_input(trace);
     let out = py
         .allow_threads(|| secmem_sim::harness::attack_campaign(&cfg, &input, classes.as_deref(), per_class, clean_reads, seed))
         .map_err(err)?;
@@ -254,7 +257,7 @@ fn vault_attack(
     seed: u64,
 ) -> PyResult<String> {
     let cfg = load(preset, config, overrides)?;
-    let input = trace.map_or(TraceInput::Workload, |t| TraceInput::File(PathBuf::from(t)));
+    let input = trace_input(trace);
     let out = py.allow_threads(|| secmem_sim::harness::vault_attack_campaign(&cfg, &input, dlm, per_class, seed)).map_err(err)?;
     let mut v = serde_json::to_value(&out).unwrap();
     v["all_detected"] = out.all_detected().into();
