@@ -137,31 +137,24 @@ def plots(exp: Dict[str, Any], out: str, freq_hz: float) -> List[str]:
     ax.legend()
     save(fig, "fig11_drain_cycles.png")
 
-    # Fig 12: write breakdown.
-    kinds = ["data", "counter", "mac", "tree", "vault_data", "vault_address", "vault_mac", "metadata_save"]
-    fig, ax = plt.subplots(figsize=(7, 3.8))
-    bottom = [0.0] * len(SECURE)
-    for k in kinds:
-        vals = [t[s]["writes"][k] for s in SECURE]
-        ax.bar([LABEL[s] for s in SECURE], vals, bottom=bottom, label=k)
-        bottom = [b + v for b, v in zip(bottom, vals)]
-    ax.set_ylabel("memory writes")
-    ax.set_title("Fig 12: memory writes by kind")
-    ax.legend(fontsize=7, ncol=2)
-    save(fig, "fig12_write_breakdown.png")
-
-    # Fig 13: MAC breakdown.
-    mkinds = ["data", "tree_update", "verify", "metadata_protect", "vault_data", "vault_level2", "reencrypt"]
-    fig, ax = plt.subplots(figsize=(7, 3.8))
-    bottom = [0.0] * len(SECURE)
-    for k in mkinds:
-        vals = [t[s]["macs"][k] for s in SECURE]
-        ax.bar([LABEL[s] for s in SECURE], vals, bottom=bottom, label=k)
-        bottom = [b + v for b, v in zip(bottom, vals)]
-    ax.set_ylabel("MAC / hash computations")
-    ax.set_title("Fig 13: MAC calculations by purpose")
-    ax.legend(fontsize=7, ncol=2)
-    save(fig, "fig13_mac_breakdown.png")
+    # Figs 12-13: write and MAC breakdowns, stacked by kind.
+    breakdowns = (
+        ("writes", ["data", "counter", "mac", "tree", "vault_data", "vault_address", "vault_mac", "metadata_save"],
+         "memory writes", "Fig 12: memory writes by kind", "fig12_write_breakdown.png"),
+        ("macs", ["data", "tree_update", "verify", "metadata_protect", "vault_data", "vault_level2", "reencrypt"],
+         "MAC / hash computations", "Fig 13: MAC calculations by purpose", "fig13_mac_breakdown.png"),
+    )
+    for field, kinds, ylabel, title, name in breakdowns:
+        fig, ax = plt.subplots(figsize=(7, 3.8))
+        bottom = [0.0] * len(SECURE)
+        for k in kinds:
+            vals = [t[s][field][k] for s in SECURE]
+            ax.bar([LABEL[s] for s in SECURE], vals, bottom=bottom, label=k)
+            bottom = [b + v for b, v in zip(bottom, vals)]
+        ax.set_ylabel(ylabel)
+        ax.set_title(title)
+        ax.legend(fontsize=7, ncol=2)
+        save(fig, name)
 
     # Figs 14-15: normalised to Base-LU per LLC size.
     for metric, name, title in (("memory_accesses", "fig14_llc_requests.png", "Fig 14: memory requests / Base-LU"), ("mac_ops", "fig15_llc_macs.png", "Fig 15: MACs / Base-LU")):
