@@ -593,19 +593,8 @@ impl Engine {
 
     /// clwb of `line`: a dirty cached copy is written to memory and stays cached, clean.
     pub fn clean_line(&mut self, line: u64) -> Result<(), IntegrityError> {
+        // `flush_line` leaves every level holding the written-back content.
         if let Some(wb) = self.hier.flush_line(line) {
-            // `flush_line` clears every dirty bit but leaves older content in the lower
-            // levels; a later clean L1 eviction would then expose it. Every level gets the
-            // written-back content.
-            if let Some(d) = wb.data {
-                for cache in [&mut self.hier.l1, &mut self.hier.l2, &mut self.hier.llc] {
-                    if let Some(slot) = cache.probe(line) {
-                        if let Some(dst) = cache.data_mut(slot) {
-                            *dst = d;
-                        }
-                    }
-                }
-            }
             self.write_to_memory(wb.line, wb.data);
         }
         self.failure.take().map_or(Ok(()), Err)
