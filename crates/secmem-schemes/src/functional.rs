@@ -225,11 +225,14 @@ impl Functional {
     pub fn ciphertext(&self, line: u64) -> [u8; 64] {
         match self.image.get_opt(line) {
             Some(b) => *b,
-            None => {
-                let (major, minor) = self.initial_counter(line);
-                self.keys.pad(line, major, minor)
-            }
+            None => self.boot_line(line),
         }
+    }
+
+    /// The boot content of data `line`: zeros encrypted under its initial counter.
+    pub fn boot_line(&self, line: u64) -> [u8; 64] {
+        let (major, minor) = self.initial_counter(line);
+        self.keys.pad(line, major, minor)
     }
 
     /// The MAC a slot stands for: its value, or for 0 the boot content's MAC.

@@ -4,6 +4,15 @@
 //! data fetch. Minor 0 is reserved: writes count 1..=127 and an overflow restarts at 1 (lines
 //! still zero stay at 0 and are not rewritten). Copies are not helped: `PageCommand::Copy`
 //! is unsupported, so the OS model copies those pages itself, as the baseline kernel does.
+//!
+//! Under `security.counter_init = "random"` a page's minors start anywhere in 0..=127 and,
+//! until the page is zeroed, mean what they mean for the baseline: the line holds its boot
+//! content (zeros encrypted under that counter), so it still reads as zeros — with a data
+//! fetch when its minor is not 0, without one when it is — and an overflow re-encrypts it
+//! like any line with a non-zero minor. The OS zero-fills every page it allocates through
+//! `PageCommand::Zero`, which sets a fresh major and every minor to 0, so on allocated pages
+//! random boot values change nothing: only pages never zeroed (memory written before any
+//! allocation, e.g. a memory-level trace) see them.
 
 use crate::controller::SecureMc;
 use crate::design::{Design, PageCommand, Unsupported};
