@@ -817,7 +817,35 @@ impl SecureMc {
             self.stats.aes_ops.reencrypt += 2;
             self.stats.mac_ops.reencrypt += 1;
         }
+        if self.p.strict {
+            // Strict persistence writes every MAC update through: the re-encrypted lines'
+            // new MACs must reach NVM with their new ciphertext (the written line's MAC block
+            // is written through by the write itself).
+            let (own, _) = self.layout.mac_addr(first_line + written_idx as u64);
+            let mut last = None;
+            for i in 0..LINES_PER_PAGE {
+                let (maddr, _) = self.layout.mac_addr(first_line + i);
+                if maddr != own && last != Some(maddr) {
+                    last = Some(maddr);
+                    done = done.max(self.persist_block(MetaKind::Mac, maddr, TrafficClass::Mac, done));
+                }
+            }
+        }
         Ok(done)
+    }
+
+    /// Writes cached metadata block `addr` through to NVM and leaves it clean. A block no
+    /// longer cached is in the write-back buffer, which this operation drains anyway.
+    fn persist_block(&mut self, kind: MetaKind, addr: u64, class: TrafficClass, at: Cycle) -> Cycle {
+        let key = addr >> LINE_SHIFT;
+        let Some(slot) = self.cache_of(kind).probe(key) else { return at };
+        self.cache_of(kind).set_dirty(slot, false);
+        let t = self.device_write(addr, class, at);
+        let payload = self.payload(kind, key);
+        if let (Some(f), Some(p)) = (self.func.as_mut(), payload) {
+            f.persist(key, p);
+        }
+        t
     }
 
     /// Writes every dirty metadata block back to NVM (lazy: with parent updates, so the root
