@@ -203,6 +203,14 @@ fn canary_skip_vault_metadata_check_is_caught_by_metadata_tampering() {
 const RANDOM: &str = "security.counter_init=random";
 
 #[test]
+fn a_misspelt_counter_init_is_an_error_naming_the_field_and_the_choices() {
+    let e = Config::load(Some("lelantus"), None, &["security.counter_init=rand".to_string()]).unwrap_err();
+    assert_eq!(e.field, "security.counter_init", "{e}");
+    let msg = e.to_string();
+    assert!(msg.contains("zero") && msg.contains("random"), "{msg}");
+}
+
+#[test]
 fn under_random_counter_init_every_attack_class_is_detected_lazy_and_strict() {
     let out = attack_campaign(&cfg("horus", &[RANDOM]), &TraceInput::Workload, None, 40, 10_000, 7).unwrap();
     for (name, c) in &out.classes {
