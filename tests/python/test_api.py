@@ -66,3 +66,5 @@ def test_errors_are_secmem_errors_naming_the_field():
         secmem.run(params={"tree.arity": 0})
     with pytest.raises(secmem.SecmemError, match="workload.read_ratio"):
         secmem.run(params={"workload.read_ratio": 1.5})
+    with pytest.raises(secmem.SecmemError, match=r"security\.counter_init.*zero.*random"):
+        secmem.config_json(params={"security.counter_init": "rand"})

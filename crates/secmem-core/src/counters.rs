@@ -6,8 +6,16 @@
 //!
 //! Storage is sparse: only pages that were ever written have an entry, so a 32 GiB memory costs
 //! memory only for the pages a workload writes.
+//!
+//! Counters start at zero, or ([`InitialCounters::Random`]) at a seeded pseudo-random value
+//! per page, as Lelantus' evaluation does to model counter overflow (section V-A): a system
+//! that has run for a while has minors anywhere in their range, so a line's first overflow
+//! comes after `2^bits - 1 - init` writes, not `2^bits - 1`. A page's initial block is a pure
+//! function of (seed, page), derived when first needed, so the store stays sparse.
 
 use crate::addr::{line_in_page, page_of_line, LINES_PER_PAGE};
+use rand::{RngCore, SeedableRng};
+use rand_chacha::ChaCha8Rng;
 
 /// One page's counters. Minors are stored one per byte for speed; only `minor_bits` are used.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -28,6 +36,50 @@ pub enum Bump {
     /// The minor would have wrapped: the major advanced and all minors reset, so the page's
     /// other lines need re-encryption.
     Overflow,
+}
+
+/// The value every counter block holds at boot (`security.counter_init`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum InitialCounters {
+    /// Major 0 and every minor 0.
+    #[default]
+    Zero,
+    /// Major 0 and every minor drawn uniformly from `0..2^minor_bits`: page `p`'s minors are
+    /// the first 64 bytes of ChaCha8 stream `p` under a key made from `seed`, each masked to
+    /// `minor_bits` (a power-of-two range, so masking keeps them uniform). The major stays 0:
+    /// overflow depends only on the minors, a fresh major after an overflow or a page command
+    /// is still `old + 1` (so no pad repeats), and Lelantus' 63-bit major with its CoW flag in
+    /// the top bit cannot be reached.
+    Random { seed: u64 },
+}
+
+/// Domain label of the initial-counter key, so the stream never coincides with another use of
+/// the same run seed (workload, harness choices).
+const INIT_KEY_LABEL: &[u8; 24] = b"secmem counter init v1\0\0";
+
+impl InitialCounters {
+    /// Page `page`'s counter block at boot, for `minor_bits`-bit minors.
+    pub fn block(&self, page: u64, minor_bits: u32) -> CounterBlock {
+        match *self {
+            InitialCounters::Zero => CounterBlock::default(),
+            InitialCounters::Random { seed } => {
+                let mut key = [0u8; 32];
+                key[..8].copy_from_slice(&seed.to_le_bytes());
+                key[8..].copy_from_slice(INIT_KEY_LABEL);
+                let mut rng = ChaCha8Rng::from_seed(key);
+                rng.set_stream(page);
+                let mut minors = [0u8; LINES_PER_PAGE as usize];
+                rng.fill_bytes(&mut minors);
+                let mask = ((1u32 << minor_bits) - 1) as u8;
+                for m in minors.iter_mut() {
+                    *m &= mask;
+                }
+                CounterBlock { major: 0, minors }
+            }
+        }
+    }
+
+    pub fn is_zero(&self) -> bool { *self == InitialCounters::Zero }
 }
 
 impl CounterBlock {
@@ -111,8 +163,17 @@ impl CounterBlock {
 /// The array is allocated zeroed (`alloc_zeroed`, i.e. anonymous pages the OS commits only
 /// when first written), so a 32 GiB memory reserves 8 Mi blocks of address space but costs
 /// host memory only for the pages a workload writes — and no hashing on the hot path.
+///
+/// With random initial counters a zeroed slot cannot stand for the initial value, so a bitmap
+/// (one bit per page, also lazily committed: 1 MiB of address space for 32 GiB) says which
+/// blocks hold their own value; a block is materialised from [`InitialCounters::block`] the
+/// first time it is bumped or set, and reads of other blocks derive the initial value. With
+/// zero initial counters the bitmap is empty and the paths are the ones above.
 pub struct CounterStore {
     blocks: ZeroedBlocks,
+    init: InitialCounters,
+    /// Random init only (else empty): bit `p` set once page `p`'s block was materialised.
+    materialised: crate::hostmem::ZeroedSlice<u64>,
     touched: u64,
     /// Per huge-page region of the array: blocks written for the first time, or
     /// `COLLAPSED`. Host memory only (see `first_touch`).
@@ -141,33 +202,72 @@ const COLLAPSED: u32 = u32::MAX;
 
 impl CounterStore {
     /// Counters for `pages` pages, all zero.
-    pub fn new(minor_bits: u32, pages: u64) -> Self {
+    pub fn new(minor_bits: u32, pages: u64) -> Self { Self::with_init(minor_bits, pages, InitialCounters::Zero) }
+
+    /// Counters for `pages` pages, each starting at `init`'s value for it.
+    pub fn with_init(minor_bits: u32, pages: u64, init: InitialCounters) -> Self {
         let blocks = ZeroedBlocks::new(pages as usize);
         let regions = if blocks.0.is_mapped() { pages.div_ceil(BLOCKS_PER_REGION) as usize + 1 } else { 0 };
-        CounterStore { blocks, touched: 0, region_touches: vec![0; regions], minor_bits }
+        let bitmap_words = if init.is_zero() { 0 } else { pages.div_ceil(64) as usize };
+        // SAFETY: zero is a valid u64 (no page materialised yet).
+        let materialised = unsafe { crate::hostmem::ZeroedSlice::new(bitmap_words) };
+        CounterStore { blocks, init, materialised, touched: 0, region_touches: vec![0; regions], minor_bits }
     }
+
+    /// How the counters started (a fresh store after a crash starts the same way).
+    pub fn init(&self) -> InitialCounters { self.init }
+
+    /// Page `page`'s counter block at boot.
+    pub fn initial_block(&self, page: u64) -> CounterBlock { self.init.block(page, self.minor_bits) }
+
+    /// Random init: whether `page`'s block holds its own value (else it is still the initial
+    /// one, derived on demand).
+    #[inline]
+    fn is_materialised(&self, page: u64) -> bool { self.materialised[(page / 64) as usize] & (1 << (page % 64)) != 0 }
 
     /// The counter block of `page`.
     #[inline]
-    pub fn block(&self, page: u64) -> CounterBlock { self.blocks.0[page as usize] }
+    pub fn block(&self, page: u64) -> CounterBlock {
+        if !self.materialised.is_empty() && !self.is_materialised(page) {
+            return self.initial_block(page);
+        }
+        self.blocks.0[page as usize]
+    }
 
     /// (major, minor) of a data line.
     #[inline]
-    pub fn counter_of_line(&self, line: u64) -> (u64, u8) {
-        self.blocks.0[page_of_line(line) as usize].counter_of(line_in_page(line))
-    }
+    pub fn counter_of_line(&self, line: u64) -> (u64, u8) { self.block(page_of_line(line)).counter_of(line_in_page(line)) }
 
     /// Bumps a data line's counter for a write.
     #[inline]
     pub fn bump_line(&mut self, line: u64) -> Bump {
         let bits = self.minor_bits;
         let page = page_of_line(line) as usize;
-        let b = &mut self.blocks.0[page];
-        if b.major == 0 && b.minors == [0; 64] {
-            self.touched += 1;
-            self.first_touch(page);
+        if !self.materialised.is_empty() {
+            if !self.is_materialised(page as u64) {
+                self.materialise(page, true);
+            }
+        } else {
+            let b = &self.blocks.0[page];
+            if b.major == 0 && b.minors == [0; 64] {
+                self.touched += 1;
+                self.first_touch(page);
+            }
         }
         self.blocks.0[page].bump(line_in_page(line), bits)
+    }
+
+    /// Random init: stores `page`'s initial block in its slot and marks it materialised;
+    /// `first_write` counts it as touched, as a first bump from zero does.
+    #[cold]
+    #[inline(never)]
+    fn materialise(&mut self, page: usize, first_write: bool) {
+        self.materialised[page / 64] |= 1 << (page % 64);
+        self.blocks.0[page] = self.init.block(page as u64, self.minor_bits);
+        if first_write {
+            self.touched += 1;
+        }
+        self.first_touch(page);
     }
 
     /// Host memory only: once a sixteenth, an eighth, ... of a huge-page region's blocks have
@@ -205,10 +305,17 @@ impl CounterStore {
         let _ = line;
     }
 
-    pub fn block_mut(&mut self, page: u64) -> &mut CounterBlock { &mut self.blocks.0[page as usize] }
-    pub fn set_block(&mut self, page: u64, b: CounterBlock) { self.blocks.0[page as usize] = b; }
-    /// Pages whose counters were ever bumped from all-zero.
+    pub fn set_block(&mut self, page: u64, b: CounterBlock) {
+        if !self.materialised.is_empty() && !self.is_materialised(page) {
+            self.materialise(page as usize, false);
+        }
+        self.blocks.0[page as usize] = b;
+    }
+    /// Pages whose counters were ever bumped from their initial value.
     pub fn pages_touched(&self) -> u64 { self.touched }
+    /// Random init: pages whose block was materialised (bumped or set at least once); with
+    /// zero init, 0 (nothing to materialise). Scans the bitmap: for tests and reports.
+    pub fn pages_materialised(&self) -> u64 { self.materialised.iter().map(|w| w.count_ones() as u64).sum() }
     pub fn pages(&self) -> u64 { self.blocks.0.len() as u64 }
 }
 
@@ -255,6 +362,83 @@ mod tests {
         let e = b.encode(7);
         assert_eq!(e[63] & 0xFE, 0xFE, "last minor occupies the top 7 bits of byte 63");
         assert_eq!(CounterBlock::decode(&e, 7), b);
+    }
+
+    const SEED_A: InitialCounters = InitialCounters::Random { seed: 1 };
+
+    #[test]
+    fn the_same_seed_gives_the_same_initial_counters_and_another_seed_different_ones() {
+        let (a, b) = (CounterStore::with_init(7, 64, SEED_A), CounterStore::with_init(7, 64, SEED_A));
+        let other = CounterStore::with_init(7, 64, InitialCounters::Random { seed: 2 });
+        for page in 0..64 {
+            assert_eq!(a.block(page), b.block(page), "page {page}");
+            assert_eq!(a.block(page).major, 0, "the major is not randomised");
+            assert!(a.block(page).minors.iter().all(|&m| m < 128));
+        }
+        assert!((0..64).any(|p| a.block(p) != other.block(p)), "seed 2 gives other counters");
+        assert_ne!(a.block(0), a.block(1), "each page has its own stream");
+        // Over 64 pages x 64 minors the values cover the whole 7-bit range, both ends included.
+        let all: Vec<u8> = (0..64).flat_map(|p| a.block(p).minors).collect();
+        assert_eq!((all.iter().min(), all.iter().max()), (Some(&0), Some(&127)));
+        // A fresh store after a crash starts from the same values.
+        assert_eq!(CounterStore::with_init(7, 64, a.init()).block(9), a.block(9));
+        assert_eq!(CounterStore::new(7, 64).block(9), CounterBlock::default(), "zero init");
+    }
+
+    #[test]
+    fn a_randomly_initialised_seven_bit_minor_overflows_after_exactly_127_minus_init_writes() {
+        let mut s = CounterStore::with_init(7, 16, SEED_A);
+        // Hand-worked on the line whose initial minor is lowest and one whose is highest: the
+        // (127 - init)-th write leaves it at 127, the next one overflows.
+        for line in [(0..64u64).min_by_key(|&l| s.counter_of_line(l).1).unwrap(), (0..64u64).max_by_key(|&l| s.counter_of_line(l).1).unwrap()] {
+            let mut s2 = CounterStore::with_init(7, 16, SEED_A);
+            let init = s2.counter_of_line(line).1;
+            for i in 1..=(127 - init) {
+                assert_eq!(s2.bump_line(line), Bump::Minor, "line {line} (init {init}), write {i}");
+            }
+            assert_eq!(s2.counter_of_line(line), (0, 127));
+            assert_eq!(s2.bump_line(line), Bump::Overflow, "line {line}: write {} overflows", 128 - init);
+            assert_eq!(s2.counter_of_line(line), (1, 0));
+        }
+        // An initial minor of 127 overflows on the very first write.
+        let page = (0..16).find(|&p| s.block(p).minors.contains(&127)).expect("some of 1024 minors is 127");
+        let idx = s.block(page).minors.iter().position(|&m| m == 127).unwrap();
+        assert_eq!(s.bump_line(page * 64 + idx as u64), Bump::Overflow);
+    }
+
+    #[test]
+    fn seed_1_page_0_line_0_starts_at_65_and_overflows_on_its_63rd_write() {
+        // Pinned: a change of the derivation changes every random-init figure.
+        let mut s = CounterStore::with_init(7, 1, SEED_A);
+        assert_eq!(s.block(0).minors[..4], [65, 76, 56, 63]);
+        // 127 - 65 = 62 writes bring it to 127; the 63rd overflows.
+        for _ in 0..62 {
+            assert_eq!(s.bump_line(0), Bump::Minor);
+        }
+        assert_eq!(s.counter_of_line(0), (0, 127));
+        assert_eq!(s.bump_line(0), Bump::Overflow);
+        assert_eq!(s.block(0), CounterBlock { major: 1, minors: [0; 64] }, "the major advances, every minor resets");
+    }
+
+    #[test]
+    fn random_initial_counters_materialise_only_the_pages_written() {
+        let mut s = CounterStore::with_init(7, 1 << 20, SEED_A);
+        for p in (0..1 << 20).step_by(4099) {
+            let _ = s.block(p);
+            let _ = s.counter_of_line(p * 64 + 3);
+        }
+        assert_eq!(s.pages_materialised(), 0, "reads derive the initial value without storing it");
+        let written = [5u64, 77, 900_001, 1_000_000];
+        for &p in &written {
+            let before = s.block(p);
+            s.bump_line(p * 64 + 1);
+            s.bump_line(p * 64 + 1);
+            let after = s.block(p);
+            assert_eq!(after.minors[2..], before.minors[2..], "other minors keep their initial value");
+        }
+        s.set_block(6, CounterBlock { major: 3, minors: [1; 64] });
+        assert_eq!(s.block(6).major, 3);
+        assert_eq!((s.pages_materialised(), s.pages_touched()), (5, 4), "4 written + 1 set; touched counts writes");
     }
 
     proptest! {

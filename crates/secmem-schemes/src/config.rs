@@ -20,6 +20,14 @@ config_enum! {
     }
 }
 
+config_enum! {
+    /// The value every counter block holds at boot.
+    pub enum CounterInit {
+        Zero => "zero": "every major and minor counter starts at 0",
+        Random => "random": "major 0, every minor a seeded pseudo-random value in its range, a pure function of (run.seed, page) (Lelantus section V-A)"
+    }
+}
+
 config_section! {
     /// Secure memory: encryption, authentication and their costs.
     pub struct SecurityConfig {
@@ -31,6 +39,7 @@ config_section! {
         hash_latency_cycles: u64 = 160 => "Latency of one integrity-tree node hash, CPU cycles (Horus Table I: 160)";
         verify_on_critical_path: bool = false => "Reads also wait for the data MAC check; false overlaps it with data use (speculative, as in BMF and Horus). A fetched counter is always verified against the tree before its pad is used";
         metadata_persistence: MetadataPersistence = MetadataPersistence::WriteBack => "write-back (recovery-oblivious) or strict (write-through metadata, recoverable)";
+        counter_init: CounterInit = CounterInit::Zero => "Value of every counter block at boot: zero, or random (major 0, minors uniformly random in their range, derived from run.seed and the page, so a line's first overflow comes after 2^bits - 1 - init writes; Lelantus section V-A initialises counters randomly to model overflow)";
     }
 }
 
@@ -52,6 +61,14 @@ config_section! {
 }
 
 impl SecurityConfig {
+    /// The initial counters of a run with seed `seed` (`run.seed`).
+    pub fn initial_counters(&self, seed: u64) -> secmem_core::counters::InitialCounters {
+        match self.counter_init {
+            CounterInit::Zero => secmem_core::counters::InitialCounters::Zero,
+            CounterInit::Random => secmem_core::counters::InitialCounters::Random { seed },
+        }
+    }
+
     pub fn validate(&self, path: &str) -> Result<(), ConfigError> {
         ensure((1..=8).contains(&self.minor_counter_bits), &format!("{path}.minor_counter_bits"), || {
             format!("must be 1..=8 (a 0-bit counter cannot count), got {}", self.minor_counter_bits)

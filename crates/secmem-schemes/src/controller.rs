@@ -196,19 +196,22 @@ struct Evicted {
 const MAX_LEVELS: usize = 24;
 
 impl SecureMc {
-    /// Builds the controller over `media`, for `data_bytes` of protected memory.
+    /// Builds the controller over `media`, for `data_bytes` of protected memory; `seed`
+    /// (`run.seed`) derives the initial counters under `security.counter_init = "random"`.
     pub fn new(
         security: &SecurityConfig,
         tree: &TreeConfig,
         caches: &MetadataCachesConfig,
         data_bytes: u64,
         media: Box<dyn MemoryPort>,
+        seed: u64,
     ) -> Result<SecureMc, ConfigError> {
-        Self::build(security, tree, caches, data_bytes, media, None)
+        Self::build(security, tree, caches, data_bytes, media, seed, None)
     }
 
     /// Builds the controller in functional mode: real AES-CTR, MACs and tree hashes over
-    /// real bytes, with keys derived from `seed`.
+    /// real bytes, with keys (and, under random init, the initial counters) derived from
+    /// `seed`.
     pub fn new_functional(
         security: &SecurityConfig,
         tree: &TreeConfig,
@@ -223,7 +226,10 @@ impl SecureMc {
                 format!("functional mode stores 64-bit hashes, 8 per 64 B node: arity must be <= 8, got {}", tree.arity),
             ));
         }
-        Self::build(security, tree, caches, data_bytes, media, Some(Box::new(Functional::new(seed, security.mac_bits))))
+        let mut func = Box::new(Functional::new(seed, security.mac_bits));
+        func.init = security.initial_counters(seed);
+        func.minor_bits = security.minor_counter_bits;
+        Self::build(security, tree, caches, data_bytes, media, seed, Some(func))
     }
 
     fn build(
@@ -232,6 +238,7 @@ impl SecureMc {
         caches: &MetadataCachesConfig,
         data_bytes: u64,
         media: Box<dyn MemoryPort>,
+        seed: u64,
         func: Option<Box<Functional>>,
     ) -> Result<SecureMc, ConfigError> {
         let layout = SecureLayout::new(data_bytes, tree.arity, security.mac_bits)?;
@@ -251,7 +258,7 @@ impl SecureMc {
         };
         Ok(SecureMc {
             media,
-            counters: CounterStore::new(security.minor_counter_bits, layout.counter_blocks),
+            counters: CounterStore::with_init(security.minor_counter_bits, layout.counter_blocks, security.initial_counters(seed)),
             counter_cache: mk(&caches.counter),
             mac_cache: mk(&caches.mac),
             tree_cache: mk(&caches.tree),
@@ -418,7 +425,7 @@ impl SecureMc {
             let addr = self.block_addr(lvl, idx);
             let class = if lvl == 0 { TrafficClass::Counter } else { TrafficClass::Tree };
             ready = ready.max(self.device_read(addr, class, now));
-            let bytes = self.func.as_ref().map(|f| f.image.get(addr >> LINE_SHIFT));
+            let bytes = self.func.as_ref().map(|f| f.block_bytes(lvl, idx, addr >> LINE_SHIFT));
             if let Some(b) = bytes {
                 chain.push((lvl, idx, b));
             }
@@ -640,7 +647,7 @@ impl SecureMc {
     fn open_line(&self, line: u64, major: u64, minor: u8) -> Result<[u8; 64], IntegrityError> {
         let f = self.func.as_ref().expect("functional");
         let stored = self.stored_mac(line);
-        if stored == 0 && (major, minor) == (0, 0) && f.image.get_opt(line).is_none() {
+        if stored == 0 && f.image.get_opt(line).is_none() && (major, minor) == f.initial_counter(line) {
             // Boot content on every side: the check would compare the boot MAC with itself.
             return Ok([0; 64]);
         }
@@ -810,7 +817,35 @@ impl SecureMc {
             self.stats.aes_ops.reencrypt += 2;
             self.stats.mac_ops.reencrypt += 1;
         }
+        if self.p.strict {
+            // Strict persistence writes every MAC update through: the re-encrypted lines'
+            // new MACs must reach NVM with their new ciphertext (the written line's MAC block
+            // is written through by the write itself).
+            let (own, _) = self.layout.mac_addr(first_line + written_idx as u64);
+            let mut last = None;
+            for i in 0..LINES_PER_PAGE {
+                let (maddr, _) = self.layout.mac_addr(first_line + i);
+                if maddr != own && last != Some(maddr) {
+                    last = Some(maddr);
+                    done = done.max(self.persist_block(MetaKind::Mac, maddr, TrafficClass::Mac, done));
+                }
+            }
+        }
         Ok(done)
+    }
+
+    /// Writes cached metadata block `addr` through to NVM and leaves it clean. A block no
+    /// longer cached is in the write-back buffer, which this operation drains anyway.
+    fn persist_block(&mut self, kind: MetaKind, addr: u64, class: TrafficClass, at: Cycle) -> Cycle {
+        let key = addr >> LINE_SHIFT;
+        let Some(slot) = self.cache_of(kind).probe(key) else { return at };
+        self.cache_of(kind).set_dirty(slot, false);
+        let t = self.device_write(addr, class, at);
+        let payload = self.payload(kind, key);
+        if let (Some(f), Some(p)) = (self.func.as_mut(), payload) {
+            f.persist(key, p);
+        }
+        t
     }
 
     /// Writes every dirty metadata block back to NVM (lazy: with parent updates, so the root
@@ -945,7 +980,7 @@ impl SecureMc {
             self.counter_cache.clear();
             self.mac_cache.clear();
             self.tree_cache.clear();
-            self.counters = CounterStore::new(self.p.minor_bits, self.layout.counter_blocks);
+            self.counters = CounterStore::with_init(self.p.minor_bits, self.layout.counter_blocks, self.counters.init());
         }
     }
 }

@@ -9,16 +9,22 @@
 //! mode, so both modes report the same counts.
 //!
 //! Conventions of the sparse image (secure memory is initialised at boot, lazily):
-//! * a data line absent from the image holds its boot content: zeros encrypted under counter
-//!   (0, 0), i.e. the pad itself; a MAC slot holding 0 stands for that boot content's MAC
-//!   (real MACs are never 0: a computed 0 is stored as 1). Every read is therefore verified,
-//!   never-written lines included, and a line whose counter was lost fails its MAC check
-//!   instead of reading as zeros;
-//! * a tree-node entry of 0 stands for a child block that is still all zeros (never written);
-//!   a real hash that happens to be 0 is stored as 1, so the two cannot be confused.
-//!   Replacing a written block by zeros is therefore still caught: its parent entry is not 0.
+//! * a counter block absent from the image holds its boot content: the encoding of its page's
+//!   initial block (all zeros under `security.counter_init = "zero"`; see
+//!   [`InitialCounters`]);
+//! * a data line absent from the image holds its boot content: zeros encrypted under its
+//!   initial counter ((0, 0) under zero init), i.e. the pad itself; a MAC slot holding 0
+//!   stands for that boot content's MAC (real MACs are never 0: a computed 0 is stored as 1).
+//!   Every read is therefore verified, never-written lines included, and a line whose counter
+//!   was lost fails its MAC check instead of reading as zeros;
+//! * a tree-node entry of 0 stands for a child block still at its boot content (a counter
+//!   block's initial encoding, a tree node's zeros); a real hash that happens to be 0 is
+//!   stored as 1, so the two cannot be confused. Replacing a written block by its boot content
+//!   is therefore still caught: its parent entry is not 0.
 
 use rustc_hash::FxHashMap;
+use secmem_core::addr::{line_in_page, page_of_line};
+use secmem_core::counters::InitialCounters;
 use secmem_crypto::{node_entry, set_node_entry, xor_line, Keys, PadReuseDetector};
 
 /// Which check failed, and where.
@@ -137,6 +143,11 @@ pub struct Functional {
     /// Running hash of every persistent write (address + bytes) and root update, in order:
     /// two runs with the same seed must produce the same value.
     pub event_log: blake3::Hasher,
+    /// The counters' boot values, which decide the boot content of counter blocks and data
+    /// lines (set by the controller from `security.counter_init`).
+    pub init: InitialCounters,
+    /// Minor-counter width of the boot encoding of counter blocks.
+    pub minor_bits: u32,
 }
 
 impl Functional {
@@ -150,7 +161,38 @@ impl Functional {
             reuse_violation: None,
             canaries: Canaries::default(),
             event_log: blake3::Hasher::new(),
+            init: InitialCounters::Zero,
+            minor_bits: 7,
         }
+    }
+
+    /// The boot content of metadata block (`level`, `index`): a counter block's initial
+    /// encoding at level 0, zeros for a tree node.
+    #[inline]
+    pub fn boot_block(&self, level: usize, index: u64) -> [u8; 64] {
+        if level > 0 || self.init.is_zero() {
+            return [0; 64];
+        }
+        self.init.block(index, self.minor_bits).encode(self.minor_bits)
+    }
+
+    /// The bytes NVM holds for metadata block (`level`, `index`) at device line `device_line`:
+    /// the image's, or its boot content.
+    #[inline]
+    pub fn block_bytes(&self, level: usize, index: u64, device_line: u64) -> [u8; 64] {
+        match self.image.get_opt(device_line) {
+            Some(b) => *b,
+            None => self.boot_block(level, index),
+        }
+    }
+
+    /// The counter data `line` was encrypted under at boot.
+    #[inline]
+    pub fn initial_counter(&self, line: u64) -> (u64, u8) {
+        if self.init.is_zero() {
+            return (0, 0);
+        }
+        self.init.block(page_of_line(line), self.minor_bits).counter_of(line_in_page(line))
     }
 
     /// Writes `bytes` to the persistent image and logs the event.
@@ -161,10 +203,10 @@ impl Functional {
         self.image.put(device_line, bytes);
     }
 
-    /// The entry a parent stores for a child block at (`level`, `index`): 0 for an all-zero
-    /// (never written) block, else its keyed hash (never 0).
+    /// The entry a parent stores for a child block at (`level`, `index`): 0 for a block at
+    /// its boot content (never written), else its keyed hash (never 0).
     pub fn child_entry(&self, level: usize, index: u64, block: &[u8; 64]) -> u64 {
-        if block == &[0u8; 64] {
+        if block == &self.boot_block(level, index) {
             return 0;
         }
         self.keys.node_hash(level as u32, index, block).max(1)
@@ -178,23 +220,42 @@ impl Functional {
         self.keys.line_mac(ct, line, major, minor, self.mac_bits).max(1)
     }
 
-    /// The ciphertext NVM holds for data `line`: the image's, or the boot content.
+    /// The ciphertext NVM holds for data `line`: the image's, or the boot content (zeros
+    /// encrypted under the line's initial counter).
     pub fn ciphertext(&self, line: u64) -> [u8; 64] {
         match self.image.get_opt(line) {
             Some(b) => *b,
-            None => self.keys.pad(line, 0, 0),
+            None => self.boot_line(line),
         }
+    }
+
+    /// The boot content of data `line`: zeros encrypted under its initial counter.
+    pub fn boot_line(&self, line: u64) -> [u8; 64] {
+        let (major, minor) = self.initial_counter(line);
+        self.keys.pad(line, major, minor)
     }
 
     /// The MAC a slot stands for: its value, or for 0 the boot content's MAC.
     pub fn effective_mac(&self, stored: u64, line: u64) -> u64 {
-        if stored != 0 { stored } else { self.data_mac(&self.keys.pad(line, 0, 0), line, 0, 0) }
+        if stored != 0 {
+            return stored;
+        }
+        let (major, minor) = self.initial_counter(line);
+        self.data_mac(&self.keys.pad(line, major, minor), line, major, minor)
     }
 
     /// Encrypts a plaintext line in place (recording the pad for the reuse detector).
     pub fn encrypt(&mut self, buf: &mut [u8; 64], line: u64, major: u64, minor: u8) {
-        if let Some(r) = self.reuse.as_mut() {
-            if let Err(e) = r.record(self.keys.key_id(), 0, line, major, minor) {
+        if self.reuse.is_some() {
+            // The boot content of a line is zeros under its initial counter's pad, i.e. that
+            // pad is in NVM for anyone to read: no write may encrypt under the initial counter
+            // (a correct design bumps a counter before every write).
+            let boot_pad = (major, minor) == self.initial_counter(line);
+            let key_id = self.keys.key_id();
+            let r = self.reuse.as_mut().expect("checked");
+            let seen = r.record(key_id, 0, line, major, minor);
+            let e = if boot_pad { Err(secmem_crypto::PadReuse { key_id, domain: 0, line, major, minor }) } else { seen };
+            if let Err(e) = e {
                 self.reuse_violation.get_or_insert(e);
             }
         }

@@ -8,7 +8,7 @@
 //! |---|---|---|
 //! | 0 | 8 | magic `SECMIMG\0` |
 //! | 8 | 2 | version (1) |
-//! | 10 | 2 | reserved (0) |
+//! | 10 | 2 | initial counters: 0 zero, 1 random (`security.counter_init`; files written before it existed hold 0 here) |
 //! | 12 | 4 | MAC bits |
 //! | 16 | 4 | minor-counter bits |
 //! | 20 | 4 | tree arity |
@@ -39,6 +39,10 @@ pub struct ImageMeta {
     pub arity: u32,
     pub data_bytes: u64,
     pub key_seed: u64,
+    /// The counters started at seeded random values (`security.counter_init = "random"`,
+    /// derived from `key_seed`, the run seed), not at zero: the boot content of every block
+    /// the image does not hold depends on it.
+    pub random_counters: bool,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -65,7 +69,7 @@ pub fn save(path: &Path, meta: &ImageMeta, root: &[u8; 64], image: &NvmImage) ->
     let mut buf = Vec::with_capacity(HEADER + lines.len() * 72 + 32);
     buf.extend_from_slice(MAGIC);
     buf.extend_from_slice(&VERSION.to_le_bytes());
-    buf.extend_from_slice(&0u16.to_le_bytes());
+    buf.extend_from_slice(&u16::from(meta.random_counters).to_le_bytes());
     buf.extend_from_slice(&meta.mac_bits.to_le_bytes());
     buf.extend_from_slice(&meta.minor_bits.to_le_bytes());
     buf.extend_from_slice(&meta.arity.to_le_bytes());
@@ -103,10 +107,12 @@ pub fn load(path: &Path) -> Result<(ImageMeta, [u8; 64], NvmImage), ImageError> 
     if version != VERSION {
         return Err(at(8, format!("unsupported image version {version} (this secmem reads version {VERSION})")));
     }
-    if u16_at(10) != 0 {
-        return Err(at(10, "reserved field is not zero".into()));
-    }
-    let meta = ImageMeta { mac_bits: u32_at(12), minor_bits: u32_at(16), arity: u32_at(20), data_bytes: u64_at(24), key_seed: u64_at(32) };
+    let random_counters = match u16_at(10) {
+        0 => false,
+        1 => true,
+        other => return Err(at(10, format!("unknown initial-counter code {other} (0 zero, 1 random)"))),
+    };
+    let meta = ImageMeta { mac_bits: u32_at(12), minor_bits: u32_at(16), arity: u32_at(20), data_bytes: u64_at(24), key_seed: u64_at(32), random_counters };
     let mut root = [0u8; 64];
     root.copy_from_slice(&buf[40..104]);
     let n = u64_at(104);
@@ -145,7 +151,7 @@ mod tests {
         let mut img = NvmImage::default();
         img.put(3, [7; 64]);
         img.put(1, [9; 64]);
-        (ImageMeta { mac_bits: 64, minor_bits: 7, arity: 8, data_bytes: 1 << 20, key_seed: 5 }, [1; 64], img)
+        (ImageMeta { mac_bits: 64, minor_bits: 7, arity: 8, data_bytes: 1 << 20, key_seed: 5, random_counters: true }, [1; 64], img)
     }
 
     fn tmp(name: &str) -> std::path::PathBuf { std::env::temp_dir().join(format!("secmem-img-{}-{name}", std::process::id())) }

@@ -4,6 +4,17 @@
 //! data fetch. Minor 0 is reserved: writes count 1..=127 and an overflow restarts at 1 (lines
 //! still zero stay at 0 and are not rewritten). Copies are not helped: `PageCommand::Copy`
 //! is unsupported, so the OS model copies those pages itself, as the baseline kernel does.
+//!
+//! Under `security.counter_init = "random"` a page's minors start anywhere in 0..=127 and,
+//! until the page is zeroed, mean what they mean for the baseline: the line holds its boot
+//! content (zeros encrypted under that counter), so it still reads as zeros — with a data
+//! fetch when its minor is not 0, without one when it is — and an overflow re-encrypts it
+//! like any line with a non-zero minor. The OS model zero-fills a page through
+//! `PageCommand::Zero` at its zero-page fault (a process's first write after allocation),
+//! which sets a fresh major and every minor to 0, so on those pages random boot values change
+//! nothing. Pages never zeroed that way — frames the kernel copies into at a CoW fault (copies
+//! are not helped), memory a memory-level trace writes — keep them, exactly as the baseline
+//! does, and overflow as early.
 
 use crate::controller::SecureMc;
 use crate::design::{Design, PageCommand, Unsupported};

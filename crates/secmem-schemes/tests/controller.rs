@@ -19,7 +19,7 @@ fn mc_with(update: TreeUpdate, counter_kib: u64, persist: MetadataPersistence, s
         mac: CacheConfig::new(64, 16, 2),
         tree: CacheConfig::new(64, 16, 2),
     };
-    SecureMc::new(&sec, &tree, &caches, SMALL, Box::new(FixedLatencyMedia::new(100, 300, 1 << 30))).unwrap()
+    SecureMc::new(&sec, &tree, &caches, SMALL, Box::new(FixedLatencyMedia::new(100, 300, 1 << 30)), 1).unwrap()
 }
 
 fn mc(update: TreeUpdate) -> SecureMc { mc_with(update, 64, MetadataPersistence::WriteBack, true) }
@@ -131,7 +131,7 @@ fn strict_persistence_writes_counter_mac_and_path_through() {
 fn strict_persistence_with_lazy_update_is_rejected() {
     let sec = SecurityConfig { metadata_persistence: MetadataPersistence::Strict, ..Default::default() };
     let e = SecureMc::new(&sec, &TreeConfig::default(), &MetadataCachesConfig::default(), SMALL,
-        Box::new(FixedLatencyMedia::new(1, 1, 1 << 30))).err().unwrap();
+        Box::new(FixedLatencyMedia::new(1, 1, 1 << 30)), 1).err().unwrap();
     assert_eq!(e.field, "security.metadata_persistence");
 }
 

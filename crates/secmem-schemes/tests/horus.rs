@@ -46,7 +46,7 @@ fn controller(functional: bool) -> (SecureMc, Rc<RefCell<Vec<(u64, AccessKind)>>
     let mc = if functional {
         SecureMc::new_functional(&sec, &tree, &caches, 64 * 4096, media, 3).unwrap()
     } else {
-        SecureMc::new(&sec, &tree, &caches, 64 * 4096, media).unwrap()
+        SecureMc::new(&sec, &tree, &caches, 64 * 4096, media, 1).unwrap()
     };
     (mc, log)
 }

@@ -13,9 +13,12 @@ use secmem_schemes::{IntegrityError, PageCommand, SecureMc};
 
 const MEM: u64 = 4096 * 4096; // 16 MiB: 4096 pages
 
-fn mc() -> SecureMc {
+fn mc() -> SecureMc { mc_init(CounterInit::Zero) }
+
+fn mc_init(counter_init: CounterInit) -> SecureMc {
     let caches = MetadataCachesConfig { counter: CacheConfig::new(4, 16, 2), mac: CacheConfig::new(1, 16, 2), tree: CacheConfig::new(1, 16, 2) };
-    let mut m = SecureMc::new_functional(&SecurityConfig::default(), &TreeConfig::default(), &caches, MEM, Box::new(FixedLatencyMedia::new(100, 300, 1 << 30)), 7).unwrap();
+    let sec = SecurityConfig { counter_init, ..Default::default() };
+    let mut m = SecureMc::new_functional(&sec, &TreeConfig::default(), &caches, MEM, Box::new(FixedLatencyMedia::new(100, 300, 1 << 30)), 7).unwrap();
     m.func.as_mut().unwrap().reuse = Some(PadReuseDetector::new());
     m
 }
@@ -154,6 +157,40 @@ fn six_bit_minors_of_a_cow_page_overflow_after_63_writes_and_seven_bit_ones_afte
 }
 
 #[test]
+fn under_random_counter_init_a_regular_line_overflows_after_127_minus_init_writes_and_a_cow_line_after_63_or_127() {
+    for enc in both() {
+        let (mut m, mut d) = (mc_init(CounterInit::Random), Lelantus::new(enc));
+        // Regular page A: its line with the highest initial minor (seed 7).
+        let i = (0..64).max_by_key(|&i| m.counters.counter_of_line(line(A, i)).1).unwrap();
+        let init = m.counters.counter_of_line(line(A, i)).1;
+        assert!(init > 100, "{enc:?}: the highest of 64 random 7-bit minors is {init}");
+        for k in 0..(127 - init) as u64 {
+            wr(&mut d, &mut m, line(A, i), k);
+        }
+        assert_eq!(d.stats.overflows, 0, "{enc:?}");
+        wr(&mut d, &mut m, line(A, i), 500);
+        assert_eq!((d.stats.overflows, d.stats.cow_overflows), (1, 0), "{enc:?}: write {} of a line starting at {init}", 128 - init);
+        // Never-written lines of the page (re-encrypted by the overflow) and of an untouched
+        // page still read as zeros.
+        assert_eq!(rd(&mut d, &mut m, line(A, (i + 1) % 64)), [0; 64], "{enc:?}");
+        assert_eq!(rd(&mut d, &mut m, line(C, 3)), [0; 64], "{enc:?}");
+        // page_copy resets B's (random) minors to 0: its lines overflow after exactly 63
+        // writes (6-bit, Lelantus) or 127 (7-bit with 0 reserved, Lelantus-CoW).
+        cmd(&mut d, &mut m, PageCommand::Copy { src: A, dst: B });
+        let room = if enc == Encoding::Resized { 63 } else { 127 };
+        for k in 0..room {
+            wr(&mut d, &mut m, line(B, 0), k);
+        }
+        assert_eq!(d.stats.cow_overflows, 0, "{enc:?}");
+        wr(&mut d, &mut m, line(B, 0), 1000);
+        assert_eq!((d.stats.overflows, d.stats.cow_overflows), (2, 1), "{enc:?}");
+        assert_eq!(rd(&mut d, &mut m, line(B, i)), data(500), "{enc:?}: the uncopied line kept its source content");
+        assert_eq!(rd(&mut d, &mut m, line(B, 0)), data(1000), "{enc:?}");
+        assert!(m.func.as_ref().unwrap().reuse_violation.is_none(), "{enc:?}");
+    }
+}
+
+#[test]
 fn tampering_with_the_cow_fields_or_the_record_is_detected() {
     // Lelantus: the source address lives in the counter block, under the tree.
     let (mut m, mut d) = (mc(), Lelantus::new(Encoding::Resized));
@@ -213,4 +250,30 @@ fn page_commands_outside_memory_are_refused_with_a_message() {
     assert!(e.to_string().contains("inside the 4096 data pages"), "{e}");
     let e = d.page_command(&mut m, PageCommand::Copy { src: 5, dst: 5 }, Cycle(0)).unwrap_err();
     assert!(e.to_string().contains("distinct"), "{e}");
+}
+
+#[test]
+fn under_random_counter_init_silent_shredder_reads_zeros_and_a_zeroed_page_behaves_as_under_zero_init() {
+    use secmem_schemes::silent_shredder::SilentShredder;
+    let (mut m, mut d) = (mc_init(CounterInit::Random), SilentShredder::default());
+    // Before the OS zeroes it, a line with a random non-zero minor holds its boot content
+    // (zeros under that counter): it reads as zeros, fetched and verified like data.
+    let nonzero: Vec<u64> = (0..64).filter(|&i| m.counters.counter_of_line(line(C, i)).1 != 0).collect();
+    for &i in &nonzero {
+        assert_eq!(d.read(&mut m, line(C, i), Cycle(0)).unwrap().1.unwrap(), [0; 64]);
+    }
+    assert_eq!(m.stats.data_reads, nonzero.len() as u64);
+    // Zeroing sets every minor to 0 under a fresh major: from then on the page is exactly a
+    // zero-init page (zero lines answered without a data read, writes counting from 1).
+    d.page_command(&mut m, PageCommand::Zero { page: C }, Cycle(0)).unwrap();
+    assert_eq!(m.counters.block(C).minors, [0; 64]);
+    let before = m.stats.data_reads;
+    for i in 0..64 {
+        assert_eq!(d.read(&mut m, line(C, i), Cycle(0)).unwrap().1.unwrap(), [0; 64]);
+    }
+    assert_eq!((m.stats.data_reads, d.zero_reads), (before, 64));
+    d.write(&mut m, line(C, 9), Some(&data(9)), Cycle(0)).unwrap();
+    assert_eq!(m.counters.counter_of_line(line(C, 9)).1, 1);
+    assert_eq!(d.read(&mut m, line(C, 9), Cycle(0)).unwrap().1.unwrap(), data(9));
+    assert!(m.func.as_ref().unwrap().reuse_violation.is_none());
 }

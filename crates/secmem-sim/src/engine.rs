@@ -171,7 +171,7 @@ pub fn build_controller(cfg: &Config) -> Result<SecureMc, ConfigError> {
     let mut mc = if cfg.run.functional {
         SecureMc::new_functional(&cfg.security, &cfg.tree, &cfg.metadata_cache, cfg.data_bytes(), media, cfg.run.seed)?
     } else {
-        SecureMc::new(&cfg.security, &cfg.tree, &cfg.metadata_cache, cfg.data_bytes(), media)?
+        SecureMc::new(&cfg.security, &cfg.tree, &cfg.metadata_cache, cfg.data_bytes(), media, cfg.run.seed)?
     };
     if let Some(f) = mc.func.as_mut() {
         f.canaries = test_canaries();

@@ -219,11 +219,13 @@ impl OsDriver {
         let end_extra = self.os.engine.design.extra_stats();
         let mut extra: Vec<(&'static str, f64)> = end_extra.iter().zip(self.warm.extra.iter()).map(|((k, v), (_, w))| (*k, v - w)).collect();
         let get = |x: &[(&'static str, f64)], k: &str| x.iter().find(|e| e.0 == k).map_or(0.0, |e| e.1);
-        let ovf = get(&extra, "cow_overflows");
+        let (ovf, cow_ovf) = (get(&extra, "overflows"), get(&extra, "cow_overflows"));
+        let per_million = |n: f64| if roi.core.memory_writes_issued == 0 { 0.0 } else { n * 1e6 / roi.core.memory_writes_issued as f64 };
         let (hits, misses) = (get(&extra, "cow_cache_hits"), get(&extra, "cow_cache_misses"));
         for e in extra.iter_mut() {
             match e.0 {
-                "overflows_per_million_writes" => e.1 = if roi.core.memory_writes_issued == 0 { 0.0 } else { ovf * 1e6 / roi.core.memory_writes_issued as f64 },
+                "overflows_per_million_writes" => e.1 = per_million(ovf),
+                "cow_overflows_per_million_writes" => e.1 = per_million(cow_ovf),
                 "cow_cache_miss_rate" => e.1 = if hits + misses == 0.0 { 0.0 } else { misses / (hits + misses) },
                 _ => {}
             }

@@ -184,6 +184,7 @@ pub fn run_records_saving(
             arity: cfg.tree.arity as u32,
             data_bytes: cfg.data_bytes(),
             key_seed: cfg.run.seed,
+            random_counters: cfg.security.counter_init == secmem_schemes::config::CounterInit::Random,
         };
         secmem_schemes::image_file::save(path, &meta, &f.root, &f.image).map_err(|e| SimError::Io { path: e.path.clone(), message: e.message })?;
         rep["meta"]["image"] = serde_json::json!(path.display().to_string());

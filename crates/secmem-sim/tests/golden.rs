@@ -132,3 +132,53 @@ fn overflows_in_functional_mode_never_reuse_a_pad() {
     let r = secmem_sim::run(&cfg, &TraceInput::Workload).unwrap();
     assert!(r["stats"]["security"]["counter_overflows"].as_u64().unwrap() > 0);
 }
+
+/// Under `security.counter_init = "random"` the counters start at seeded values: counting and
+/// functional mode must still agree on every count (both derive the same initial counters from
+/// `run.seed`), including the overflows that random minors bring early.
+#[test]
+fn functional_mode_gives_the_same_counts_as_counting_mode_under_random_counter_init() {
+    let hot = [
+        "workload.requests=20000", "workload.footprint_bytes=8192", "workload.read_ratio=0.3",
+        "l1.size_kib=1", "l1.ways=1", "l2.size_kib=1", "l2.ways=1", "llc.size_kib=1", "llc.ways=1",
+        "hierarchy.write_through=true",
+    ];
+    let cases: [(&str, Vec<&str>); 3] = [
+        ("horus", with(&["workload.pattern=random", "workload.requests=8000"])),
+        ("bmf", with(&["workload.pattern=sequential", "tree.update=eager", "security.metadata_persistence=strict", "workload.requests=8000"])),
+        ("esd", hot.to_vec()),
+    ];
+    for (preset, extra) in cases {
+        let base: Vec<String> = extra.iter().map(|s| s.to_string()).chain(["run.progress=false".into(), "security.counter_init=random".into()]).collect();
+        let counting = Config::load(Some(preset), None, &base).unwrap();
+        let mut f = base.clone();
+        f.push("run.functional=true".into());
+        f.push("run.check_pad_reuse=true".into());
+        let functional = Config::load(Some(preset), None, &f).unwrap();
+        let a = secmem_sim::run(&counting, &TraceInput::Workload).unwrap();
+        let b = secmem_sim::run(&functional, &TraceInput::Workload).unwrap();
+        assert_eq!(a["stats"], b["stats"], "{preset} {extra:?}");
+        if preset == "esd" {
+            // Random minors overflow sooner than zero ones on the same trace.
+            let zero: Vec<String> = base.iter().filter(|s| !s.starts_with("security.counter_init")).cloned().collect();
+            let z = secmem_sim::run(&Config::load(Some(preset), None, &zero).unwrap(), &TraceInput::Workload).unwrap();
+            let ovf = |r: &Value| r["stats"]["security"]["counter_overflows"].as_u64().unwrap();
+            assert!(ovf(&a) > ovf(&z), "random {} vs zero {}", ovf(&a), ovf(&z));
+        }
+    }
+}
+
+/// The same seed gives the same initial counters, so the same figures; another seed other
+/// initial counters, so (on a run that overflows) other figures.
+#[test]
+fn under_random_counter_init_the_same_seed_gives_the_same_stats_and_another_seed_others() {
+    let o = |seed: u64| -> Vec<String> {
+        ["workload.requests=20000", "workload.footprint_bytes=8192", "workload.read_ratio=0.3", "l1.size_kib=1", "l1.ways=1",
+         "l2.size_kib=1", "l2.ways=1", "llc.size_kib=1", "llc.ways=1", "hierarchy.write_through=true", "run.progress=false",
+         "security.counter_init=random"]
+            .iter().map(|s| s.to_string()).chain([format!("run.seed={seed}")]).collect()
+    };
+    let run = |seed| secmem_sim::run(&Config::load(Some("esd"), None, &o(seed)).unwrap(), &TraceInput::Workload).unwrap()["stats"].clone();
+    assert_eq!(run(1), run(1));
+    assert_ne!(run(1), run(2));
+}

@@ -48,6 +48,18 @@ fn strict_baseline_recovers_to_the_oracle_at_every_crash_point() {
 }
 
 #[test]
+fn strict_baseline_recovers_to_the_oracle_across_minor_overflows() {
+    // Four hot pages written through over and over: minors overflow and pages re-encrypt, and
+    // every re-encrypted line's new MAC must be persisted with its new ciphertext.
+    for init in ["security.counter_init=zero", "security.counter_init=random"] {
+        let mut o = vec!["workload.footprint_bytes=16384", "workload.requests=60000", "workload.read_ratio=0.2", "hierarchy.write_through=true", init];
+        o.extend_from_slice(STRICT);
+        let out = crash_campaign(&cfg("esd", &o), &TraceInput::Workload, 60, 5).unwrap();
+        assert_eq!((out.recovered, out.mismatches), (60, 0), "{init}: {:#?}", out.examples);
+    }
+}
+
+#[test]
 fn lazy_baseline_without_a_drain_fails_closed_after_a_crash() {
     let out = crash_campaign(&cfg("horus", &[]), &TraceInput::Workload, 40, 3).unwrap();
     assert!(out.recovery_failures > 0, "a lazily updated root must not match persisted counters");
@@ -182,4 +194,62 @@ fn canary_vault_mac_without_drain_counter_is_caught_by_splicing_whole_entries() 
 #[test]
 fn canary_skip_vault_metadata_check_is_caught_by_metadata_tampering() {
     assert!(vault_class_missed(&with_canary(&vault_cfg(), |k| k.skip_vault_metadata_check = true), "tamper-metadata"));
+}
+
+// ---------------------------------------------------------------- random initial counters
+
+/// `security.counter_init = "random"`: never-written blocks boot at the seeded initial
+/// counters instead of zeros, so every boot-content convention changes; the protection must not.
+const RANDOM: &str = "security.counter_init=random";
+
+#[test]
+fn a_misspelt_counter_init_is_an_error_naming_the_field_and_the_choices() {
+    let e = Config::load(Some("lelantus"), None, &["security.counter_init=rand".to_string()]).unwrap_err();
+    assert_eq!(e.field, "security.counter_init", "{e}");
+    let msg = e.to_string();
+    assert!(msg.contains("zero") && msg.contains("random"), "{msg}");
+}
+
+#[test]
+fn under_random_counter_init_every_attack_class_is_detected_lazy_and_strict() {
+    let out = attack_campaign(&cfg("horus", &[RANDOM]), &TraceInput::Workload, None, 40, 10_000, 7).unwrap();
+    for (name, c) in &out.classes {
+        assert!(c.injected >= 20, "{name}: only {} injections", c.injected);
+    }
+    assert!(out.all_detected(), "{:#?}", out);
+    let strict: Vec<&str> = STRICT.iter().copied().chain([RANDOM]).collect();
+    let out = attack_campaign(&cfg("bmf", &strict), &TraceInput::Workload, None, 30, 5_000, 9).unwrap();
+    assert!(out.all_detected(), "{:#?}", out);
+}
+
+#[test]
+fn under_random_counter_init_the_strict_baseline_recovers_to_the_oracle_at_every_crash_point() {
+    let strict: Vec<&str> = STRICT.iter().copied().chain([RANDOM]).collect();
+    let out = crash_campaign(&cfg("horus", &strict), &TraceInput::Workload, 100, 3).unwrap();
+    assert_eq!((out.recovered, out.mismatches), (100, 0), "{:#?}", out.examples);
+    // And the lazy baseline still fails closed rather than recovering stale counters.
+    let out = crash_campaign(&cfg("horus", &[RANDOM]), &TraceInput::Workload, 30, 3).unwrap();
+    assert!(out.recovery_failures > 0);
+}
+
+#[test]
+fn under_random_counter_init_the_planted_bugs_are_still_caught() {
+    let c = with_canary(&cfg("horus", &[RANDOM]), |k| k.mac_without_counter = true);
+    assert!(attack_fails(&c, &["replay-data-mac"]), "MAC without counter");
+    let c = with_canary(&cfg("horus", &[RANDOM]), |k| k.skip_counter_verification = true);
+    assert!(attack_fails(&c, &["replay-data-mac-counter"]), "counter verification skipped");
+    let strict: Vec<&str> = STRICT.iter().copied().chain([RANDOM]).collect();
+    let c = with_canary(&cfg("horus", &strict), |k| k.persist_data_before_counter = true);
+    assert!(crash_campaign(&c, &TraceInput::Workload, 60, 3).unwrap().mismatches > 0, "data persisted before its counter");
+    // A minor that wraps without bumping the major reuses a pad: with random initial minors
+    // the first wrap lands on (major, 0), which the line may never have used, but it counts
+    // up again through pads it did use — and through its boot pad.
+    let hot = cfg("esd", &[RANDOM, "workload.footprint_bytes=8192", "workload.requests=30000", "workload.read_ratio=0.2",
+        "hierarchy.write_through=true", "run.functional=true", "run.check_pad_reuse=true"]);
+    let c = with_canary(&hot, |k| k.minor_wrap_without_reencryption = true);
+    let err = secmem_sim::run(&c, &TraceInput::Workload).unwrap_err().to_string();
+    assert!(err.contains("pad reuse"), "{err}");
+    with_canary(&hot, |_| {});
+    let r = secmem_sim::run(&hot, &TraceInput::Workload).unwrap();
+    assert!(r["stats"]["security"]["counter_overflows"].as_u64().unwrap() > 0, "the clean run overflows and reuses no pad");
 }

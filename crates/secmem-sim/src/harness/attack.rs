@@ -232,6 +232,17 @@ fn prepare(name: &str, w: &World, mc: &SecureMc, rng: &mut impl Rng) -> Option<I
     let mac_of = |l: u64| layout.mac_addr(l);
     // A written line of a page.
     let line_in = |p: u64| w.written.iter().copied().find(|&l| page_of_line(l) == p);
+    // What the recorded (mid-run) image held at device line `l`: a line it does not hold was
+    // still at its boot content, which a replay puts back (a counter block's initial
+    // encoding, a data line's zeros under its initial counter, a tree node's or MAC block's
+    // zeros).
+    let f = mc.func.as_ref().expect("functional");
+    let old = |l: u64| match w.image_old.get_opt(l) {
+        Some(b) => *b,
+        None if mc.kind_of_key(l) == Some(secmem_schemes::MetaKind::Counter) => f.boot_block(0, l - (layout.counter_base >> LINE_SHIFT)),
+        None if l < layout.data_bytes >> LINE_SHIFT => f.boot_line(l),
+        None => [0; 64],
+    };
     match name {
         "tamper-data" => {
             let l = pick(&w.written, rng)?;
@@ -271,7 +282,7 @@ fn prepare(name: &str, w: &World, mc: &SecureMc, rng: &mut impl Rng) -> Option<I
             let l = pick(&w.changed, rng)?;
             let (maddr, _) = mac_of(l);
             Some(Injection {
-                writes: vec![(l, w.image_old.get(l)), (maddr >> LINE_SHIFT, w.image_old.get(maddr >> LINE_SHIFT))],
+                writes: vec![(l, old(l)), (maddr >> LINE_SHIFT, old(maddr >> LINE_SHIFT))],
                 target: l,
                 expect: ("data-mac".into(), line_addr(l)),
             })
@@ -282,9 +293,9 @@ fn prepare(name: &str, w: &World, mc: &SecureMc, rng: &mut impl Rng) -> Option<I
             let (maddr, _) = mac_of(l);
             Some(Injection {
                 writes: vec![
-                    (l, w.image_old.get(l)),
-                    (maddr >> LINE_SHIFT, w.image_old.get(maddr >> LINE_SHIFT)),
-                    (counter_line(p), w.image_old.get(counter_line(p))),
+                    (l, old(l)),
+                    (maddr >> LINE_SHIFT, old(maddr >> LINE_SHIFT)),
+                    (counter_line(p), old(counter_line(p))),
                 ],
                 target: l,
                 expect: ("counter".into(), layout.counter_addr(p)),
@@ -295,18 +306,18 @@ fn prepare(name: &str, w: &World, mc: &SecureMc, rng: &mut impl Rng) -> Option<I
             let p = page_of_line(l);
             let (maddr, _) = mac_of(l);
             let mut writes = vec![
-                (l, w.image_old.get(l)),
-                (maddr >> LINE_SHIFT, w.image_old.get(maddr >> LINE_SHIFT)),
-                (counter_line(p), w.image_old.get(counter_line(p))),
+                (l, old(l)),
+                (maddr >> LINE_SHIFT, old(maddr >> LINE_SHIFT)),
+                (counter_line(p), old(counter_line(p))),
             ];
             // The highest replayed block that differs from today's is what the walk trips on.
-            let mut expect = (w.image_old.get(counter_line(p)) != w.image_now.get(counter_line(p)))
+            let mut expect = (old(counter_line(p)) != w.image_now.get(counter_line(p)))
                 .then(|| ("counter".to_string(), layout.counter_addr(p)));
             let mut idx = p;
             for level in 1..tree.root_level() {
                 idx = tree.parent(0, idx).1;
                 let a = tree.node_addr(level, idx);
-                let old = w.image_old.get(a >> LINE_SHIFT);
+                let old = old(a >> LINE_SHIFT);
                 if old != w.image_now.get(a >> LINE_SHIFT) {
                     expect = Some((format!("tree-level-{level}"), a));
                 }

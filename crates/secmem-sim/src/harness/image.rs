@@ -46,6 +46,14 @@ pub fn verify_image(cfg: &Config, path: &Path) -> Result<ImageCheck, SimError> {
     if meta.minor_bits != cfg.security.minor_counter_bits {
         return Err(mismatch("security.minor_counter_bits", meta.minor_bits as u64, cfg.security.minor_counter_bits as u64));
     }
+    let random = cfg.security.counter_init == secmem_schemes::config::CounterInit::Random;
+    if meta.random_counters != random {
+        let name = |r: bool| if r { "random" } else { "zero" };
+        return Err(SimError::Config(ConfigError::new(
+            "security.counter_init",
+            format!("the image was made with {}, the config says {}", name(meta.random_counters), name(random)),
+        )));
+    }
     let mut fcfg = cfg.clone();
     fcfg.run.functional = true;
     fcfg.run.seed = meta.key_seed;
