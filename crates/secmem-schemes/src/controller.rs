@@ -321,6 +321,58 @@ impl SecureMc {
         }
     }
 
+    /// Device lines a secure access to data `line` may read or write in functional mode's NVM
+    /// image: the line itself, its MAC block, its counter block and that block's ancestors
+    /// below the root (up to 16 lines; the count in `.1`). A counter-cache miss fetches the
+    /// ancestors up to the first cached one, and those are usually several.
+    #[inline]
+    fn image_lines_of(&self, line: u64) -> ([u64; 16], usize) {
+        let mut out = [0; 16];
+        out[0] = line;
+        if !self.p.secure || line >= self.layout.counter_blocks * LINES_PER_PAGE {
+            return (out, 1);
+        }
+        let page = page_of_line(line);
+        out[1] = self.layout.mac_addr(line).0 >> LINE_SHIFT;
+        out[2] = self.layout.counter_addr(page) >> LINE_SHIFT;
+        let mut n = 3;
+        let root = self.layout.tree.root_level();
+        let (mut lvl, mut idx) = self.layout.tree.parent(0, page);
+        while lvl < root && n < out.len() {
+            out[n] = self.layout.tree.node_addr(lvl, idx) >> LINE_SHIFT;
+            n += 1;
+            (lvl, idx) = self.layout.tree.parent(lvl, idx);
+        }
+        (out, n)
+    }
+
+    /// Functional mode, first look-ahead stage for an access to data `line`: hints the host
+    /// CPU to fetch the image index entries of the lines it may touch in NVM (see
+    /// [`NvmImage::prefetch_index`](crate::functional::NvmImage::prefetch_index)). Changes no
+    /// simulated state; no-op in counting mode.
+    #[inline]
+    pub fn prefetch_image_index(&self, line: u64) {
+        if let Some(f) = self.func.as_ref() {
+            let (lines, n) = self.image_lines_of(line);
+            for &l in &lines[..n] {
+                f.image.prefetch_index(l);
+            }
+        }
+    }
+
+    /// Functional mode, second look-ahead stage (after
+    /// [`prefetch_image_index`](Self::prefetch_image_index)): hints the host CPU to fetch the
+    /// stored bytes of those lines. Changes no simulated state; no-op in counting mode.
+    #[inline]
+    pub fn prefetch_image_bytes(&self, line: u64) {
+        if let Some(f) = self.func.as_ref() {
+            let (lines, n) = self.image_lines_of(line);
+            for &l in &lines[..n] {
+                f.image.prefetch_bytes(l);
+            }
+        }
+    }
+
     // ---------------------------------------------------------------- metadata blocks
 
     #[inline]
@@ -411,6 +463,25 @@ impl SecureMc {
         // hot path allocates nothing (and counting mode never touches it).
         let mut chain = std::mem::take(&mut self.chain_buf);
         chain.clear();
+        if let Some(f) = self.func.as_ref() {
+            // The walk reads the image entries of this block and of the ancestors it goes on
+            // to one after another; ask for all of them at once so that their host cache
+            // misses overlap (index entries first, then the bytes they point to).
+            let mut lines = [0u64; 16];
+            let mut n = 0;
+            let (mut lvl, mut idx) = (level, index);
+            while lvl < root && n < lines.len() {
+                lines[n] = self.block_addr(lvl, idx) >> LINE_SHIFT;
+                n += 1;
+                (lvl, idx) = self.layout.tree.parent(lvl, idx);
+            }
+            for &l in &lines[..n] {
+                f.image.prefetch_index(l);
+            }
+            for &l in &lines[..n] {
+                f.image.prefetch_bytes(l);
+            }
+        }
         let mut fetched = 0usize;
         let mut ready = now;
         let (mut lvl, mut idx) = (level, index);
