@@ -19,7 +19,7 @@
 //! baseline paths.
 
 use crate::config::{MetadataCachesConfig, MetadataPersistence, SecurityConfig, TreeConfig, TreeUpdate};
-use crate::functional::{Functional, IntegrityError};
+use crate::functional::{Functional, IntegrityError, NvmImage};
 use secmem_core::counters::CounterBlock;
 use secmem_crypto::{node_entry, set_node_entry};
 use secmem_core::addr::{line_in_page, page_of_line, LINES_PER_PAGE, LINE_SHIFT};
@@ -235,6 +235,16 @@ impl SecureMc {
         func: Option<Box<Functional>>,
     ) -> Result<SecureMc, ConfigError> {
         let layout = SecureLayout::new(data_bytes, tree.arity, security.mac_bits)?;
+        let mut func = func;
+        if let Some(f) = func.as_mut() {
+            // Counter blocks and tree nodes are filled densely by any sizeable run: stored by
+            // position, one host cache miss each (MAC blocks and data stay sparse).
+            let tree_first = (layout.mac_base >> LINE_SHIFT) + layout.mac_blocks;
+            f.image = NvmImage::with_dense_ranges(&[
+                (layout.counter_base >> LINE_SHIFT, (layout.counter_base >> LINE_SHIFT) + layout.counter_blocks),
+                (tree_first, layout.end >> LINE_SHIFT),
+            ]);
+        }
         let strict = security.metadata_persistence == MetadataPersistence::Strict;
         if strict && tree.update != TreeUpdate::Eager {
             return Err(ConfigError::new(
