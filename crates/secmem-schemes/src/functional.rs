@@ -65,7 +65,7 @@ impl std::fmt::Display for IntegrityError {
 }
 impl std::error::Error for IntegrityError {}
 
-pub use crate::nvm_image::NvmImage;
+pub use crate::nvm_image::{MemoTag, NvmImage};
 
 /// Deliberately wrong variants of the protocol, compiled only into test builds, so that the
 /// test suite can show it catches each one (a test that cannot fail is a defect).
@@ -112,6 +112,9 @@ pub struct Functional {
     /// Running hash of every persistent write (address + bytes) and root update, in order:
     /// two runs with the same seed must produce the same value.
     event_log: EventLog,
+    /// The layout (data bytes, arity, MAC bits) that maps image lines to tree positions, for
+    /// the image's hash memos ([`Functional::memo_tag`]); set by the controller.
+    pub memo_layout: (u64, u64, u32),
 }
 
 /// A BLAKE3 hash of a byte stream fed a few bytes at a time, buffered: hashing 72 B per
@@ -156,6 +159,7 @@ impl Functional {
             reuse_violation: None,
             canaries: Canaries::default(),
             event_log: EventLog::new(),
+            memo_layout: (0, 0, 0),
         }
     }
 
@@ -174,6 +178,13 @@ impl Functional {
             return 0;
         }
         self.keys.node_hash(level as u32, index, block).max(1)
+    }
+
+    /// The tag of this controller's tree-hash memos in the image: its key and layout.
+    #[inline]
+    pub fn memo_tag(&self) -> MemoTag {
+        let (data_bytes, arity, mac_bits) = self.memo_layout;
+        MemoTag { key_id: self.keys.key_id(), data_bytes, arity, mac_bits }
     }
 
     /// The MAC of a data line's ciphertext under counter (major, minor); never 0 (0 marks a

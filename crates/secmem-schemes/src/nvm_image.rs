@@ -20,6 +20,14 @@
 //!   miss per access instead of two, and their address is known without a lookup, so a
 //!   prefetch needs no index.
 //!
+//! * **Hash memo** (dense ranges only): next to each line, the tree-hash entry a caller
+//!   computed from exactly the bytes stored there ([`NvmImage::set_memo`] checks them), under
+//!   the key and layout named by a [`MemoTag`]. Every write to the line clears it, so a memo
+//!   is always the hash of the line's current bytes: a caller may use it instead of hashing
+//!   them again (a block refetched unchanged since it was last hashed), and a tampered line
+//!   (every change goes through [`NvmImage::put`]) is always hashed afresh. A memo under
+//!   another tag is never returned.
+//!
 //! Lines are never removed (a device line, once written, always holds bytes). Iteration
 //! order is the index's, which is arbitrary: callers that need an order sort.
 //!
@@ -38,11 +46,23 @@ const MIN_BUCKETS: usize = 1024;
 /// Fibonacci hashing multiplier (2^64 / golden ratio): spreads consecutive lines apart.
 const HASH_MUL: u64 = 0x9E37_79B9_7F4A_7C15;
 
-/// Lines `[first, first + lines.len())`, stored by position; `present` has one bit per line.
+/// What a hash memo was computed under: the key generation (seed) and the layout that maps
+/// device lines to tree positions. Memos under one tag are never returned under another.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct MemoTag {
+    pub key_id: u64,
+    pub data_bytes: u64,
+    pub arity: u64,
+    pub mac_bits: u32,
+}
+
+/// Lines `[first, first + lines.len())`, stored by position; `present` has one bit per line;
+/// `memo` one hash memo per line (0: none).
 struct Dense {
     first: u64,
     lines: ZeroedSlice<[u8; 64]>,
     present: ZeroedSlice<u64>,
+    memo: ZeroedSlice<u64>,
 }
 
 impl Dense {
@@ -51,7 +71,7 @@ impl Dense {
         // Huge pages: a dense range is touched all over (at worst this commits the whole
         // range, which for counter blocks and tree nodes is under 2% of the data size).
         // SAFETY: all-zero bytes are valid `[u8; 64]` and `u64`; neither needs drop.
-        unsafe { Dense { first, lines: ZeroedSlice::new_huge(n), present: ZeroedSlice::new(n.div_ceil(64)) } }
+        unsafe { Dense { first, lines: ZeroedSlice::new_huge(n), present: ZeroedSlice::new(n.div_ceil(64)), memo: ZeroedSlice::new_huge(n) } }
     }
 
     #[inline(always)]
@@ -85,6 +105,7 @@ impl Clone for Dense {
         // Only the present lines: the rest is zero and stays uncommitted.
         for i in self.positions() {
             d.lines[i] = self.lines[i];
+            d.memo[i] = self.memo[i];
         }
         d
     }
@@ -97,6 +118,8 @@ pub struct NvmImage {
     dense: Vec<Dense>,
     /// Lines stored in `dense`.
     dense_len: usize,
+    /// The tag every memo in `dense` was computed under (None: no memo set yet).
+    memo_tag: Option<MemoTag>,
     /// `[line + 1, chunk << 32 | offset]` per bucket; `[0, _]` is empty.
     table: Option<ZeroedSlice<[u64; 2]>>,
     /// 64 - log2(table length): the hash's top bits index the table.
@@ -170,7 +193,13 @@ impl NvmImage {
 
     /// The bytes at `line` (zeros if it was never written).
     #[inline]
-    pub fn get(&self, line: u64) -> [u8; 64] { self.get_opt(line).copied().unwrap_or([0; 64]) }
+    pub fn get(&self, line: u64) -> [u8; 64] {
+        if let Some((d, i)) = self.dense_slot(line) {
+            // An absent dense line is zeros in place: no need to read its presence bit.
+            return self.dense[d].lines[i];
+        }
+        self.get_opt(line).copied().unwrap_or([0; 64])
+    }
 
     pub fn contains(&self, line: u64) -> bool { self.get_opt(line).is_some() }
 
@@ -188,6 +217,7 @@ impl NvmImage {
                 self.dense_len += 1;
             }
             r.lines[i] = bytes;
+            r.memo[i] = 0;
             return;
         }
         if (self.len + 1) * 4 > self.table.as_ref().map_or(0, |t| t.len()) * 3 {
@@ -210,6 +240,41 @@ impl NvmImage {
             loc
         };
         self.chunks[(loc >> 32) as usize][loc as u32 as usize] = bytes;
+    }
+
+    /// The bytes at `line` (zeros if it was never written) and its hash memo under `tag`
+    /// (0 if there is none).
+    #[inline]
+    pub fn get_with_memo(&self, line: u64, tag: &MemoTag) -> ([u8; 64], u64) {
+        if let Some((d, i)) = self.dense_slot(line) {
+            // An absent dense line is zeros in place, memo 0: no need to read its presence bit.
+            let r = &self.dense[d];
+            let memo = if self.memo_tag.as_ref() == Some(tag) { r.memo[i] } else { 0 };
+            return (r.lines[i], memo);
+        }
+        (self.get(line), 0)
+    }
+
+    /// Records `memo` (non-zero), computed under `tag` from `bytes`, as the hash memo of
+    /// `line` — only if `line` is a stored line of a dense range holding exactly `bytes`
+    /// (otherwise nothing is recorded). Memos under an earlier, different tag are dropped.
+    pub fn set_memo(&mut self, line: u64, tag: &MemoTag, bytes: &[u8; 64], memo: u64) {
+        let Some((d, i)) = self.dense_slot(line) else { return };
+        if !self.dense[d].has(i) || self.dense[d].lines[i] != *bytes {
+            return;
+        }
+        if self.memo_tag.as_ref() != Some(tag) {
+            if self.memo_tag.is_some() {
+                for r in &mut self.dense {
+                    let positions: Vec<usize> = r.positions().collect();
+                    for p in positions {
+                        r.memo[p] = 0;
+                    }
+                }
+            }
+            self.memo_tag = Some(*tag);
+        }
+        self.dense[d].memo[i] = memo;
     }
 
     /// Doubles the index (or creates it), re-placing every entry; the slab does not move.
@@ -251,11 +316,13 @@ impl NvmImage {
     pub fn prefetch_index(&self, line: u64) {
         #[cfg(target_arch = "x86_64")]
         if let Some((d, i)) = self.dense_slot(line) {
-            // No index: the line itself (its presence bit is in a small, hot bitmap).
+            // No index: the line itself, its memo and its presence bit (written by a put).
             // SAFETY: `i` is in bounds; a prefetch has no effect on program state.
             unsafe {
                 use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T0};
                 _mm_prefetch(self.dense[d].lines.as_ptr().add(i) as *const i8, _MM_HINT_T0);
+                _mm_prefetch(self.dense[d].memo.as_ptr().add(i) as *const i8, _MM_HINT_T0);
+                _mm_prefetch(self.dense[d].present.as_ptr().add(i / 64) as *const i8, _MM_HINT_T0);
             }
         } else if let Some(t) = self.table.as_ref() {
             // SAFETY: `bucket` is in bounds; a prefetch has no effect on program state.
@@ -308,7 +375,7 @@ impl Clone for NvmImage {
                 d
             })
             .collect();
-        NvmImage { dense: self.dense.clone(), dense_len: self.dense_len, table, shift: self.shift, len: self.len, chunks, fill: self.fill }
+        NvmImage { dense: self.dense.clone(), dense_len: self.dense_len, memo_tag: self.memo_tag, table, shift: self.shift, len: self.len, chunks, fill: self.fill }
     }
 }
 
@@ -339,6 +406,35 @@ mod tests {
         img.prefetch_bytes(5);
         img.prefetch_index(5);
         }
+    }
+
+    #[test]
+    fn a_memo_holds_only_for_the_bytes_it_was_set_for_under_its_tag() {
+        let tag = MemoTag { key_id: 1, data_bytes: 4096, arity: 8, mac_bits: 64 };
+        let other = MemoTag { key_id: 2, ..tag };
+        let mut img = NvmImage::with_dense_ranges(&[(10, 20)]);
+        let (a, b) = ([1u8; 64], [2u8; 64]);
+        img.set_memo(11, &tag, &a, 7);
+        assert_eq!(img.get_with_memo(11, &tag), ([0; 64], 0), "absent line: no memo");
+        img.put(11, a);
+        img.set_memo(11, &tag, &b, 7);
+        assert_eq!(img.get_with_memo(11, &tag), (a, 0), "other bytes: no memo");
+        img.set_memo(11, &tag, &a, 7);
+        assert_eq!(img.get_with_memo(11, &tag), (a, 7));
+        assert_eq!(img.get_with_memo(11, &other), (a, 0), "other tag: no memo");
+        let copy = img.clone();
+        assert_eq!(copy.get_with_memo(11, &tag), (a, 7), "a clone keeps memos");
+        img.put(11, a);
+        assert_eq!(img.get_with_memo(11, &tag), (a, 0), "any write clears the memo");
+        img.set_memo(11, &tag, &a, 7);
+        img.put(12, b);
+        img.set_memo(12, &other, &b, 9);
+        assert_eq!(img.get_with_memo(11, &other), (a, 0), "a new tag drops the old memos");
+        assert_eq!(img.get_with_memo(12, &other), (b, 9));
+        // Outside dense ranges nothing is memoised.
+        img.put(30, a);
+        img.set_memo(30, &other, &a, 5);
+        assert_eq!(img.get_with_memo(30, &other), (a, 0));
     }
 
     #[test]

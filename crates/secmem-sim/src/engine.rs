@@ -496,8 +496,11 @@ impl Engine {
         }
         if self.functional {
             // The image entries of the record's line and metadata (their index entries were
-            // fetched by the first stage).
+            // fetched by the first stage), and the content slots its fills overwrite (after
+            // reading out the victims' content).
             self.mc.prefetch_image_bytes(line);
+            self.hier.llc.prefetch_data(line);
+            self.hier.l2.prefetch_data(line);
         }
         if let Some((v3, _)) = self.hier.llc.next_victim(line) {
             if self.hier.inclusive {
