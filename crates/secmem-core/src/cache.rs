@@ -380,6 +380,28 @@ impl SetAssocCache {
         let _ = line;
     }
 
+    /// Hints the host CPU to fetch the content slot an access to `line` would use now: its
+    /// own if cached, else the next victim's (which a fill reads out before overwriting it).
+    /// Only for caches that keep content; reads the set's tags, so it belongs to a late
+    /// look-ahead stage, after [`prefetch`](Self::prefetch). Changes no simulated state.
+    #[inline]
+    pub fn prefetch_data(&self, line: u64) {
+        #[cfg(target_arch = "x86_64")]
+        if let Some(d) = self.data.as_ref() {
+            let slot = self.find(line).unwrap_or_else(|| {
+                let set = self.set_of(line);
+                set * self.ways + self.order.tail(set)
+            });
+            // SAFETY: `slot` is in bounds; a prefetch has no effect on program state.
+            unsafe {
+                use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T0};
+                _mm_prefetch(d.as_ptr().add(slot) as *const i8, _MM_HINT_T0);
+            }
+        }
+        #[cfg(not(target_arch = "x86_64"))]
+        let _ = line;
+    }
+
     /// The line a fill into `line`'s set would evict now, with its dirty bit (exact for LRU
     /// and FIFO, the usual victim for random replacement), or None if that way is empty. A
     /// host look-ahead uses it to prefetch the state the eviction will touch.

@@ -45,6 +45,21 @@ impl<T> ZeroedSlice<T> {
     /// All-zero bytes must be a valid value of `T` (plain integers and arrays of them), and
     /// `T` must need no drop.
     pub unsafe fn new(len: usize) -> ZeroedSlice<T> {
+        Self::new_with(len, false)
+    }
+
+    /// As [`new`](Self::new), and on Linux asks for transparent huge pages from the first
+    /// touch on (`MADV_HUGEPAGE`), for an array that will be filled densely or touched at
+    /// random all over anyway (so a huge page commits little that would not be committed
+    /// later), where 4 KiB pages would cost a host TLB miss per access.
+    ///
+    /// # Safety
+    /// As for [`new`](Self::new).
+    pub unsafe fn new_huge(len: usize) -> ZeroedSlice<T> {
+        Self::new_with(len, true)
+    }
+
+    unsafe fn new_with(len: usize, huge: bool) -> ZeroedSlice<T> {
         let bytes = std::mem::size_of::<T>().checked_mul(len).expect("array size overflows");
         if bytes == 0 {
             return ZeroedSlice { ptr: std::ptr::NonNull::dangling().as_ptr(), len, map: (std::ptr::null_mut(), 0) };
@@ -65,9 +80,14 @@ impl<T> ZeroedSlice<T> {
             );
             if p != libc::MAP_FAILED {
                 let start = (p as usize).next_multiple_of(HUGE_BYTES);
+                if huge {
+                    // Advice only: on failure the mapping keeps 4 KiB pages.
+                    libc::madvise(start as *mut libc::c_void, bytes, libc::MADV_HUGEPAGE);
+                }
                 return ZeroedSlice { ptr: start as *mut T, len, map: (p as *mut u8, map_bytes) };
             }
         }
+        let _ = huge;
         let layout = std::alloc::Layout::array::<T>(len).expect("array size overflows");
         let ptr = std::alloc::alloc_zeroed(layout) as *mut T;
         if ptr.is_null() {

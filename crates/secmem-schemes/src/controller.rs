@@ -19,7 +19,7 @@
 //! baseline paths.
 
 use crate::config::{MetadataCachesConfig, MetadataPersistence, SecurityConfig, TreeConfig, TreeUpdate};
-use crate::functional::{Functional, IntegrityError};
+use crate::functional::{Functional, IntegrityError, NvmImage};
 use secmem_core::counters::CounterBlock;
 use secmem_crypto::{node_entry, set_node_entry};
 use secmem_core::addr::{line_in_page, page_of_line, LINES_PER_PAGE, LINE_SHIFT};
@@ -171,7 +171,7 @@ pub struct SecureMc {
     /// Functional mode: the bytes (image, payloads, root register) and the crypto.
     pub func: Option<Box<Functional>>,
     /// Reused buffer of the blocks one tree walk fetched (functional mode).
-    chain_buf: Vec<(usize, u64, [u8; 64])>,
+    chain_buf: Vec<(usize, u64, [u8; 64], u64)>,
 }
 
 /// A metadata block with its identity: `key` is its device line number.
@@ -242,6 +242,17 @@ impl SecureMc {
         func: Option<Box<Functional>>,
     ) -> Result<SecureMc, ConfigError> {
         let layout = SecureLayout::new(data_bytes, tree.arity, security.mac_bits)?;
+        let mut func = func;
+        if let Some(f) = func.as_mut() {
+            // Counter blocks and tree nodes are filled densely by any sizeable run: stored by
+            // position, one host cache miss each (MAC blocks and data stay sparse).
+            let tree_first = (layout.mac_base >> LINE_SHIFT) + layout.mac_blocks;
+            f.memo_layout = (data_bytes, tree.arity, security.mac_bits);
+            f.image = NvmImage::with_dense_ranges(&[
+                (layout.counter_base >> LINE_SHIFT, (layout.counter_base >> LINE_SHIFT) + layout.counter_blocks),
+                (tree_first, layout.end >> LINE_SHIFT),
+            ]);
+        }
         let strict = security.metadata_persistence == MetadataPersistence::Strict;
         if strict && tree.update != TreeUpdate::Eager {
             return Err(ConfigError::new(
@@ -325,6 +336,63 @@ impl SecureMc {
         if line < self.layout.counter_blocks * LINES_PER_PAGE {
             self.prefetch_read_metadata(line);
             self.counters.prefetch_line(line);
+        }
+    }
+
+    /// Device lines a secure access to data `line` may read or write in functional mode's NVM
+    /// image: the line itself, its MAC block, its counter block and that block's ancestors
+    /// below the root (up to 16 lines; the count in `.1`). A counter-cache miss fetches the
+    /// ancestors up to the first cached one, and those are usually several.
+    #[inline]
+    fn image_lines_of(&self, line: u64) -> ([u64; 16], usize) {
+        let mut out = [0; 16];
+        out[0] = line;
+        if !self.p.secure || line >= self.layout.counter_blocks * LINES_PER_PAGE {
+            return (out, 1);
+        }
+        let page = page_of_line(line);
+        out[1] = self.layout.mac_addr(line).0 >> LINE_SHIFT;
+        out[2] = self.layout.counter_addr(page) >> LINE_SHIFT;
+        let mut n = 3;
+        let root = self.layout.tree.root_level();
+        let (mut lvl, mut idx) = self.layout.tree.parent(0, page);
+        while lvl < root && n < out.len() {
+            out[n] = self.layout.tree.node_addr(lvl, idx) >> LINE_SHIFT;
+            n += 1;
+            (lvl, idx) = self.layout.tree.parent(lvl, idx);
+        }
+        (out, n)
+    }
+
+    /// Functional mode, first look-ahead stage for an access to data `line`: hints the host
+    /// CPU to fetch the image index entries of the lines it may touch in NVM (see
+    /// [`NvmImage::prefetch_index`](crate::functional::NvmImage::prefetch_index)). Changes no
+    /// simulated state; no-op in counting mode.
+    #[inline]
+    pub fn prefetch_image_index(&self, line: u64) {
+        if let Some(f) = self.func.as_ref() {
+            let (lines, n) = self.image_lines_of(line);
+            for &l in &lines[..n] {
+                f.image.prefetch_index(l);
+            }
+        }
+    }
+
+    /// Functional mode, second look-ahead stage (after
+    /// [`prefetch_image_index`](Self::prefetch_image_index)): hints the host CPU to fetch the
+    /// stored bytes of those lines. Changes no simulated state; no-op in counting mode.
+    #[inline]
+    pub fn prefetch_image_bytes(&self, line: u64) {
+        if let Some(f) = self.func.as_ref() {
+            if self.p.secure && line < self.layout.counter_blocks * LINES_PER_PAGE {
+                // The cached payloads a read of the line reads (or a fill evicts).
+                self.counter_cache.prefetch_data(self.layout.counter_addr(page_of_line(line)) >> LINE_SHIFT);
+                self.mac_cache.prefetch_data(self.layout.mac_addr(line).0 >> LINE_SHIFT);
+            }
+            let (lines, n) = self.image_lines_of(line);
+            for &l in &lines[..n] {
+                f.image.prefetch_bytes(l);
+            }
         }
     }
 
@@ -418,6 +486,25 @@ impl SecureMc {
         // hot path allocates nothing (and counting mode never touches it).
         let mut chain = std::mem::take(&mut self.chain_buf);
         chain.clear();
+        if let Some(f) = self.func.as_ref() {
+            // The walk reads the image entries of this block and of the ancestors it goes on
+            // to one after another; ask for all of them at once so that their host cache
+            // misses overlap (index entries first, then the bytes they point to).
+            let mut lines = [0u64; 16];
+            let mut n = 0;
+            let (mut lvl, mut idx) = (level, index);
+            while lvl < root && n < lines.len() {
+                lines[n] = self.block_addr(lvl, idx) >> LINE_SHIFT;
+                n += 1;
+                (lvl, idx) = self.layout.tree.parent(lvl, idx);
+            }
+            for &l in &lines[..n] {
+                f.image.prefetch_index(l);
+            }
+            for &l in &lines[..n] {
+                f.image.prefetch_bytes(l);
+            }
+        }
         let mut fetched = 0usize;
         let mut ready = now;
         let (mut lvl, mut idx) = (level, index);
@@ -425,9 +512,14 @@ impl SecureMc {
             let addr = self.block_addr(lvl, idx);
             let class = if lvl == 0 { TrafficClass::Counter } else { TrafficClass::Tree };
             ready = ready.max(self.device_read(addr, class, now));
-            let bytes = self.func.as_ref().map(|f| f.block_bytes(lvl, idx, addr >> LINE_SHIFT));
-            if let Some(b) = bytes {
-                chain.push((lvl, idx, b));
+            // An absent block holds its boot content (a counter block's initial encoding).
+            let fetched_bytes = self.func.as_ref().map(|f| match f.image.get_opt_with_memo(addr >> LINE_SHIFT, &f.memo_tag()) {
+                (Some(b), memo) => (b, memo),
+                (None, _) => (f.boot_block(lvl, idx), 0),
+            });
+            let bytes = fetched_bytes.map(|(b, _)| b);
+            if let Some((b, memo)) = fetched_bytes {
+                chain.push((lvl, idx, b, memo));
             }
             self.fill_meta(if lvl == 0 { MetaKind::Counter } else { MetaKind::Tree }, addr >> LINE_SHIFT, lvl == level && dirty, bytes);
             fetched += 1;
@@ -452,12 +544,21 @@ impl SecureMc {
     /// Checks each fetched block against its parent's entry, top-down: the topmost against a
     /// cached node or the root register, each lower one against the block above it. On a
     /// mismatch the fetched (unverified) blocks are dropped from the caches.
-    fn verify_chain(&mut self, chain: &[(usize, u64, [u8; 64])]) -> Result<(), IntegrityError> {
+    ///
+    /// A block's entry is its image memo when it has one (the hash of exactly these bytes,
+    /// computed when they were last hashed: see [`NvmImage`]), else it is hashed here and
+    /// memoised.
+    fn verify_chain(&mut self, chain: &[(usize, u64, [u8; 64], u64)]) -> Result<(), IntegrityError> {
         let f = self.func.as_ref().expect("functional");
+        let mut entries = [(0u64, false); MAX_LEVELS];
+        for (e, (lvl, idx, bytes, memo)) in entries.iter_mut().zip(chain) {
+            *e = if *memo != 0 { (*memo, false) } else { (f.child_entry(*lvl, *idx, bytes), true) };
+        }
         let arity = self.layout.tree.arity;
         let root = self.layout.tree.root_level();
+        let mut verdict = Ok(());
         for i in (0..chain.len()).rev() {
-            let (lvl, idx, bytes) = &chain[i];
+            let (lvl, idx, _, _) = &chain[i];
             let (plvl, pidx) = self.layout.tree.parent(*lvl, *idx);
             let slot = (*idx % arity) as usize;
             let expected = if plvl >= root {
@@ -471,21 +572,31 @@ impl SecureMc {
             if *lvl == 0 && f.canaries.skip_counter_verification {
                 continue;
             }
-            if f.child_entry(*lvl, *idx, bytes) != expected {
+            if entries[i].0 != expected {
                 let addr = self.block_addr(*lvl, *idx);
-                for (l, x, _) in chain {
-                    let k = self.block_addr(*l, *x) >> LINE_SHIFT;
-                    let kind = if *l == 0 { MetaKind::Counter } else { MetaKind::Tree };
-                    self.cache_of(kind).invalidate(k);
-                }
-                return Err(if *lvl == 0 {
+                verdict = Err(if *lvl == 0 {
                     IntegrityError::CounterBlock { page: *idx, addr }
                 } else {
                     IntegrityError::TreeNode { level: *lvl, index: *idx, addr }
                 });
+                break;
             }
         }
-        Ok(())
+        let tag = f.memo_tag();
+        for ((lvl, idx, bytes, _), (entry, fresh)) in chain.iter().zip(entries) {
+            if fresh && entry != 0 {
+                let line = self.block_addr(*lvl, *idx) >> LINE_SHIFT;
+                self.func.as_mut().expect("functional").image.set_memo(line, &tag, bytes, entry);
+            }
+        }
+        if verdict.is_err() {
+            for (l, x, _, _) in chain {
+                let k = self.block_addr(*l, *x) >> LINE_SHIFT;
+                let kind = if *l == 0 { MetaKind::Counter } else { MetaKind::Tree };
+                self.cache_of(kind).invalidate(k);
+            }
+        }
+        verdict
     }
 
     /// Makes the MAC block holding `line`'s MAC available. MAC blocks need no tree: a stale
@@ -536,17 +647,25 @@ impl SecureMc {
                 } else {
                     self.tree_key_to_node(key)
                 };
-                self.update_parent(level, index, payload.as_ref(), now)?;
+                let entry = self.update_parent(level, index, payload.as_ref(), now)?.1;
+                if let (Some(f), Some(p), Some(e)) = (self.func.as_mut(), payload, entry) {
+                    // The hash of the bytes just persisted: a refetch need not hash them again.
+                    if e != 0 {
+                        let tag = f.memo_tag();
+                        f.image.set_memo(key, &tag, &p, e);
+                    }
+                }
             }
         }
         Ok(())
     }
 
     /// Recomputes the hash of block (level, index) (content `bytes` in functional mode) into
-    /// its parent (one hash), marking the parent dirty, or into the root register.
-    fn update_parent(&mut self, level: usize, index: u64, bytes: Option<&[u8; 64]>, now: Cycle) -> Result<Cycle, IntegrityError> {
+    /// its parent (one hash), marking the parent dirty, or into the root register. Returns
+    /// when done and the entry computed (functional mode).
+    fn update_parent(&mut self, level: usize, index: u64, bytes: Option<&[u8; 64]>, now: Cycle) -> Result<(Cycle, Option<u64>), IntegrityError> {
         if self.func.as_ref().is_some_and(|f| f.canaries.skip_tree_update) {
-            return Ok(now);
+            return Ok((now, None));
         }
         let (plvl, pidx) = self.layout.tree.parent(level, index);
         self.stats.mac_ops.tree_update += 1;
@@ -560,7 +679,7 @@ impl SecureMc {
             if let (Some(f), Some(e)) = (self.func.as_mut(), entry) {
                 f.set_root_entry(slot, e);
             }
-            return Ok(now + self.p.hash);
+            return Ok((now + self.p.hash, entry));
         }
         let t = self.ensure_block(plvl, pidx, true, now)?;
         if let Some(e) = entry {
@@ -569,7 +688,7 @@ impl SecureMc {
             set_node_entry(&mut node, slot, e);
             self.set_payload(MetaKind::Tree, pkey, node);
         }
-        Ok(t + self.p.hash)
+        Ok((t + self.p.hash, entry))
     }
 
     /// Eager update: recompute every hash from the counter block of `page` to the root.

@@ -22,7 +22,6 @@
 //!   stored as 1, so the two cannot be confused. Replacing a written block by its boot content
 //!   is therefore still caught: its parent entry is not 0.
 
-use rustc_hash::FxHashMap;
 use secmem_core::addr::{line_in_page, page_of_line};
 use secmem_core::counters::InitialCounters;
 use secmem_crypto::{node_entry, set_node_entry, xor_line, Keys, PadReuseDetector};
@@ -72,31 +71,7 @@ impl std::fmt::Display for IntegrityError {
 }
 impl std::error::Error for IntegrityError {}
 
-/// The persistent bytes of the device, by device line number; absent lines are zeros.
-#[derive(Clone, Default, Debug)]
-pub struct NvmImage {
-    lines: FxHashMap<u64, [u8; 64]>,
-}
-
-impl NvmImage {
-    #[inline]
-    pub fn get(&self, line: u64) -> [u8; 64] { self.lines.get(&line).copied().unwrap_or([0; 64]) }
-    #[inline]
-    pub fn put(&mut self, line: u64, bytes: [u8; 64]) { self.lines.insert(line, bytes); }
-    pub fn contains(&self, line: u64) -> bool { self.lines.contains_key(&line) }
-    /// The bytes at `line`, if it was ever written.
-    #[inline]
-    pub fn get_opt(&self, line: u64) -> Option<&[u8; 64]> { self.lines.get(&line) }
-    pub fn len(&self) -> usize { self.lines.len() }
-    pub fn is_empty(&self) -> bool { self.lines.is_empty() }
-    /// Device line numbers present in `[first, end)`, sorted.
-    pub fn lines_in(&self, first: u64, end: u64) -> Vec<u64> {
-        let mut v: Vec<u64> = self.lines.keys().copied().filter(|&l| l >= first && l < end).collect();
-        v.sort_unstable();
-        v
-    }
-    pub fn iter(&self) -> impl Iterator<Item = (&u64, &[u8; 64])> { self.lines.iter() }
-}
+pub use crate::nvm_image::{MemoTag, NvmImage};
 
 /// Deliberately wrong variants of the protocol, compiled only into test builds, so that the
 /// test suite can show it catches each one (a test that cannot fail is a defect).
@@ -142,12 +117,46 @@ pub struct Functional {
     pub canaries: Canaries,
     /// Running hash of every persistent write (address + bytes) and root update, in order:
     /// two runs with the same seed must produce the same value.
-    pub event_log: blake3::Hasher,
+    event_log: EventLog,
     /// The counters' boot values, which decide the boot content of counter blocks and data
     /// lines (set by the controller from `security.counter_init`).
     pub init: InitialCounters,
     /// Minor-counter width of the boot encoding of counter blocks.
     pub minor_bits: u32,
+    /// The layout (data bytes, arity, MAC bits) that maps image lines to tree positions, for
+    /// the image's hash memos ([`Functional::memo_tag`]); set by the controller.
+    pub memo_layout: (u64, u64, u32),
+}
+
+/// A BLAKE3 hash of a byte stream fed a few bytes at a time, buffered: hashing 72 B per
+/// update costs one compression per 64 B, one after another, while BLAKE3 hashes a large
+/// update many 1 KiB chunks at a time with SIMD. The digest is the same either way (it is
+/// the hash of the concatenated stream).
+struct EventLog {
+    hasher: blake3::Hasher,
+    buf: Vec<u8>,
+}
+
+impl EventLog {
+    /// Bytes buffered before they are hashed (a multiple of BLAKE3's 1 KiB chunk).
+    const BUFFER: usize = 64 << 10;
+
+    fn new() -> EventLog { EventLog { hasher: blake3::Hasher::new(), buf: Vec::with_capacity(Self::BUFFER) } }
+
+    #[inline]
+    fn update(&mut self, bytes: &[u8]) {
+        if self.buf.len() + bytes.len() > Self::BUFFER {
+            self.hasher.update(&self.buf);
+            self.buf.clear();
+        }
+        self.buf.extend_from_slice(bytes);
+    }
+
+    fn finalize(&self) -> blake3::Hash {
+        let mut h = self.hasher.clone();
+        h.update(&self.buf);
+        h.finalize()
+    }
 }
 
 impl Functional {
@@ -160,9 +169,10 @@ impl Functional {
             reuse: None,
             reuse_violation: None,
             canaries: Canaries::default(),
-            event_log: blake3::Hasher::new(),
+            event_log: EventLog::new(),
             init: InitialCounters::Zero,
             minor_bits: 7,
+            memo_layout: (0, 0, 0),
         }
     }
 
@@ -210,6 +220,13 @@ impl Functional {
             return 0;
         }
         self.keys.node_hash(level as u32, index, block).max(1)
+    }
+
+    /// The tag of this controller's tree-hash memos in the image: its key and layout.
+    #[inline]
+    pub fn memo_tag(&self) -> MemoTag {
+        let (data_bytes, arity, mac_bits) = self.memo_layout;
+        MemoTag { key_id: self.keys.key_id(), data_bytes, arity, mac_bits, counter_init: self.init }
     }
 
     /// The MAC of a data line's ciphertext under counter (major, minor); never 0 (0 marks a
@@ -278,9 +295,31 @@ impl Functional {
 
     /// The 64-bit event-log digest so far.
     pub fn event_log_digest(&self) -> u64 {
-        let h = self.event_log.clone().finalize();
+        let h = self.event_log.finalize();
         u64::from_le_bytes(h.as_bytes()[..8].try_into().unwrap())
     }
 }
 
 pub use secmem_crypto::{node_entry as entry_of, set_node_entry as set_entry_of};
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn buffered_event_log_is_the_hash_of_the_whole_stream() {
+        let mut log = EventLog::new();
+        let mut all = Vec::new();
+        for i in 0..5000u64 {
+            // Updates of every size 0..=72, crossing the buffer boundary many times.
+            let b: Vec<u8> = (0..i % 73).map(|j| (i * 31 + j) as u8).collect();
+            log.update(&b);
+            all.extend_from_slice(&b);
+            if i % 997 == 0 {
+                assert_eq!(log.finalize(), blake3::hash(&all), "after {i} updates");
+            }
+        }
+        assert!(all.len() > 2 * EventLog::BUFFER);
+        assert_eq!(log.finalize(), blake3::hash(&all));
+    }
+}

@@ -64,8 +64,8 @@ impl std::error::Error for ImageError {}
 
 pub fn save(path: &Path, meta: &ImageMeta, root: &[u8; 64], image: &NvmImage) -> Result<(), ImageError> {
     let err = |m: String| ImageError { path: path.display().to_string(), offset: None, message: m };
-    let mut lines: Vec<(&u64, &[u8; 64])> = image.iter().collect();
-    lines.sort_unstable_by_key(|x| *x.0);
+    let mut lines: Vec<(u64, &[u8; 64])> = image.iter().collect();
+    lines.sort_unstable_by_key(|x| x.0);
     let mut buf = Vec::with_capacity(HEADER + lines.len() * 72 + 32);
     buf.extend_from_slice(MAGIC);
     buf.extend_from_slice(&VERSION.to_le_bytes());

@@ -8,6 +8,7 @@
 //! * [`eadr`] — draining the cache hierarchy on power loss (eADR), the baselines' drains.
 //! * [`horus`] — Horus: the Cache Hierarchy Vault drain and its recovery.
 //! * [`cache_tree`] — the small tree protecting a saved metadata cache.
+//! * [`nvm_image`] — the store behind functional mode's sparse NVM image.
 
 pub mod cache_tree;
 pub mod config;
@@ -18,6 +19,7 @@ pub mod functional;
 pub mod horus;
 pub mod image_file;
 pub mod lelantus;
+pub mod nvm_image;
 pub mod recovery;
 pub mod silent_shredder;
 pub mod testing;

@@ -463,6 +463,9 @@ impl Engine {
             }
             self.hier.l2.prefetch(line);
             self.hier.llc.prefetch(line);
+            if self.functional {
+                self.mc.prefetch_image_index(line);
+            }
         }
     }
 
@@ -491,6 +494,14 @@ impl Engine {
         if secure {
             self.mc.prefetch_read_metadata(line);
         }
+        if self.functional {
+            // The image entries of the record's line and metadata (their index entries were
+            // fetched by the first stage), and the content slots its fills overwrite (after
+            // reading out the victims' content).
+            self.mc.prefetch_image_bytes(line);
+            self.hier.llc.prefetch_data(line);
+            self.hier.l2.prefetch_data(line);
+        }
         if let Some((v3, _)) = self.hier.llc.next_victim(line) {
             if self.hier.inclusive {
                 self.hier.l2.prefetch(v3);
@@ -498,6 +509,10 @@ impl Engine {
             }
             if secure {
                 self.mc.prefetch_write_metadata(v3);
+            }
+            if self.functional {
+                // A write-back of it (dirty here or above) persists it into the image.
+                self.mc.prefetch_image_index(v3);
             }
         }
     }

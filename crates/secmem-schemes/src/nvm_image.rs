@@ -1,0 +1,505 @@
+//! The store behind functional mode's sparse NVM image.
+//!
+//! A random run over gigabytes leaves millions of written lines, and every simulated device
+//! access reads or writes one of them at a random place: the store's cost is host memory
+//! latency and footprint, so it is laid out for both.
+//!
+//! * **Slab**: the 64 B line contents, one after another in the order lines were first
+//!   written, in chunks that grow from 64 KiB to 8 MiB and are never moved (growing copies
+//!   nothing; a small image stays small, which matters because harnesses clone images).
+//!   Large chunks ask for transparent huge pages: they are filled densely.
+//! * **Index**: an open-addressing hash table with linear probing, 16 B per bucket
+//!   (`line + 1`, 0 for empty; the line's chunk and offset in the slab), kept at most 3/4
+//!   full, doubling when it would be fuller. A lookup touches one or two adjacent host cache
+//!   lines of the index and then the line's slab entry; both can be prefetched ahead of use
+//!   ([`NvmImage::prefetch_index`], [`NvmImage::prefetch_bytes`]).
+//!
+//! * **Dense ranges** (optional, [`NvmImage::with_dense_ranges`]): ranges of device lines
+//!   that a run fills densely (the counter blocks and tree nodes) are kept in arrays indexed
+//!   by line, in lazily committed zeroed memory, with a presence bitmap: one host cache
+//!   miss per access instead of two, and their address is known without a lookup, so a
+//!   prefetch needs no index.
+//!
+//! * **Hash memo** (dense ranges only): next to each line, the tree-hash entry a caller
+//!   computed from exactly the bytes stored there ([`NvmImage::set_memo`] checks them), under
+//!   the key and layout named by a [`MemoTag`]. Every write to the line clears it, so a memo
+//!   is always the hash of the line's current bytes: a caller may use it instead of hashing
+//!   them again (a block refetched unchanged since it was last hashed), and a tampered line
+//!   (every change goes through [`NvmImage::put`]) is always hashed afresh. A memo under
+//!   another tag is never returned.
+//!
+//! Lines are never removed (a device line, once written, always holds bytes). Iteration
+//! order is the index's, which is arbitrary: callers that need an order sort.
+//!
+//! About 80 B of host memory per stored line (64 B content plus 16 B of index at a load of
+//! 3/8..3/4), where a `HashMap<u64, [u8; 64]>` took 72 B / load plus its rehash peak.
+
+use secmem_core::hostmem::ZeroedSlice;
+
+/// Lines in the first slab chunk (64 KiB); each further chunk doubles, up to
+/// [`MAX_CHUNK_SHIFT`].
+const FIRST_CHUNK_SHIFT: u32 = 10;
+/// Largest slab chunk: 2^17 lines (8 MiB, four huge pages).
+const MAX_CHUNK_SHIFT: u32 = 17;
+/// Index buckets of the first table.
+const MIN_BUCKETS: usize = 1024;
+/// Fibonacci hashing multiplier (2^64 / golden ratio): spreads consecutive lines apart.
+const HASH_MUL: u64 = 0x9E37_79B9_7F4A_7C15;
+
+/// What a hash memo was computed under: the key generation (seed), the layout that maps
+/// device lines to tree positions, and the counters' boot values (a tree entry is 0 for a
+/// block still at its boot content, which `security.counter_init` decides). Memos under one
+/// tag are never returned under another.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct MemoTag {
+    pub key_id: u64,
+    pub data_bytes: u64,
+    pub arity: u64,
+    pub mac_bits: u32,
+    pub counter_init: secmem_core::counters::InitialCounters,
+}
+
+/// Lines `[first, first + lines.len())`, stored by position; `present` has one bit per line;
+/// `memo` one hash memo per line (0: none).
+struct Dense {
+    first: u64,
+    lines: ZeroedSlice<[u8; 64]>,
+    present: ZeroedSlice<u64>,
+    memo: ZeroedSlice<u64>,
+}
+
+impl Dense {
+    fn new(first: u64, end: u64) -> Dense {
+        let n = usize::try_from(end - first).expect("dense range fits the address space");
+        // Huge pages: a dense range is touched all over (at worst this commits the whole
+        // range, which for counter blocks and tree nodes is under 2% of the data size).
+        // SAFETY: all-zero bytes are valid `[u8; 64]` and `u64`; neither needs drop.
+        unsafe { Dense { first, lines: ZeroedSlice::new_huge(n), present: ZeroedSlice::new(n.div_ceil(64)), memo: ZeroedSlice::new_huge(n) } }
+    }
+
+    #[inline(always)]
+    fn slot(&self, line: u64) -> Option<usize> {
+        let i = line.wrapping_sub(self.first);
+        (i < self.lines.len() as u64).then_some(i as usize)
+    }
+
+    #[inline(always)]
+    fn has(&self, i: usize) -> bool { self.present[i / 64] >> (i % 64) & 1 != 0 }
+
+    /// Positions of the present lines, ascending.
+    fn positions(&self) -> impl Iterator<Item = usize> + '_ {
+        self.present.iter().enumerate().flat_map(|(w, &bits)| {
+            let mut b = bits;
+            std::iter::from_fn(move || {
+                (b != 0).then(|| {
+                    let i = b.trailing_zeros() as usize;
+                    b &= b - 1;
+                    w * 64 + i
+                })
+            })
+        })
+    }
+}
+
+impl Clone for Dense {
+    fn clone(&self) -> Dense {
+        let mut d = Dense::new(self.first, self.first + self.lines.len() as u64);
+        d.present.copy_from_slice(&self.present);
+        // Only the present lines: the rest is zero and stays uncommitted.
+        for i in self.positions() {
+            d.lines[i] = self.lines[i];
+            d.memo[i] = self.memo[i];
+        }
+        d
+    }
+}
+
+/// The persistent bytes of the device, by device line number; absent lines are zeros.
+#[derive(Default)]
+pub struct NvmImage {
+    /// At most a few ranges of lines stored by position (checked before the index).
+    dense: Vec<Dense>,
+    /// Lines stored in `dense`.
+    dense_len: usize,
+    /// The tag every memo in `dense` was computed under (None: no memo set yet).
+    memo_tag: Option<MemoTag>,
+    /// `[line + 1, chunk << 32 | offset]` per bucket; `[0, _]` is empty.
+    table: Option<ZeroedSlice<[u64; 2]>>,
+    /// 64 - log2(table length): the hash's top bits index the table.
+    shift: u32,
+    len: usize,
+    chunks: Vec<ZeroedSlice<[u8; 64]>>,
+    /// Lines used in the last chunk.
+    fill: usize,
+}
+
+fn chunk_lines(chunk: usize) -> usize {
+    1 << (FIRST_CHUNK_SHIFT + chunk as u32).min(MAX_CHUNK_SHIFT)
+}
+
+fn new_table(buckets: usize) -> ZeroedSlice<[u64; 2]> {
+    // SAFETY: all-zero `[u64; 2]` is a valid (empty) bucket; u64 needs no drop.
+    unsafe { ZeroedSlice::new_huge(buckets) }
+}
+
+fn new_chunk(lines: usize) -> ZeroedSlice<[u8; 64]> {
+    // SAFETY: all-zero bytes are valid `[u8; 64]`; u8 needs no drop.
+    unsafe { ZeroedSlice::new_huge(lines) }
+}
+
+impl NvmImage {
+    /// An empty image that stores the lines of each range `[first, end)` by position (see
+    /// the module docs); meant for ranges a run fills densely. The ranges must not overlap.
+    pub fn with_dense_ranges(ranges: &[(u64, u64)]) -> NvmImage {
+        let mut sorted = ranges.to_vec();
+        sorted.sort_unstable();
+        assert!(sorted.windows(2).all(|w| w[0].1 <= w[1].0), "dense ranges overlap: {ranges:?}");
+        NvmImage { dense: ranges.iter().filter(|r| r.1 > r.0).map(|&(a, b)| Dense::new(a, b)).collect(), ..NvmImage::default() }
+    }
+
+    /// The dense range holding `line` and its position there.
+    #[inline(always)]
+    fn dense_slot(&self, line: u64) -> Option<(usize, usize)> {
+        self.dense.iter().enumerate().find_map(|(d, r)| r.slot(line).map(|i| (d, i)))
+    }
+
+    #[inline(always)]
+    fn bucket(&self, line: u64) -> usize { ((line.wrapping_add(1)).wrapping_mul(HASH_MUL) >> self.shift) as usize }
+
+    /// Index of `line`'s bucket, or of the empty bucket where it would go.
+    #[inline(always)]
+    fn find(table: &[[u64; 2]], mut b: usize, line: u64) -> usize {
+        let mask = table.len() - 1;
+        loop {
+            let k = table[b][0];
+            if k == line + 1 || k == 0 {
+                return b;
+            }
+            b = (b + 1) & mask;
+        }
+    }
+
+    #[inline(always)]
+    fn slab(&self, loc: u64) -> &[u8; 64] { &self.chunks[(loc >> 32) as usize][loc as u32 as usize] }
+
+    /// The bytes at `line`, if it was ever written.
+    #[inline]
+    pub fn get_opt(&self, line: u64) -> Option<&[u8; 64]> {
+        if let Some((d, i)) = self.dense_slot(line) {
+            let r = &self.dense[d];
+            return r.has(i).then(|| &r.lines[i]);
+        }
+        let table = self.table.as_ref()?;
+        let e = table[Self::find(table, self.bucket(line), line)];
+        (e[0] != 0).then(|| self.slab(e[1]))
+    }
+
+    /// The bytes at `line` (zeros if it was never written).
+    #[inline]
+    pub fn get(&self, line: u64) -> [u8; 64] {
+        if let Some((d, i)) = self.dense_slot(line) {
+            // An absent dense line is zeros in place: no need to read its presence bit.
+            return self.dense[d].lines[i];
+        }
+        self.get_opt(line).copied().unwrap_or([0; 64])
+    }
+
+    pub fn contains(&self, line: u64) -> bool { self.get_opt(line).is_some() }
+
+    /// Writes `bytes` at `line`.
+    ///
+    /// # Panics
+    /// If `line` is `u64::MAX` (no device has that many lines).
+    #[inline]
+    pub fn put(&mut self, line: u64, bytes: [u8; 64]) {
+        assert!(line != u64::MAX, "device line number out of range");
+        if let Some((d, i)) = self.dense_slot(line) {
+            let r = &mut self.dense[d];
+            if !r.has(i) {
+                r.present[i / 64] |= 1 << (i % 64);
+                self.dense_len += 1;
+            }
+            r.lines[i] = bytes;
+            r.memo[i] = 0;
+            return;
+        }
+        if (self.len + 1) * 4 > self.table.as_ref().map_or(0, |t| t.len()) * 3 {
+            self.grow();
+        }
+        let b = self.bucket(line);
+        let table = self.table.as_mut().expect("grown above");
+        let b = Self::find(table, b, line);
+        let loc = if table[b][0] != 0 {
+            table[b][1]
+        } else {
+            if self.chunks.last().is_none_or(|c| self.fill == c.len()) {
+                self.chunks.push(new_chunk(chunk_lines(self.chunks.len())));
+                self.fill = 0;
+            }
+            let loc = ((self.chunks.len() as u64 - 1) << 32) | self.fill as u64;
+            self.fill += 1;
+            self.len += 1;
+            table[b] = [line + 1, loc];
+            loc
+        };
+        self.chunks[(loc >> 32) as usize][loc as u32 as usize] = bytes;
+    }
+
+    /// The bytes at `line` if it was ever written, and its hash memo under `tag` (0 if there
+    /// is none). Absent lines are told apart from stored zeros: an absent counter block holds
+    /// its boot content, which is not zeros under random initial counters.
+    #[inline]
+    pub fn get_opt_with_memo(&self, line: u64, tag: &MemoTag) -> (Option<[u8; 64]>, u64) {
+        if let Some((d, i)) = self.dense_slot(line) {
+            let r = &self.dense[d];
+            if !r.has(i) {
+                return (None, 0);
+            }
+            let memo = if self.memo_tag.as_ref() == Some(tag) { r.memo[i] } else { 0 };
+            return (Some(r.lines[i]), memo);
+        }
+        (self.get_opt(line).copied(), 0)
+    }
+
+    /// Records `memo` (non-zero), computed under `tag` from `bytes`, as the hash memo of
+    /// `line` — only if `line` is a stored line of a dense range holding exactly `bytes`
+    /// (otherwise nothing is recorded). Memos under an earlier, different tag are dropped.
+    pub fn set_memo(&mut self, line: u64, tag: &MemoTag, bytes: &[u8; 64], memo: u64) {
+        let Some((d, i)) = self.dense_slot(line) else { return };
+        if !self.dense[d].has(i) || self.dense[d].lines[i] != *bytes {
+            return;
+        }
+        if self.memo_tag.as_ref() != Some(tag) {
+            if self.memo_tag.is_some() {
+                for r in &mut self.dense {
+                    let positions: Vec<usize> = r.positions().collect();
+                    for p in positions {
+                        r.memo[p] = 0;
+                    }
+                }
+            }
+            self.memo_tag = Some(*tag);
+        }
+        self.dense[d].memo[i] = memo;
+    }
+
+    /// Doubles the index (or creates it), re-placing every entry; the slab does not move.
+    #[cold]
+    fn grow(&mut self) {
+        let buckets = self.table.as_ref().map_or(MIN_BUCKETS, |t| t.len() * 2);
+        let mut table = new_table(buckets);
+        let shift = 64 - buckets.trailing_zeros();
+        if let Some(old) = self.table.as_ref() {
+            for e in old.iter().filter(|e| e[0] != 0) {
+                let b = ((e[0].wrapping_mul(HASH_MUL)) >> shift) as usize;
+                let b = Self::find(&table, b, e[0] - 1);
+                table[b] = *e;
+            }
+        }
+        self.table = Some(table);
+        self.shift = shift;
+    }
+
+    pub fn len(&self) -> usize { self.len + self.dense_len }
+    pub fn is_empty(&self) -> bool { self.len() == 0 }
+
+    /// Device line numbers present in `[first, end)`, sorted.
+    pub fn lines_in(&self, first: u64, end: u64) -> Vec<u64> {
+        let mut v: Vec<u64> = self.iter().map(|(l, _)| l).filter(|&l| l >= first && l < end).collect();
+        v.sort_unstable();
+        v
+    }
+
+    /// Every stored line and its bytes, in no particular order.
+    pub fn iter(&self) -> impl Iterator<Item = (u64, &[u8; 64])> {
+        let dense = self.dense.iter().flat_map(|r| r.positions().map(move |i| (r.first + i as u64, &r.lines[i])));
+        self.table.iter().flat_map(|t| t.iter()).filter(|e| e[0] != 0).map(|e| (e[0] - 1, self.slab(e[1]))).chain(dense)
+    }
+
+    /// Hints the host CPU to fetch the index bucket of `line` (first look-ahead stage).
+    /// Changes nothing.
+    #[inline]
+    pub fn prefetch_index(&self, line: u64) {
+        #[cfg(target_arch = "x86_64")]
+        if let Some((d, i)) = self.dense_slot(line) {
+            // No index: the line itself, its memo and its presence bit (written by a put).
+            // SAFETY: `i` is in bounds; a prefetch has no effect on program state.
+            unsafe {
+                use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T0};
+                _mm_prefetch(self.dense[d].lines.as_ptr().add(i) as *const i8, _MM_HINT_T0);
+                _mm_prefetch(self.dense[d].memo.as_ptr().add(i) as *const i8, _MM_HINT_T0);
+                _mm_prefetch(self.dense[d].present.as_ptr().add(i / 64) as *const i8, _MM_HINT_T0);
+            }
+        } else if let Some(t) = self.table.as_ref() {
+            // SAFETY: `bucket` is in bounds; a prefetch has no effect on program state.
+            unsafe {
+                use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T0};
+                _mm_prefetch(t.as_ptr().add(self.bucket(line)) as *const i8, _MM_HINT_T0);
+            }
+        }
+        #[cfg(not(target_arch = "x86_64"))]
+        let _ = line;
+    }
+
+    /// Hints the host CPU to fetch the bytes of `line` if it is stored (second look-ahead
+    /// stage: reads the index, which [`prefetch_index`](Self::prefetch_index) brought in).
+    /// Changes nothing.
+    #[inline]
+    pub fn prefetch_bytes(&self, line: u64) {
+        #[cfg(target_arch = "x86_64")]
+        if self.dense_slot(line).is_some() {
+            // Prefetched by `prefetch_index` already.
+        } else if let Some(b) = self.get_opt(line) {
+            // SAFETY: a prefetch has no effect on program state.
+            unsafe {
+                use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T0};
+                _mm_prefetch(b.as_ptr() as *const i8, _MM_HINT_T0);
+            }
+        }
+        #[cfg(not(target_arch = "x86_64"))]
+        let _ = line;
+    }
+}
+
+impl Clone for NvmImage {
+    fn clone(&self) -> NvmImage {
+        let table = self.table.as_ref().map(|t| {
+            let mut c = new_table(t.len());
+            c.copy_from_slice(t);
+            c
+        });
+        let n = self.chunks.len();
+        let chunks = self
+            .chunks
+            .iter()
+            .enumerate()
+            .map(|(i, c)| {
+                let mut d = new_chunk(c.len());
+                // Only the used part: the rest is still zero (and uncommitted).
+                let used = if i + 1 == n { self.fill } else { c.len() };
+                d[..used].copy_from_slice(&c[..used]);
+                d
+            })
+            .collect();
+        NvmImage { dense: self.dense.clone(), dense_len: self.dense_len, memo_tag: self.memo_tag, table, shift: self.shift, len: self.len, chunks, fill: self.fill }
+    }
+}
+
+impl std::fmt::Debug for NvmImage {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("NvmImage").field("lines", &self.len).finish_non_exhaustive()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use secmem_core::counters::InitialCounters;
+    use proptest::prelude::*;
+    use std::collections::BTreeMap;
+
+    fn line_bytes(line: u64, v: u8) -> [u8; 64] { std::array::from_fn(|i| (line as u8) ^ v ^ i as u8) }
+
+    #[test]
+    fn absent_lines_read_as_zeros_and_are_not_listed() {
+        for mut img in [NvmImage::default(), NvmImage::with_dense_ranges(&[(0, 6)]), NvmImage::with_dense_ranges(&[(5, 6)])] {
+        assert_eq!(img.get(5), [0; 64]);
+        assert!(img.get_opt(5).is_none() && img.is_empty());
+        img.put(5, [0; 64]);
+        assert!(img.contains(5), "a written all-zero line is stored");
+        assert!(!img.contains(6) && !img.contains(4));
+        assert_eq!(img.len(), 1);
+        img.prefetch_index(7);
+        img.prefetch_bytes(5);
+        img.prefetch_index(5);
+        }
+    }
+
+    #[test]
+    fn a_memo_holds_only_for_the_bytes_it_was_set_for_under_its_tag() {
+        let tag = MemoTag { key_id: 1, data_bytes: 4096, arity: 8, mac_bits: 64, counter_init: InitialCounters::Zero };
+        let other = MemoTag { key_id: 2, ..tag };
+        let random_init = MemoTag { counter_init: InitialCounters::Random { seed: 1 }, ..tag };
+        let mut img = NvmImage::with_dense_ranges(&[(10, 20)]);
+        let (a, b) = ([1u8; 64], [2u8; 64]);
+        img.set_memo(11, &tag, &a, 7);
+        assert_eq!(img.get_opt_with_memo(11, &tag), (None, 0), "absent line: no bytes, no memo");
+        img.put(11, a);
+        img.set_memo(11, &tag, &b, 7);
+        assert_eq!(img.get_opt_with_memo(11, &tag), (Some(a), 0), "other bytes: no memo");
+        img.set_memo(11, &tag, &a, 7);
+        assert_eq!(img.get_opt_with_memo(11, &tag), (Some(a), 7));
+        assert_eq!(img.get_opt_with_memo(11, &other), (Some(a), 0), "other tag: no memo");
+        let copy = img.clone();
+        assert_eq!(copy.get_opt_with_memo(11, &tag), (Some(a), 7), "a clone keeps memos");
+        assert_eq!(img.get_opt_with_memo(11, &random_init), (Some(a), 0), "other boot counters: no memo");
+        img.put(11, a);
+        assert_eq!(img.get_opt_with_memo(11, &tag), (Some(a), 0), "any write clears the memo");
+        img.set_memo(11, &tag, &a, 7);
+        img.put(12, b);
+        img.set_memo(12, &other, &b, 9);
+        assert_eq!(img.get_opt_with_memo(11, &other), (Some(a), 0), "a new tag drops the old memos");
+        assert_eq!(img.get_opt_with_memo(12, &other), (Some(b), 9));
+        // Outside dense ranges nothing is memoised.
+        img.put(30, a);
+        img.set_memo(30, &other, &a, 5);
+        assert_eq!(img.get_opt_with_memo(30, &other), (Some(a), 0));
+    }
+
+    #[test]
+    #[should_panic(expected = "overlap")]
+    fn overlapping_dense_ranges_are_rejected() {
+        NvmImage::with_dense_ranges(&[(10, 20), (0, 11)]);
+    }
+
+    #[test]
+    fn many_lines_across_growth_and_chunks_match_a_reference_map_and_clone() {
+        let mut img = NvmImage::default();
+        let mut reference = BTreeMap::new();
+        // Past several index doublings and into the fixed-size chunks; overwrites included.
+        let n = (1u64 << MAX_CHUNK_SHIFT) * 2 + 12_345;
+        for i in 0..n {
+            let line = i.wrapping_mul(0x2545_F491) % (n * 3) + (i & 1) * (1 << 40);
+            let b = line_bytes(line, i as u8);
+            img.put(line, b);
+            reference.insert(line, b);
+        }
+        assert_eq!(img.len(), reference.len());
+        let copy = img.clone();
+        img.put(0xdead, [9; 64]);
+        for (l, b) in &reference {
+            assert_eq!(img.get_opt(*l), Some(b));
+            assert_eq!(copy.get_opt(*l), Some(b));
+        }
+        assert_eq!(copy.get_opt(0xdead), reference.get(&0xdead), "the clone is independent");
+        let mut listed: Vec<(u64, [u8; 64])> = copy.iter().map(|(l, b)| (l, *b)).collect();
+        listed.sort_unstable_by_key(|x| x.0);
+        assert_eq!(listed, reference.into_iter().collect::<Vec<_>>());
+    }
+
+    proptest! {
+        #[test]
+        fn behaves_like_a_map(
+            ops in proptest::collection::vec((0u64..3000, any::<u8>()), 0..3000),
+            lo in 0u64..3000, span in 0u64..3000, dense: bool,
+        ) {
+            // With dense ranges, lines inside, outside and on both sides of their edges.
+            let mut img = if dense { NvmImage::with_dense_ranges(&[(1500, 1601), (100, 700)]) } else { NvmImage::default() };
+            let mut reference = BTreeMap::new();
+            for (line, v) in ops {
+                img.put(line, line_bytes(line, v));
+                reference.insert(line, line_bytes(line, v));
+            }
+            for l in 0..3000 {
+                prop_assert_eq!(img.get(l), reference.get(&l).copied().unwrap_or([0; 64]));
+            }
+            let want: Vec<u64> = reference.range(lo..lo + span).map(|(l, _)| *l).collect();
+            prop_assert_eq!(img.lines_in(lo, lo + span), want);
+            prop_assert_eq!(img.len(), reference.len());
+            let copy = img.clone();
+            let mut listed: Vec<(u64, [u8; 64])> = copy.iter().map(|(l, b)| (l, *b)).collect();
+            listed.sort_unstable_by_key(|x| x.0);
+            prop_assert_eq!(listed, reference.into_iter().collect::<Vec<_>>());
+        }
+    }
+}
