@@ -112,10 +112,10 @@ def test_out_of_range_and_misaligned_records_name_the_record(cli, tmp_path):
 
 
 def test_bench_prints_one_json_object_per_scenario(cli):
-    out = cli("bench", "--scenario", "nonsecure-sequential", "--scenario", "secure-lazy-random", "--scale", "0.002",
-              check=True).stdout
+    out = cli("bench", "--scenario", "nonsecure-sequential", "--scenario", "secure-lazy-random",
+              "--scenario", "secure-lazy-random-memory-level", "--scale", "0.002", check=True).stdout
     res = json.loads(out)
-    assert set(res) == {"nonsecure-sequential", "secure-lazy-random"}
+    assert set(res) == {"nonsecure-sequential", "secure-lazy-random", "secure-lazy-random-memory-level"}
     for v in res.values():
         assert v["requests_per_s"] > 0 and v["peak_rss_bytes"] > 0
     res = cli("bench", "--scenario", "nope")

@@ -77,6 +77,18 @@ pub const SCENARIOS: &[Scenario] = &[
         overrides: &[TEN_M, "workload.pattern=random", "workload.footprint_bytes=34359738368"],
     },
     Scenario {
+        name: "secure-lazy-random-memory-level",
+        description: "secure-lazy-random's records given straight to the memory controller (run.trace_level = memory): each record is one LLC-level request, as in a Ramulator or DRAMSim3 memory trace; reads are misses, writes are write-backs",
+        preset: "horus",
+        overrides: &[TEN_M, "workload.pattern=random", "workload.footprint_bytes=8589934592", "run.trace_level=\"memory\""],
+    },
+    Scenario {
+        name: "secure-lazy-sequential-memory-level",
+        description: "secure-lazy-sequential's records given straight to the memory controller (run.trace_level = memory)",
+        preset: "horus",
+        overrides: &[TEN_M, "workload.pattern=sequential", "workload.footprint_bytes=8589934592", "run.trace_level=\"memory\""],
+    },
+    Scenario {
         name: "horus-drain-base-lu",
         description: "eADR drain of the Horus Table I hierarchy (295,936 worst-case dirty lines) under Base-LU, counting mode (requests_per_s = drained lines/s; wall_time_s is the figure, target < 2 s)",
         preset: "horus",
