@@ -39,6 +39,31 @@ impl std::fmt::Display for Unsupported {
 }
 impl std::error::Error for Unsupported {}
 
+/// Why a page command did not complete: the design does not model it (the OS then falls back
+/// to doing the work itself), or it failed an integrity check on the way (tampered metadata:
+/// the run stops there, as a read or write would).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum PageCommandError {
+    Unsupported(Unsupported),
+    Integrity(IntegrityError),
+}
+
+impl std::fmt::Display for PageCommandError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            PageCommandError::Unsupported(u) => u.fmt(f),
+            PageCommandError::Integrity(e) => e.fmt(f),
+        }
+    }
+}
+impl std::error::Error for PageCommandError {}
+impl From<Unsupported> for PageCommandError {
+    fn from(u: Unsupported) -> Self { PageCommandError::Unsupported(u) }
+}
+impl From<IntegrityError> for PageCommandError {
+    fn from(e: IntegrityError) -> Self { PageCommandError::Integrity(e) }
+}
+
 pub trait Design {
     /// Short public name, as spelled in configs.
     fn name(&self) -> &'static str;
@@ -62,9 +87,9 @@ pub trait Design {
     }
 
     /// A page-level command from the OS model.
-    fn page_command(&mut self, mc: &mut SecureMc, cmd: PageCommand, now: Cycle) -> Result<Cycle, Unsupported> {
+    fn page_command(&mut self, mc: &mut SecureMc, cmd: PageCommand, now: Cycle) -> Result<Cycle, PageCommandError> {
         let _ = (mc, now);
-        Err(Unsupported { design: self.name(), operation: format!("{cmd:?}") })
+        Err(Unsupported { design: self.name(), operation: format!("{cmd:?}") }.into())
     }
 
     /// Make the design's state durable (baseline: flush dirty metadata, so the tree in NVM

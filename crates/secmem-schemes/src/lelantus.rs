@@ -36,7 +36,7 @@
 //! lost.
 
 use crate::controller::SecureMc;
-use crate::design::{Design, PageCommand, Unsupported};
+use crate::design::{Design, PageCommand, PageCommandError, Unsupported};
 use crate::functional::IntegrityError;
 use rustc_hash::FxHashMap;
 use secmem_core::addr::{line_in_page, page_of_line, LINES_PER_PAGE};
@@ -114,7 +114,6 @@ pub struct Lelantus {
     record_base: u64,
     ready: bool,
     secure: bool,
-    pending: Option<IntegrityError>,
     pub stats: LelantusStats,
 }
 
@@ -128,7 +127,6 @@ impl Lelantus {
             record_base: 0,
             ready: false,
             secure: true,
-            pending: None,
             stats: LelantusStats::default(),
         }
     }
@@ -467,13 +465,6 @@ impl Lelantus {
         done = done.max(self.drop_cow(mc, page, now)?);
         Ok(done)
     }
-
-    fn take_pending(&mut self) -> Result<(), IntegrityError> {
-        match self.pending.take() {
-            Some(e) => Err(e),
-            None => Ok(()),
-        }
-    }
 }
 
 impl Design for Lelantus {
@@ -486,7 +477,6 @@ impl Design for Lelantus {
 
     fn read(&mut self, mc: &mut SecureMc, line: u64, now: Cycle) -> Result<(Cycle, Option<[u8; 64]>), IntegrityError> {
         self.setup(mc);
-        self.take_pending()?;
         let page = page_of_line(line);
         let plain_page = self.enc == Encoding::Resized && !self.src_of.contains_key(&page);
         if !self.secure || plain_page {
@@ -499,7 +489,6 @@ impl Design for Lelantus {
 
     fn write(&mut self, mc: &mut SecureMc, line: u64, data: Option<&[u8; 64]>, now: Cycle) -> Result<Cycle, IntegrityError> {
         self.setup(mc);
-        self.take_pending()?;
         self.stats.writes += 1;
         let page = page_of_line(line);
         let plain_page = self.enc == Encoding::Resized && !self.src_of.contains_key(&page);
@@ -513,38 +502,32 @@ impl Design for Lelantus {
         r
     }
 
-    fn page_command(&mut self, mc: &mut SecureMc, cmd: PageCommand, now: Cycle) -> Result<Cycle, Unsupported> {
+    fn page_command(&mut self, mc: &mut SecureMc, cmd: PageCommand, now: Cycle) -> Result<Cycle, PageCommandError> {
         self.setup(mc);
         let pages = mc.layout.data_bytes / 4096;
         let (supp, record_base, name) = (self.enc == Encoding::Supplementary, self.record_base, self.name());
         let bad = |p: u64| p >= pages || (supp && p * LINES_PER_PAGE >= record_base);
         let unsupported = |op: String| Unsupported { design: name, operation: op };
         if !self.secure {
-            return Err(unsupported(format!("{cmd:?} without security metadata (security.enabled = false)")));
+            return Err(unsupported(format!("{cmd:?} without security metadata (security.enabled = false)")).into());
         }
-        let r = match cmd {
+        // An integrity failure inside a command (a tampered counter block or CoW record met
+        // on the way) is returned as such: the run stops at this command.
+        Ok(match cmd {
             PageCommand::Copy { src, dst } => {
                 if bad(src) || bad(dst) || src == dst {
-                    return Err(unsupported(format!("{cmd:?}: pages must be distinct and inside the {pages} data pages (outside the CoW record region)")));
+                    return Err(unsupported(format!("{cmd:?}: pages must be distinct and inside the {pages} data pages (outside the CoW record region)")).into());
                 }
-                self.page_copy(mc, src, dst, now)
+                self.page_copy(mc, src, dst, now)?
             }
-            PageCommand::Materialize { page } if !bad(page) => self.materialize(mc, page, now),
-            PageCommand::Free { page } if !bad(page) => self.page_free(mc, page, now),
-            PageCommand::Zero { .. } => return Err(unsupported("Zero (Lelantus initialises a page by page_copy from the zero page)".into())),
-            other => return Err(unsupported(format!("{other:?}: page outside the {pages} data pages"))),
-        };
-        match r {
-            Ok(t) => Ok(t),
-            Err(e) => {
-                self.pending.get_or_insert(e);
-                Ok(now)
-            }
-        }
+            PageCommand::Materialize { page } if !bad(page) => self.materialize(mc, page, now)?,
+            PageCommand::Free { page } if !bad(page) => self.page_free(mc, page, now)?,
+            PageCommand::Zero { .. } => return Err(unsupported("Zero (Lelantus initialises a page by page_copy from the zero page)".into()).into()),
+            other => return Err(unsupported(format!("{other:?}: page outside the {pages} data pages")).into()),
+        })
     }
 
     fn finish(&mut self, mc: &mut SecureMc, now: Cycle) -> Result<Cycle, IntegrityError> {
-        self.take_pending()?;
         let mut done = now;
         if let Some(cache) = self.cow_cache.as_mut() {
             let dirty: Vec<u64> = cache.valid_lines().filter(|x| x.1).map(|x| x.0).collect();

@@ -25,5 +25,5 @@ pub mod silent_shredder;
 pub mod testing;
 
 pub use controller::{McStats, MetaBlock, MetaKind, SecureMc};
-pub use design::{Design, PageCommand};
+pub use design::{Design, PageCommand, PageCommandError};
 pub use functional::{Canaries, IntegrityError};

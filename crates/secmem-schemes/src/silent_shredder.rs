@@ -17,7 +17,7 @@
 //! does, and overflow as early.
 
 use crate::controller::SecureMc;
-use crate::design::{Design, PageCommand, Unsupported};
+use crate::design::{Design, PageCommand, PageCommandError, Unsupported};
 use crate::functional::IntegrityError;
 use secmem_core::addr::{line_in_page, page_of_line, LINES_PER_PAGE};
 use secmem_core::counters::CounterBlock;
@@ -118,21 +118,21 @@ impl Design for SilentShredder {
         Ok(t)
     }
 
-    fn page_command(&mut self, mc: &mut SecureMc, cmd: PageCommand, now: Cycle) -> Result<Cycle, Unsupported> {
+    fn page_command(&mut self, mc: &mut SecureMc, cmd: PageCommand, now: Cycle) -> Result<Cycle, PageCommandError> {
         let pages = mc.layout.data_bytes / 4096;
         match cmd {
             PageCommand::Zero { page } if page < pages && mc.p.secure => {
                 self.zeroed_pages += 1;
                 let old = mc.counters.block(page);
                 // A fresh major: the page's next writes never reuse a pad of its old content.
-                let r = Self::store(mc, page, CounterBlock { major: old.major + 1, minors: [0; 64] }, now)
-                    .and_then(|t| mc.counter_block_updated(page, t));
-                // The zero fill cannot fail verification except by tampering; surface it as
-                // a refusal naming the cause rather than dropping it.
-                r.map_err(|e| Unsupported { design: "silent-shredder", operation: format!("{cmd:?}: {e}") })
+                // The zero fill cannot fail verification except by tampering: an integrity
+                // error, which stops the run (not a refusal, which would let the kernel
+                // zero-fill over the tampered page).
+                let t = Self::store(mc, page, CounterBlock { major: old.major + 1, minors: [0; 64] }, now)?;
+                Ok(mc.counter_block_updated(page, t)?)
             }
             PageCommand::Free { .. } => Ok(now),
-            other => Err(Unsupported { design: "silent-shredder", operation: format!("{other:?}") }),
+            other => Err(Unsupported { design: "silent-shredder", operation: format!("{other:?}") }.into()),
         }
     }
 

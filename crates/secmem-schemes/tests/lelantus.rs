@@ -9,7 +9,7 @@ use secmem_schemes::config::*;
 use secmem_schemes::design::Design;
 use secmem_schemes::lelantus::{Encoding, Lelantus};
 use secmem_schemes::testing::FixedLatencyMedia;
-use secmem_schemes::{IntegrityError, PageCommand, SecureMc};
+use secmem_schemes::{IntegrityError, PageCommand, PageCommandError, SecureMc};
 
 const MEM: u64 = 4096 * 4096; // 16 MiB: 4096 pages
 
@@ -221,6 +221,39 @@ fn tampering_with_the_cow_fields_or_the_record_is_detected() {
     m.drop_metadata_caches();
     d.drop_cow_cache();
     assert!(matches!(d.read(&mut m, line(B, 1), Cycle(0)), Err(IntegrityError::DataMac { .. })));
+}
+
+#[test]
+fn a_page_command_that_meets_tampered_metadata_fails_with_the_integrity_error_at_once() {
+    // page_phyc of B reads B's counter block, whose source address was rewritten in NVM: the
+    // command itself reports the failure (not a refusal the OS would work around, and not an
+    // error held back for a later read).
+    let (mut m, mut d) = (mc(), Lelantus::new(Encoding::Resized));
+    wr(&mut d, &mut m, line(A, 1), 11);
+    cmd(&mut d, &mut m, PageCommand::Copy { src: A, dst: B });
+    d.finish(&mut m, Cycle(0)).unwrap();
+    let caddr = m.layout.counter_addr(B) >> 6;
+    let f = m.func.as_mut().unwrap();
+    let mut block = f.image.get(caddr);
+    block[56..64].copy_from_slice(&C.to_le_bytes());
+    f.image.put(caddr, block);
+    m.drop_metadata_caches();
+    let e = d.page_command(&mut m, PageCommand::Materialize { page: B }, Cycle(0)).unwrap_err();
+    assert!(matches!(e, PageCommandError::Integrity(IntegrityError::CounterBlock { page, .. }) if page == B), "{e}");
+
+    // Silent Shredder's zero fill of a page whose counter block was tampered with likewise.
+    let mut m = mc();
+    let mut s = secmem_schemes::silent_shredder::SilentShredder::default();
+    s.write(&mut m, line(A, 1), Some(&data(5)), Cycle(0)).unwrap();
+    s.finish(&mut m, Cycle(0)).unwrap();
+    let caddr = m.layout.counter_addr(A) >> 6;
+    let f = m.func.as_mut().unwrap();
+    let mut block = f.image.get(caddr);
+    block[0] ^= 1;
+    f.image.put(caddr, block);
+    m.drop_metadata_caches();
+    let e = s.page_command(&mut m, PageCommand::Zero { page: A }, Cycle(0)).unwrap_err();
+    assert!(matches!(e, PageCommandError::Integrity(IntegrityError::CounterBlock { .. })), "{e}");
 }
 
 #[test]

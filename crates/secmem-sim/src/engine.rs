@@ -576,15 +576,17 @@ impl Engine {
     /// Sends a page command to the design. The kernel writes the controller's command
     /// registers and fences (Lelantus III-A), so the core waits for the command to reach the
     /// controller (the LLC path, like a write); the controller's work occupies the device and
-    /// a later fence waits for it. Returns false when the design does not support it.
-    pub fn page_command(&mut self, cmd: secmem_schemes::PageCommand) -> bool {
+    /// a later fence waits for it. Returns Ok(false) when the design does not support it (the
+    /// OS then does the work itself), and the integrity error a command met on the way.
+    pub fn page_command(&mut self, cmd: secmem_schemes::PageCommand) -> Result<bool, IntegrityError> {
         self.now += self.hier.path_latency[2];
         match self.design.page_command(&mut self.mc, cmd, self.now) {
             Ok(done) => {
                 self.last_persist = self.last_persist.max(done);
-                true
+                Ok(true)
             }
-            Err(_) => false,
+            Err(secmem_schemes::PageCommandError::Unsupported(_)) => Ok(false),
+            Err(secmem_schemes::PageCommandError::Integrity(e)) => Err(e),
         }
     }
 

@@ -164,7 +164,7 @@ impl Os {
         };
         // The kernel learns at boot whether the controller offers Lelantus' commands: a
         // page_phyc of a frame that is no lazy copy is a no-op where they exist.
-        os.copy_ok = Some(os.engine.page_command(PageCommand::Materialize { page: FIRST_FREE_FRAME }));
+        os.copy_ok = Some(os.engine.page_command(PageCommand::Materialize { page: FIRST_FREE_FRAME })?);
         Ok(os)
     }
 
@@ -355,12 +355,13 @@ impl Os {
         }
     }
 
-    fn command(&mut self, cmd: PageCommand) -> bool {
-        let ok = self.engine.page_command(cmd);
+    /// Sends a page command; false when the design does not support it.
+    fn command(&mut self, cmd: PageCommand) -> Result<bool, OsError> {
+        let ok = self.engine.page_command(cmd)?;
         if ok {
             self.stats.page_commands += 1;
         }
-        ok
+        Ok(ok)
     }
 
     /// Records a lazy copy `dst` of `src` with the recursive-chain rule.
@@ -376,14 +377,14 @@ impl Os {
     fn zero_fill(&mut self, dst: u64, zero_src: u64, size: PageSize) -> Result<(), OsError> {
         self.invalidate_frame(dst);
         if self.zero_ok != Some(false) {
-            let ok = self.command(PageCommand::Zero { page: dst });
+            let ok = self.command(PageCommand::Zero { page: dst })?;
             self.zero_ok = Some(ok);
             if ok {
                 return Ok(());
             }
         }
         if self.copy_ok != Some(false) {
-            let ok = self.command(PageCommand::Copy { src: zero_src, dst });
+            let ok = self.command(PageCommand::Copy { src: zero_src, dst })?;
             self.copy_ok = Some(ok);
             if ok {
                 self.note_lazy(zero_src, dst);
@@ -403,7 +404,7 @@ impl Os {
             for l in src * LINES_PER_PAGE..(src + 1) * LINES_PER_PAGE {
                 self.engine.clean_line(l)?;
             }
-            let ok = self.command(PageCommand::Copy { src, dst });
+            let ok = self.command(PageCommand::Copy { src, dst })?;
             self.copy_ok = Some(ok);
             if ok {
                 self.note_lazy(src, dst);
@@ -455,7 +456,7 @@ impl Os {
             for d in children {
                 if self.lazy_src.get(&d) == Some(&f) {
                     self.stats.materialize_commands += 1;
-                    self.command(PageCommand::Materialize { page: d });
+                    self.command(PageCommand::Materialize { page: d })?;
                     self.lazy_src.remove(&d);
                     self.modified.remove(&d);
                     todo.push(d);
@@ -468,7 +469,7 @@ impl Os {
     fn free_frame(&mut self, frame: u64) -> Result<(), OsError> {
         self.stats.frames_freed += 1;
         self.reclaim(frame)?;
-        self.command(PageCommand::Free { page: frame });
+        self.command(PageCommand::Free { page: frame })?;
         if let Some(s) = self.lazy_src.remove(&frame) {
             if let Some(v) = self.lazy_children.get_mut(&s) {
                 v.retain(|&d| d != frame);
