@@ -233,16 +233,10 @@ impl<W: Write> BinaryWriter<W> {
                 format!("record #{}: {msg}", w.records),
             ))
         };
-        if let Err(m) = ev.validate() {
-            return bad(self, m);
-        }
-        let op = ev.op();
-        if op.is_os() && !self.kind.os_level {
-            return bad(
-                self,
-                format!("{op} record in a trace not written as OS-level (version 2, header flag bit 1)"),
-            );
-        }
+        let op = match ev.check_writable(self.kind, format_args!("version 2, header flag bit 1")) {
+            Ok(op) => op,
+            Err(m) => return bad(self, m),
+        };
         let mut b = [0u8; RECORD_BYTES + OS_EXTENSION_BYTES];
         b[0] = op as u8;
         let mut payload = None;

@@ -100,15 +100,8 @@ impl<W: Write> TextWriter<W> {
         let bad = |w: &Self, msg: String| {
             Err(TraceError::at_line(w.name.clone(), line, ErrorKind::InvalidRecord, msg))
         };
-        if let Err(m) = ev.validate() {
+        if let Err(m) = ev.check_writable(self.kind, format_args!("'{HEADER_LINE_V2_OS}'")) {
             return bad(self, m);
-        }
-        let op = ev.op();
-        if op.is_os() && !self.kind.os_level {
-            return bad(
-                self,
-                format!("{op} record in a trace not written as OS-level ('{HEADER_LINE_V2_OS}')"),
-            );
         }
         let data = match ev {
             Event::Phys(r) => return self.write(r),
