@@ -394,15 +394,9 @@ pub fn events_reader_for<R: Read + Send + 'static>(
     })
 }
 
-/// Writes `events` to `path` as a secmem trace of `format` (binary or text) and `kind`
-/// (version 1 or 2; OS records need `os_level`); stops at (and returns) the first error of
-/// the input. Returns the record count.
-pub fn write_events(
-    path: &Path,
-    format: Format,
-    kind: TraceKind,
-    events: impl IntoIterator<Item = Result<Event, TraceError>>,
-) -> Result<u64, TraceError> {
+/// Creates `path` for a trace of `format`, refusing unwritable formats before touching the
+/// file; returns the file and the name errors use.
+fn create_trace_file(path: &Path, format: Format) -> Result<(File, String), TraceError> {
     let name = path_name(path);
     if !format.is_writable() {
         return Err(TraceError::whole_file(
@@ -412,6 +406,19 @@ pub fn write_events(
         ));
     }
     let f = File::create(path).map_err(|e| TraceError::io(name.clone(), Position::File, e))?;
+    Ok((f, name))
+}
+
+/// Writes `events` to `path` as a secmem trace of `format` (binary or text) and `kind`
+/// (version 1 or 2; OS records need `os_level`); stops at (and returns) the first error of
+/// the input. Returns the record count.
+pub fn write_events(
+    path: &Path,
+    format: Format,
+    kind: TraceKind,
+    events: impl IntoIterator<Item = Result<Event, TraceError>>,
+) -> Result<u64, TraceError> {
+    let (f, name) = create_trace_file(path, format)?;
     let mut w = EventWriter::new(f, name, format, kind)?;
     for e in events {
         w.write(&e?)?;
@@ -482,15 +489,7 @@ pub fn write_results(
     format: Format,
     records: impl IntoIterator<Item = Result<Record, TraceError>>,
 ) -> Result<u64, TraceError> {
-    let name = path_name(path);
-    if !format.is_writable() {
-        return Err(TraceError::whole_file(
-            name,
-            ErrorKind::Format,
-            format!("cannot write {format} traces (writable formats: binary, text)"),
-        ));
-    }
-    let f = File::create(path).map_err(|e| TraceError::io(name.clone(), Position::File, e))?;
+    let (f, name) = create_trace_file(path, format)?;
     if format == Format::Binary {
         let mut w = BinaryWriter::with_options(f, name, true)?;
         for r in records {
