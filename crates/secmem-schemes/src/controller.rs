@@ -512,11 +512,7 @@ impl SecureMc {
             let addr = self.block_addr(lvl, idx);
             let class = if lvl == 0 { TrafficClass::Counter } else { TrafficClass::Tree };
             ready = ready.max(self.device_read(addr, class, now));
-            // An absent block holds its boot content (a counter block's initial encoding).
-            let fetched_bytes = self.func.as_ref().map(|f| match f.image.get_opt_with_memo(addr >> LINE_SHIFT, &f.memo_tag()) {
-                (Some(b), memo) => (b, memo),
-                (None, _) => (f.boot_block(lvl, idx), 0),
-            });
+            let fetched_bytes = self.func.as_ref().map(|f| f.block_bytes(lvl, idx, addr >> LINE_SHIFT));
             let bytes = fetched_bytes.map(|(b, _)| b);
             if let Some((b, memo)) = fetched_bytes {
                 chain.push((lvl, idx, b, memo));

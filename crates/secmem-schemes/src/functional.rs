@@ -186,13 +186,13 @@ impl Functional {
         self.init.block(index, self.minor_bits).encode(self.minor_bits)
     }
 
-    /// The bytes NVM holds for metadata block (`level`, `index`) at device line `device_line`:
-    /// the image's, or its boot content.
+    /// The bytes NVM holds for metadata block (`level`, `index`) at device line `device_line`
+    /// (the image's, or its boot content), and the image's tree-hash memo of them (0: none).
     #[inline]
-    pub fn block_bytes(&self, level: usize, index: u64, device_line: u64) -> [u8; 64] {
-        match self.image.get_opt(device_line) {
-            Some(b) => *b,
-            None => self.boot_block(level, index),
+    pub fn block_bytes(&self, level: usize, index: u64, device_line: u64) -> ([u8; 64], u64) {
+        match self.image.get_opt_with_memo(device_line, &self.memo_tag()) {
+            (Some(b), memo) => (b, memo),
+            (None, _) => (self.boot_block(level, index), 0),
         }
     }
 

@@ -143,7 +143,7 @@ fn under_random_counter_init_never_written_lines_read_as_zeros_and_verify() {
     let f = m.func.as_ref().unwrap();
     let caddr = m.layout.counter_addr(4) >> 6;
     assert!(!f.image.contains(caddr));
-    assert_eq!(f.block_bytes(0, 4, caddr), m.counters.initial_block(4).encode(7));
+    assert_eq!(f.block_bytes(0, 4, caddr).0, m.counters.initial_block(4).encode(7));
     assert_ne!(m.counters.initial_block(4), secmem_core::counters::CounterBlock::default());
     assert!(f.reuse_violation.is_none());
 }
