@@ -350,18 +350,23 @@ impl SecureMc {
         if !self.p.secure || line >= self.layout.counter_blocks * LINES_PER_PAGE {
             return (out, 1);
         }
-        let page = page_of_line(line);
         out[1] = self.layout.mac_addr(line).0 >> LINE_SHIFT;
-        out[2] = self.layout.counter_addr(page) >> LINE_SHIFT;
-        let mut n = 3;
+        let n = self.path_lines(0, page_of_line(line), &mut out, 2);
+        (out, n)
+    }
+
+    /// Writes the device lines of block (`level`, `index`) and of its ancestors below the
+    /// root into `out` from position `n`, as far as `out` has room; returns the new count.
+    #[inline]
+    fn path_lines(&self, level: usize, index: u64, out: &mut [u64; 16], mut n: usize) -> usize {
         let root = self.layout.tree.root_level();
-        let (mut lvl, mut idx) = self.layout.tree.parent(0, page);
+        let (mut lvl, mut idx) = (level, index);
         while lvl < root && n < out.len() {
-            out[n] = self.layout.tree.node_addr(lvl, idx) >> LINE_SHIFT;
+            out[n] = self.block_addr(lvl, idx) >> LINE_SHIFT;
             n += 1;
             (lvl, idx) = self.layout.tree.parent(lvl, idx);
         }
-        (out, n)
+        n
     }
 
     /// Functional mode, first look-ahead stage for an access to data `line`: hints the host
@@ -491,13 +496,7 @@ impl SecureMc {
             // to one after another; ask for all of them at once so that their host cache
             // misses overlap (index entries first, then the bytes they point to).
             let mut lines = [0u64; 16];
-            let mut n = 0;
-            let (mut lvl, mut idx) = (level, index);
-            while lvl < root && n < lines.len() {
-                lines[n] = self.block_addr(lvl, idx) >> LINE_SHIFT;
-                n += 1;
-                (lvl, idx) = self.layout.tree.parent(lvl, idx);
-            }
+            let n = self.path_lines(level, index, &mut lines, 0);
             for &l in &lines[..n] {
                 f.image.prefetch_index(l);
             }
