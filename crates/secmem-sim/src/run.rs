@@ -135,24 +135,34 @@ pub fn run_records_saving(
     // The record this many places behind the newest gets the second stage
     // (Engine::prefetch_late), which reads the cache sets the first stage brought in.
     const LATE: usize = 8;
-    let mut window: std::collections::VecDeque<Record> = std::collections::VecDeque::with_capacity(LOOKAHEAD + 1);
+    // The window is a ring of LOOKAHEAD slots: a record is moved once, into its slot, and
+    // stepped from there by reference (a queue of records copied each ~90 B record in and out).
+    let mut window: [Record; LOOKAHEAD] = std::array::from_fn(|_| Record::read(0, 0));
+    let (mut head, mut len) = (0usize, 0usize);
     let mut records = records.take(usize::try_from(limit).unwrap_or(usize::MAX));
+    let mut exhausted = false;
     loop {
-        while window.len() < LOOKAHEAD {
+        while len < LOOKAHEAD && !exhausted {
             match records.next() {
                 Some(rec) => {
-                    let rec = rec?;
-                    engine.prefetch(&rec);
-                    window.push_back(rec);
-                    if let Some(r) = window.len().checked_sub(LATE + 1).and_then(|i| window.get(i)) {
-                        engine.prefetch_late(r);
+                    let slot = (head + len) % LOOKAHEAD;
+                    window[slot] = rec?;
+                    engine.prefetch(&window[slot]);
+                    len += 1;
+                    if len > LATE {
+                        engine.prefetch_late(&window[(head + len - 1 - LATE) % LOOKAHEAD]);
                     }
                 }
-                None => break,
+                None => exhausted = true,
             }
         }
-        let Some(rec) = window.pop_front() else { break };
-        engine.step(&rec, n).map_err(|error| SimError::Record { trace: trace_name.to_string(), error })?;
+        if len == 0 {
+            break;
+        }
+        let rec = &window[head];
+        head = (head + 1) % LOOKAHEAD;
+        len -= 1;
+        engine.step(rec, n).map_err(|error| SimError::Record { trace: trace_name.to_string(), error })?;
         n += 1;
         if n == warmup {
             warm = Some(engine.snapshot());
