@@ -502,12 +502,14 @@ impl Engine {
             self.hier.llc.prefetch_data(line);
             self.hier.l2.prefetch_data(line);
         }
-        if let Some((v3, _)) = self.hier.llc.next_victim(line) {
+        if let Some((v3, dirty)) = self.hier.llc.next_victim(line) {
             if self.hier.inclusive {
                 self.hier.l2.prefetch(v3);
                 self.hier.l1.prefetch(v3);
             }
-            if secure {
+            // Only a dirty victim is written back (one dirty only above the LLC is rare
+            // enough not to be worth a prefetch into a large counter store for every victim).
+            if secure && dirty {
                 self.mc.prefetch_write_metadata(v3);
             }
             if self.functional {
