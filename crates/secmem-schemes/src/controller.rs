@@ -647,7 +647,32 @@ impl SecureMc {
             *dst = p;
         }
         if let Some(v) = victim {
+            self.prefetch_eviction(kind, v.key);
             self.evictions.push(v);
+        }
+    }
+
+    /// Functional mode: hints the host CPU to fetch what writing back dirty victim `key` at
+    /// the end of this operation touches (see `process_evictions`), so that those host cache
+    /// misses overlap with the rest of the operation: the victim's image entry and, with lazy
+    /// update, its parent's tree-cache set and image entry. Changes no simulated state.
+    #[inline]
+    fn prefetch_eviction(&self, kind: MetaKind, key: u64) {
+        let Some(f) = self.func.as_ref() else { return };
+        f.image.prefetch_index(key);
+        if kind == MetaKind::Mac || self.p.update != TreeUpdate::Lazy {
+            return;
+        }
+        let (level, index) = if kind == MetaKind::Counter {
+            (0, ((key << LINE_SHIFT) - self.layout.counter_base) >> LINE_SHIFT)
+        } else {
+            self.tree_key_to_node(key)
+        };
+        let (plvl, pidx) = self.layout.tree.parent(level, index);
+        if plvl < self.prefetch_levels.min(self.layout.tree.root_level()) {
+            let pkey = self.layout.tree.node_addr(plvl, pidx) >> LINE_SHIFT;
+            self.tree_cache.prefetch(pkey);
+            f.image.prefetch_index(pkey);
         }
     }
 
