@@ -172,6 +172,23 @@ pub struct SecureMc {
     pub func: Option<Box<Functional>>,
     /// Reused buffer of the blocks one tree walk fetched (functional mode).
     chain_buf: Vec<(usize, u64, [u8; 64], u64)>,
+    /// Tree levels (from the counters up) whose image lines host look-aheads prefetch: the
+    /// levels above have so few blocks that their image lines stay in the host caches, and
+    /// prefetching them only costs instructions (see [`prefetch_levels`]).
+    prefetch_levels: usize,
+}
+
+/// Tree levels, from the counter blocks up, with more than this many blocks have their image
+/// lines prefetched by the host look-ahead. The smaller levels above take at most
+/// 8192 x (64 B line + 8 B memo) = 576 KiB each, host-cache resident once touched, and walks
+/// usually stop below them anyway (at a block the tree cache holds).
+const PREFETCH_MIN_LEVEL_BLOCKS: u64 = 8192;
+
+/// The number of tree levels, from the counter blocks (level 0) up, worth a host prefetch of
+/// their image lines: those with more than [`PREFETCH_MIN_LEVEL_BLOCKS`] blocks, and at least
+/// the counter level.
+fn prefetch_levels(nodes_per_level: &[u64]) -> usize {
+    nodes_per_level.iter().take_while(|&&n| n > PREFETCH_MIN_LEVEL_BLOCKS).count().max(1)
 }
 
 /// A metadata block with its identity: `key` is its device line number.
@@ -286,6 +303,7 @@ impl SecureMc {
                 mac_hit: Cycle(caches.mac.latency_cycles),
                 tree_hit: Cycle(caches.tree.latency_cycles),
             },
+            prefetch_levels: prefetch_levels(&layout.tree.nodes),
             layout,
             stats: McStats::default(),
             evictions: Vec::with_capacity(16),
@@ -340,9 +358,10 @@ impl SecureMc {
     }
 
     /// Device lines a secure access to data `line` may read or write in functional mode's NVM
-    /// image: the line itself, its MAC block, its counter block and that block's ancestors
-    /// below the root (up to 16 lines; the count in `.1`). A counter-cache miss fetches the
-    /// ancestors up to the first cached one, and those are usually several.
+    /// image and that are worth a host prefetch: the line itself, its MAC block, its counter
+    /// block and that block's ancestors in the large tree levels (up to 16 lines; the count in
+    /// `.1`). A counter-cache miss fetches the ancestors up to the first cached one, and those
+    /// are usually several.
     #[inline]
     fn image_lines_of(&self, line: u64) -> ([u64; 16], usize) {
         let mut out = [0; 16];
@@ -355,13 +374,14 @@ impl SecureMc {
         (out, n)
     }
 
-    /// Writes the device lines of block (`level`, `index`) and of its ancestors below the
-    /// root into `out` from position `n`, as far as `out` has room; returns the new count.
+    /// Writes the device lines of block (`level`, `index`) and of its ancestors in the
+    /// levels worth a host prefetch (`prefetch_levels`, all below the root) into `out` from
+    /// position `n`, as far as `out` has room; returns the new count.
     #[inline]
     fn path_lines(&self, level: usize, index: u64, out: &mut [u64; 16], mut n: usize) -> usize {
-        let root = self.layout.tree.root_level();
+        let top = self.prefetch_levels.min(self.layout.tree.root_level());
         let (mut lvl, mut idx) = (level, index);
-        while lvl < root && n < out.len() {
+        while lvl < top && n < out.len() {
             out[n] = self.block_addr(lvl, idx) >> LINE_SHIFT;
             n += 1;
             (lvl, idx) = self.layout.tree.parent(lvl, idx);
@@ -447,21 +467,31 @@ impl SecureMc {
 
     /// Payload of a cached metadata block (functional mode).
     #[inline]
-    fn payload(&self, kind: MetaKind, key: u64) -> Option<[u8; 64]> {
+    fn payload(&self, kind: MetaKind, key: u64) -> Option<[u8; 64]> { self.payload_ref(kind, key).copied() }
+
+    /// As [`payload`](Self::payload), without copying the 64 bytes out.
+    #[inline]
+    fn payload_ref(&self, kind: MetaKind, key: u64) -> Option<&[u8; 64]> {
         let cache = match kind {
             MetaKind::Counter => &self.counter_cache,
             MetaKind::Tree => &self.tree_cache,
             MetaKind::Mac => &self.mac_cache,
         };
-        cache.probe(key).and_then(|s| cache.data(s).copied())
+        cache.probe(key).and_then(|s| cache.data(s))
+    }
+
+    /// The payload of a cached metadata block, to change in place: one probe of the cache,
+    /// where a read-modify-write through `payload` and `set_payload` took two and copied the
+    /// block twice.
+    #[inline]
+    fn payload_mut(&mut self, kind: MetaKind, key: u64) -> &mut [u8; 64] {
+        let cache = self.cache_of(kind);
+        let slot = cache.probe(key).expect("metadata block is cached when its payload is set");
+        cache.data_mut(slot).expect("functional caches keep data")
     }
 
     #[inline]
-    fn set_payload(&mut self, kind: MetaKind, key: u64, bytes: [u8; 64]) {
-        let cache = self.cache_of(kind);
-        let slot = cache.probe(key).expect("metadata block is cached when its payload is set");
-        *cache.data_mut(slot).expect("functional caches keep data") = bytes;
-    }
+    fn set_payload(&mut self, kind: MetaKind, key: u64, bytes: [u8; 64]) { *self.payload_mut(kind, key) = bytes; }
 
     /// Makes counter block (level 0) or tree node (level >= 1) `index` available on chip,
     /// fetching it and every uncached ancestor and verifying them against their parents.
@@ -562,7 +592,7 @@ impl SecureMc {
                 node_entry(&chain[i + 1].2, slot)
             } else {
                 let pkey = self.layout.tree.node_addr(plvl, pidx) >> LINE_SHIFT;
-                node_entry(&self.payload(MetaKind::Tree, pkey).expect("verified parent is cached"), slot)
+                node_entry(self.payload_ref(MetaKind::Tree, pkey).expect("verified parent is cached"), slot)
             };
             if *lvl == 0 && f.canaries.skip_counter_verification {
                 continue;
@@ -617,7 +647,32 @@ impl SecureMc {
             *dst = p;
         }
         if let Some(v) = victim {
+            self.prefetch_eviction(kind, v.key);
             self.evictions.push(v);
+        }
+    }
+
+    /// Functional mode: hints the host CPU to fetch what writing back dirty victim `key` at
+    /// the end of this operation touches (see `process_evictions`), so that those host cache
+    /// misses overlap with the rest of the operation: the victim's image entry and, with lazy
+    /// update, its parent's tree-cache set and image entry. Changes no simulated state.
+    #[inline]
+    fn prefetch_eviction(&self, kind: MetaKind, key: u64) {
+        let Some(f) = self.func.as_ref() else { return };
+        f.image.prefetch_index(key);
+        if kind == MetaKind::Mac || self.p.update != TreeUpdate::Lazy {
+            return;
+        }
+        let (level, index) = if kind == MetaKind::Counter {
+            (0, ((key << LINE_SHIFT) - self.layout.counter_base) >> LINE_SHIFT)
+        } else {
+            self.tree_key_to_node(key)
+        };
+        let (plvl, pidx) = self.layout.tree.parent(level, index);
+        if plvl < self.prefetch_levels.min(self.layout.tree.root_level()) {
+            let pkey = self.layout.tree.node_addr(plvl, pidx) >> LINE_SHIFT;
+            self.tree_cache.prefetch(pkey);
+            f.image.prefetch_index(pkey);
         }
     }
 
@@ -679,9 +734,7 @@ impl SecureMc {
         let t = self.ensure_block(plvl, pidx, true, now)?;
         if let Some(e) = entry {
             let pkey = self.layout.tree.node_addr(plvl, pidx) >> LINE_SHIFT;
-            let mut node = self.payload(MetaKind::Tree, pkey).expect("parent was just ensured");
-            set_node_entry(&mut node, slot, e);
-            self.set_payload(MetaKind::Tree, pkey, node);
+            set_node_entry(self.payload_mut(MetaKind::Tree, pkey), slot, e);
         }
         Ok((t + self.p.hash, entry))
     }
@@ -715,10 +768,9 @@ impl SecureMc {
             t = t.max(avail) + self.p.hash;
             let addr = self.layout.tree.node_addr(plvl, pidx);
             if let Some(e) = entry {
-                let mut node = self.payload(MetaKind::Tree, addr >> LINE_SHIFT).expect("path node cached");
-                set_node_entry(&mut node, slot, e);
-                self.set_payload(MetaKind::Tree, addr >> LINE_SHIFT, node);
-                child = Some(node);
+                let node = self.payload_mut(MetaKind::Tree, addr >> LINE_SHIFT);
+                set_node_entry(node, slot, e);
+                child = Some(*node);
             }
             if self.p.strict {
                 t = t.max(self.device_write(addr, TrafficClass::Tree, t));
@@ -739,16 +791,14 @@ impl SecureMc {
     /// The MAC stored for `line` in its (cached) MAC block.
     fn stored_mac(&self, line: u64) -> u64 {
         let (addr, slot) = self.layout.mac_addr(line);
-        let block = self.payload(MetaKind::Mac, addr >> LINE_SHIFT).expect("MAC block cached");
-        get_bits(&block, slot, self.layout.macs_per_block)
+        let block = self.payload_ref(MetaKind::Mac, addr >> LINE_SHIFT).expect("MAC block cached");
+        get_bits(block, slot, self.layout.macs_per_block)
     }
 
     fn set_stored_mac(&mut self, line: u64, mac: u64) {
         let (addr, slot) = self.layout.mac_addr(line);
-        let key = addr >> LINE_SHIFT;
-        let mut block = self.payload(MetaKind::Mac, key).expect("MAC block cached");
-        set_bits(&mut block, slot, self.layout.macs_per_block, mac);
-        self.set_payload(MetaKind::Mac, key, block);
+        let per_block = self.layout.macs_per_block;
+        set_bits(self.payload_mut(MetaKind::Mac, addr >> LINE_SHIFT), slot, per_block, mac);
     }
 
     /// Re-encodes the cached counter block of `page` from the counter store.
@@ -761,11 +811,16 @@ impl SecureMc {
     fn open_line(&self, line: u64, major: u64, minor: u8) -> Result<[u8; 64], IntegrityError> {
         let f = self.func.as_ref().expect("functional");
         let stored = self.stored_mac(line);
-        if stored == 0 && f.image.get_opt(line).is_none() && (major, minor) == f.initial_counter(line) {
+        // One look-up of the line in the image serves the boot-content test and the read.
+        let in_image = f.image.get_opt(line);
+        if stored == 0 && in_image.is_none() && (major, minor) == f.initial_counter(line) {
             // Boot content on every side: the check would compare the boot MAC with itself.
             return Ok([0; 64]);
         }
-        let mut buf = f.ciphertext(line);
+        let mut buf = match in_image {
+            Some(b) => *b,
+            None => f.boot_line(line),
+        };
         if !f.canaries.skip_data_mac_check && f.data_mac(&buf, line, major, minor) != f.effective_mac(stored, line) {
             return Err(IntegrityError::DataMac { line, addr: line << LINE_SHIFT });
         }
@@ -803,8 +858,8 @@ impl SecureMc {
         let plain = if self.func.is_some() {
             // Decrypt with the counter from the verified counter-block bytes themselves.
             let key = self.layout.counter_addr(page_of_line(line)) >> LINE_SHIFT;
-            let block = self.payload(MetaKind::Counter, key).expect("counter block cached");
-            let (major, minor) = CounterBlock::decode_one(&block, line_in_page(line), self.p.minor_bits);
+            let block = self.payload_ref(MetaKind::Counter, key).expect("counter block cached");
+            let (major, minor) = CounterBlock::decode_one(block, line_in_page(line), self.p.minor_bits);
             Some(self.open_line(line, major, minor)?)
         } else {
             None
