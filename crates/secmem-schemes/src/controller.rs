@@ -27,7 +27,7 @@ use secmem_core::cache::{CacheStats, SetAssocCache};
 use secmem_core::counters::{Bump, CounterStore};
 use secmem_core::error::ConfigError;
 use secmem_core::stats::Histogram;
-use secmem_core::tree::SecureLayout;
+use secmem_core::tree::{SecureLayout, TreeGeometry};
 use secmem_core::Cycle;
 use secmem_media::{AccessKind, MediaStats, MemRequest, MemoryPort, TrafficClass};
 use serde::Serialize;
@@ -172,9 +172,10 @@ pub struct SecureMc {
     pub func: Option<Box<Functional>>,
     /// Reused buffer of the blocks one tree walk fetched (functional mode).
     chain_buf: Vec<(usize, u64, [u8; 64], u64)>,
-    /// Tree levels (from the counters up) whose image lines host look-aheads prefetch: the
-    /// levels above have so few blocks that their image lines stay in the host caches, and
-    /// prefetching them only costs instructions (see [`prefetch_levels`]).
+    /// Tree levels (from the counters up, all below the root) whose image lines host
+    /// look-aheads prefetch: the levels above have so few blocks that their image lines stay
+    /// in the host caches, and prefetching them only costs instructions (see
+    /// [`prefetch_levels`]).
     prefetch_levels: usize,
 }
 
@@ -185,10 +186,10 @@ pub struct SecureMc {
 const PREFETCH_MIN_LEVEL_BLOCKS: u64 = 8192;
 
 /// The number of tree levels, from the counter blocks (level 0) up, worth a host prefetch of
-/// their image lines: those with more than [`PREFETCH_MIN_LEVEL_BLOCKS`] blocks, and at least
-/// the counter level.
-fn prefetch_levels(nodes_per_level: &[u64]) -> usize {
-    nodes_per_level.iter().take_while(|&&n| n > PREFETCH_MIN_LEVEL_BLOCKS).count().max(1)
+/// their image lines: those below the root with more than [`PREFETCH_MIN_LEVEL_BLOCKS`]
+/// blocks, and at least the counter level.
+fn prefetch_levels(tree: &TreeGeometry) -> usize {
+    tree.nodes.iter().take_while(|&&n| n > PREFETCH_MIN_LEVEL_BLOCKS).count().max(1).min(tree.root_level())
 }
 
 /// A metadata block with its identity: `key` is its device line number.
@@ -303,7 +304,7 @@ impl SecureMc {
                 mac_hit: Cycle(caches.mac.latency_cycles),
                 tree_hit: Cycle(caches.tree.latency_cycles),
             },
-            prefetch_levels: prefetch_levels(&layout.tree.nodes),
+            prefetch_levels: prefetch_levels(&layout.tree),
             layout,
             stats: McStats::default(),
             evictions: Vec::with_capacity(16),
@@ -379,9 +380,8 @@ impl SecureMc {
     /// position `n`, as far as `out` has room; returns the new count.
     #[inline]
     fn path_lines(&self, level: usize, index: u64, out: &mut [u64; 16], mut n: usize) -> usize {
-        let top = self.prefetch_levels.min(self.layout.tree.root_level());
         let (mut lvl, mut idx) = (level, index);
-        while lvl < top && n < out.len() {
+        while lvl < self.prefetch_levels && n < out.len() {
             out[n] = self.block_addr(lvl, idx) >> LINE_SHIFT;
             n += 1;
             (lvl, idx) = self.layout.tree.parent(lvl, idx);
@@ -426,6 +426,18 @@ impl SecureMc {
     #[inline]
     fn block_addr(&self, level: usize, index: u64) -> u64 {
         if level == 0 { self.layout.counter_addr(index) } else { self.layout.tree.node_addr(level, index) }
+    }
+
+    /// (level, index) of a counter-cache or tree-cache key (the block's device line number):
+    /// level 0 and the page for a counter block.
+    #[inline]
+    fn meta_key_to_node(&self, kind: MetaKind, key: u64) -> (usize, u64) {
+        debug_assert!(kind != MetaKind::Mac, "MAC blocks are not in the tree");
+        if kind == MetaKind::Counter {
+            (0, ((key << LINE_SHIFT) - self.layout.counter_base) >> LINE_SHIFT)
+        } else {
+            self.tree_key_to_node(key)
+        }
     }
 
     /// (level, index) of a tree-cache key (a stored node's device line number).
@@ -663,13 +675,9 @@ impl SecureMc {
         if kind == MetaKind::Mac || self.p.update != TreeUpdate::Lazy {
             return;
         }
-        let (level, index) = if kind == MetaKind::Counter {
-            (0, ((key << LINE_SHIFT) - self.layout.counter_base) >> LINE_SHIFT)
-        } else {
-            self.tree_key_to_node(key)
-        };
+        let (level, index) = self.meta_key_to_node(kind, key);
         let (plvl, pidx) = self.layout.tree.parent(level, index);
-        if plvl < self.prefetch_levels.min(self.layout.tree.root_level()) {
+        if plvl < self.prefetch_levels {
             let pkey = self.layout.tree.node_addr(plvl, pidx) >> LINE_SHIFT;
             self.tree_cache.prefetch(pkey);
             f.image.prefetch_index(pkey);
@@ -692,11 +700,7 @@ impl SecureMc {
                 f.persist(key, p);
             }
             if kind != MetaKind::Mac && self.p.update == TreeUpdate::Lazy {
-                let (level, index) = if kind == MetaKind::Counter {
-                    (0, (addr - self.layout.counter_base) >> LINE_SHIFT)
-                } else {
-                    self.tree_key_to_node(key)
-                };
+                let (level, index) = self.meta_key_to_node(kind, key);
                 let entry = self.update_parent(level, index, payload.as_ref(), now)?.1;
                 if let (Some(f), Some(p), Some(e)) = (self.func.as_mut(), payload, entry) {
                     // The hash of the bytes just persisted: a refetch need not hash them again.
