@@ -409,14 +409,16 @@ impl SecureMc {
     #[inline]
     pub fn prefetch_image_bytes(&self, line: u64) {
         if let Some(f) = self.func.as_ref() {
+            f.image.prefetch_bytes(line);
             if self.p.secure && line < self.layout.counter_blocks * LINES_PER_PAGE {
                 // The cached payloads a read of the line reads (or a fill evicts).
                 self.counter_cache.prefetch_data(self.layout.counter_addr(page_of_line(line)) >> LINE_SHIFT);
-                self.mac_cache.prefetch_data(self.layout.mac_addr(line).0 >> LINE_SHIFT);
-            }
-            let (lines, n) = self.image_lines_of(line);
-            for &l in &lines[..n] {
-                f.image.prefetch_bytes(l);
+                let mac_key = self.layout.mac_addr(line).0 >> LINE_SHIFT;
+                self.mac_cache.prefetch_data(mac_key);
+                // Only the data line and its MAC block have bytes to fetch in this stage: the
+                // counter block and tree nodes (the rest of `image_lines_of`) are stored by
+                // position, and the first stage prefetched their bytes already.
+                f.image.prefetch_bytes(mac_key);
             }
         }
     }
