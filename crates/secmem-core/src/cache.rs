@@ -423,9 +423,16 @@ impl SetAssocCache {
     #[inline]
     fn touch(&mut self, set: usize, w: u16) { self.order.to_head(set, set * self.ways, w) }
 
-    /// Looks up `line` without changing any state.
+    /// Looks up `line` without changing any state. The line of the most recent hit or fill
+    /// (`last`) needs no search: functional mode reads or changes the payload of the block it
+    /// has just looked up or filled.
     #[inline]
-    pub fn probe(&self, line: u64) -> Option<usize> { self.find(line) }
+    pub fn probe(&self, line: u64) -> Option<usize> {
+        if line == self.last.0 {
+            return Some(self.last.1);
+        }
+        self.find(line)
+    }
 
     /// Looks up `line`; on a hit updates replacement state, sets dirty if `write`, counts a hit.
     /// On a miss counts a miss and changes nothing else (the caller decides whether to fill).
@@ -739,6 +746,11 @@ mod tests {
                 }
                 for set in 0..sets as usize {
                     proptest::prop_assert_eq!(memo.order.tail(set), full.order.tail(set));
+                }
+                // A probe through the memo finds what a search of the set finds.
+                full.last = (INVALID, 0);
+                for l in [line, line ^ 1] {
+                    proptest::prop_assert_eq!(memo.probe(l), full.probe(l));
                 }
             }
             proptest::prop_assert_eq!(&memo.tags, &full.tags);
