@@ -115,7 +115,7 @@ pub struct SetAssocCache {
     order: Order,
     rng_state: u64,
     replacement: Replacement,
-    data: Option<Vec<[u8; 64]>>,
+    data: Option<Vec<Line>>,
     pub stats: CacheStats,
     /// The line of the most recent hit or fill and its slot, or `INVALID`: its way is the head
     /// of its set's recency order (any later hit or fill in that set would have replaced this
@@ -126,6 +126,13 @@ pub struct SetAssocCache {
 }
 
 const NIL: u16 = u16::MAX;
+
+/// A line's 64 B content, aligned to a host cache line: a `Vec<[u8; 64]>` is only as aligned
+/// as the allocator makes it (16 B), so most slots straddled two host cache lines, and an
+/// access (or a prefetch of the slot's first byte) brought in only half of one.
+#[derive(Clone, Copy)]
+#[repr(C, align(64))]
+struct Line([u8; 64]);
 
 /// The recency lists of every set, in one of two exact representations of the same list.
 #[derive(Clone)]
@@ -316,7 +323,7 @@ impl SetAssocCache {
         // arrays writes every element, which would fault 4 KiB pages first).
         let mut data = Vec::with_capacity(self.tags.len());
         crate::hostmem::advise_huge_pages(data.spare_capacity_mut());
-        data.resize(self.tags.len(), [0u8; 64]);
+        data.resize(self.tags.len(), Line([0u8; 64]));
         self.data = Some(data);
         self
     }
@@ -555,8 +562,8 @@ impl SetAssocCache {
         (t != INVALID).then_some(t & !DIRTY)
     }
 
-    pub fn data(&self, slot: usize) -> Option<&[u8; 64]> { self.data.as_ref().map(|d| &d[slot]) }
-    pub fn data_mut(&mut self, slot: usize) -> Option<&mut [u8; 64]> { self.data.as_mut().map(|d| &mut d[slot]) }
+    pub fn data(&self, slot: usize) -> Option<&[u8; 64]> { self.data.as_ref().map(|d| &d[slot].0) }
+    pub fn data_mut(&mut self, slot: usize) -> Option<&mut [u8; 64]> { self.data.as_mut().map(|d| &mut d[slot].0) }
 
     /// Every valid line as (line, dirty, slot), in slot order (set by set).
     pub fn valid_lines(&self) -> impl Iterator<Item = (u64, bool, usize)> + '_ {
@@ -658,6 +665,8 @@ mod tests {
         let (s, _) = c.fill(5, true);
         c.data_mut(s).unwrap()[0] = 0xAB;
         assert_eq!(c.data(c.probe(5).unwrap()).unwrap()[0], 0xAB);
+        // Each slot is one host cache line.
+        assert!((0..c.capacity_lines()).all(|s| c.data(s).unwrap().as_ptr() as usize % 64 == 0));
     }
 
     #[test]

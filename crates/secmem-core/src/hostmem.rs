@@ -18,6 +18,9 @@ use std::ops::{Deref, DerefMut};
 /// Huge-page size (x86-64 and aarch64 with 4 KiB base pages).
 pub const HUGE_BYTES: usize = 2 << 20;
 
+/// Host cache line: the least alignment of an array from the global allocator.
+const CACHE_LINE_BYTES: usize = 64;
+
 /// Arrays smaller than this are not worth a mapping of their own.
 const MAP_MIN_BYTES: usize = 4 * HUGE_BYTES;
 
@@ -88,12 +91,19 @@ impl<T> ZeroedSlice<T> {
             }
         }
         let _ = huge;
-        let layout = std::alloc::Layout::array::<T>(len).expect("array size overflows");
+        let layout = Self::heap_layout(len);
         let ptr = std::alloc::alloc_zeroed(layout) as *mut T;
         if ptr.is_null() {
             std::alloc::handle_alloc_error(layout);
         }
         ZeroedSlice { ptr, len, map: (std::ptr::null_mut(), 0) }
+    }
+
+    /// The global-allocator layout of `len` values: aligned to a host cache line at least, so
+    /// that 64 B elements (image lines) never straddle two host cache lines.
+    fn heap_layout(len: usize) -> std::alloc::Layout {
+        let layout = std::alloc::Layout::array::<T>(len).expect("array size overflows");
+        layout.align_to(CACHE_LINE_BYTES).expect("cache-line alignment is a power of two")
     }
 
     /// Whether the array lives in its own huge-page-aligned mapping (else collapsing is a
@@ -165,7 +175,7 @@ impl<T> Drop for ZeroedSlice<T> {
                 libc::munmap(self.map.0 as *mut libc::c_void, self.map.1);
                 return;
             }
-            std::alloc::dealloc(self.ptr as *mut u8, std::alloc::Layout::array::<T>(self.len).expect("array size"));
+            std::alloc::dealloc(self.ptr as *mut u8, Self::heap_layout(self.len));
         }
     }
 }
@@ -203,6 +213,15 @@ mod tests {
                 s[0] = 5;
                 assert_eq!((s[0], s[1], s[n - 1]), (5, if n == 2 { 7 } else { 0 }, 7));
             }
+        }
+    }
+
+    #[test]
+    fn line_arrays_start_on_a_host_cache_line_whatever_their_size() {
+        for n in [1usize, 3, 1000, MAP_MIN_BYTES / 64 + 1] {
+            // SAFETY: all-zero bytes are a valid [u8; 64].
+            let s: ZeroedSlice<[u8; 64]> = unsafe { ZeroedSlice::new(n) };
+            assert_eq!(s.as_ptr() as usize % CACHE_LINE_BYTES, 0, "{n} lines");
         }
     }
 
