@@ -115,7 +115,7 @@ pub struct SetAssocCache {
     order: Order,
     rng_state: u64,
     replacement: Replacement,
-    data: Option<Vec<[u8; 64]>>,
+    data: Option<Vec<Line>>,
     pub stats: CacheStats,
     /// The line of the most recent hit or fill and its slot, or `INVALID`: its way is the head
     /// of its set's recency order (any later hit or fill in that set would have replaced this
@@ -126,6 +126,13 @@ pub struct SetAssocCache {
 }
 
 const NIL: u16 = u16::MAX;
+
+/// A line's 64 B content, aligned to a host cache line: a `Vec<[u8; 64]>` is only as aligned
+/// as the allocator makes it (16 B), so most slots straddled two host cache lines, and an
+/// access (or a prefetch of the slot's first byte) brought in only half of one.
+#[derive(Clone, Copy)]
+#[repr(C, align(64))]
+struct Line([u8; 64]);
 
 /// The recency lists of every set, in one of two exact representations of the same list.
 #[derive(Clone)]
@@ -310,7 +317,14 @@ impl SetAssocCache {
 
     /// Also keep the 64 B content of every line.
     pub fn with_data(mut self) -> Self {
-        self.data = Some(vec![[0u8; 64]; self.tags.len()]);
+        // A 16 MiB LLC's content is touched at a random slot by every fill: huge pages keep
+        // those accesses within the host TLB's reach. The advice goes on the still untouched
+        // allocation, so that filling it with zeros faults huge pages in (`vec![..; n]` of
+        // arrays writes every element, which would fault 4 KiB pages first).
+        let mut data = Vec::with_capacity(self.tags.len());
+        crate::hostmem::advise_huge_pages(data.spare_capacity_mut());
+        data.resize(self.tags.len(), Line([0u8; 64]));
+        self.data = Some(data);
         self
     }
 
@@ -423,9 +437,16 @@ impl SetAssocCache {
     #[inline]
     fn touch(&mut self, set: usize, w: u16) { self.order.to_head(set, set * self.ways, w) }
 
-    /// Looks up `line` without changing any state.
+    /// Looks up `line` without changing any state. The line of the most recent hit or fill
+    /// (`last`) needs no search: functional mode reads or changes the payload of the block it
+    /// has just looked up or filled.
     #[inline]
-    pub fn probe(&self, line: u64) -> Option<usize> { self.find(line) }
+    pub fn probe(&self, line: u64) -> Option<usize> {
+        if line == self.last.0 {
+            return Some(self.last.1);
+        }
+        self.find(line)
+    }
 
     /// Looks up `line`; on a hit updates replacement state, sets dirty if `write`, counts a hit.
     /// On a miss counts a miss and changes nothing else (the caller decides whether to fill).
@@ -541,8 +562,8 @@ impl SetAssocCache {
         (t != INVALID).then_some(t & !DIRTY)
     }
 
-    pub fn data(&self, slot: usize) -> Option<&[u8; 64]> { self.data.as_ref().map(|d| &d[slot]) }
-    pub fn data_mut(&mut self, slot: usize) -> Option<&mut [u8; 64]> { self.data.as_mut().map(|d| &mut d[slot]) }
+    pub fn data(&self, slot: usize) -> Option<&[u8; 64]> { self.data.as_ref().map(|d| &d[slot].0) }
+    pub fn data_mut(&mut self, slot: usize) -> Option<&mut [u8; 64]> { self.data.as_mut().map(|d| &mut d[slot].0) }
 
     /// Every valid line as (line, dirty, slot), in slot order (set by set).
     pub fn valid_lines(&self) -> impl Iterator<Item = (u64, bool, usize)> + '_ {
@@ -644,6 +665,8 @@ mod tests {
         let (s, _) = c.fill(5, true);
         c.data_mut(s).unwrap()[0] = 0xAB;
         assert_eq!(c.data(c.probe(5).unwrap()).unwrap()[0], 0xAB);
+        // Each slot is one host cache line.
+        assert!((0..c.capacity_lines()).all(|s| c.data(s).unwrap().as_ptr() as usize % 64 == 0));
     }
 
     #[test]
@@ -739,6 +762,11 @@ mod tests {
                 }
                 for set in 0..sets as usize {
                     proptest::prop_assert_eq!(memo.order.tail(set), full.order.tail(set));
+                }
+                // A probe through the memo finds what a search of the set finds.
+                full.last = (INVALID, 0);
+                for l in [line, line ^ 1] {
+                    proptest::prop_assert_eq!(memo.probe(l), full.probe(l));
                 }
             }
             proptest::prop_assert_eq!(&memo.tags, &full.tags);

@@ -18,6 +18,9 @@ use std::ops::{Deref, DerefMut};
 /// Huge-page size (x86-64 and aarch64 with 4 KiB base pages).
 pub const HUGE_BYTES: usize = 2 << 20;
 
+/// Host cache line: the least alignment of an array from the global allocator.
+const CACHE_LINE_BYTES: usize = 64;
+
 /// Arrays smaller than this are not worth a mapping of their own.
 const MAP_MIN_BYTES: usize = 4 * HUGE_BYTES;
 
@@ -88,12 +91,19 @@ impl<T> ZeroedSlice<T> {
             }
         }
         let _ = huge;
-        let layout = std::alloc::Layout::array::<T>(len).expect("array size overflows");
+        let layout = Self::heap_layout(len);
         let ptr = std::alloc::alloc_zeroed(layout) as *mut T;
         if ptr.is_null() {
             std::alloc::handle_alloc_error(layout);
         }
         ZeroedSlice { ptr, len, map: (std::ptr::null_mut(), 0) }
+    }
+
+    /// The global-allocator layout of `len` values: aligned to a host cache line at least, so
+    /// that 64 B elements (image lines) never straddle two host cache lines.
+    fn heap_layout(len: usize) -> std::alloc::Layout {
+        let layout = std::alloc::Layout::array::<T>(len).expect("array size overflows");
+        layout.align_to(CACHE_LINE_BYTES).expect("cache-line alignment is a power of two")
     }
 
     /// Whether the array lives in its own huge-page-aligned mapping (else collapsing is a
@@ -127,6 +137,30 @@ impl<T> ZeroedSlice<T> {
     }
 }
 
+/// Asks the OS to back the whole huge pages inside `slice` with transparent huge pages from
+/// their first touch on (Linux `MADV_HUGEPAGE`; advice only, a no-op elsewhere or when the
+/// slice spans no whole huge page). For an array from the global allocator that is accessed
+/// at random all over (a cache's content array): with 4 KiB pages each access past the host
+/// TLB's reach is a page walk, nested and expensive under a hypervisor. Call it before the
+/// array is first written, so that its pages are faulted in as huge pages.
+pub fn advise_huge_pages<T>(slice: &mut [T]) {
+    #[cfg(target_os = "linux")]
+    {
+        let first = slice.as_mut_ptr() as usize;
+        let start = first.next_multiple_of(HUGE_BYTES);
+        let end = (first + std::mem::size_of_val(slice)) & !(HUGE_BYTES - 1);
+        if end > start {
+            // SAFETY: [start, end) lies inside `slice`, which we borrow mutably; MADV_HUGEPAGE
+            // changes how pages are backed, never their contents.
+            unsafe {
+                libc::madvise(start as *mut libc::c_void, end - start, libc::MADV_HUGEPAGE);
+            }
+        }
+    }
+    #[cfg(not(target_os = "linux"))]
+    let _ = slice;
+}
+
 impl<T> Drop for ZeroedSlice<T> {
     fn drop(&mut self) {
         let bytes = std::mem::size_of::<T>() * self.len;
@@ -141,7 +175,7 @@ impl<T> Drop for ZeroedSlice<T> {
                 libc::munmap(self.map.0 as *mut libc::c_void, self.map.1);
                 return;
             }
-            std::alloc::dealloc(self.ptr as *mut u8, std::alloc::Layout::array::<T>(self.len).expect("array size"));
+            std::alloc::dealloc(self.ptr as *mut u8, Self::heap_layout(self.len));
         }
     }
 }
@@ -179,6 +213,24 @@ mod tests {
                 s[0] = 5;
                 assert_eq!((s[0], s[1], s[n - 1]), (5, if n == 2 { 7 } else { 0 }, 7));
             }
+        }
+    }
+
+    #[test]
+    fn line_arrays_start_on_a_host_cache_line_whatever_their_size() {
+        for n in [1usize, 3, 1000, MAP_MIN_BYTES / 64 + 1] {
+            // SAFETY: all-zero bytes are a valid [u8; 64].
+            let s: ZeroedSlice<[u8; 64]> = unsafe { ZeroedSlice::new(n) };
+            assert_eq!(s.as_ptr() as usize % CACHE_LINE_BYTES, 0, "{n} lines");
+        }
+    }
+
+    #[test]
+    fn huge_page_advice_keeps_an_arrays_contents_and_accepts_any_size() {
+        for n in [0usize, 1, 1000, 3 * HUGE_BYTES / 8 + 5] {
+            let mut v: Vec<u64> = (0..n as u64).map(|i| i * 3 + 1).collect();
+            advise_huge_pages(&mut v);
+            assert!(v.iter().enumerate().all(|(i, &x)| x == i as u64 * 3 + 1), "{n} values");
         }
     }
 

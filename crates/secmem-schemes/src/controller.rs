@@ -391,14 +391,20 @@ impl SecureMc {
 
     /// Functional mode, first look-ahead stage for an access to data `line`: hints the host
     /// CPU to fetch the image index entries of the lines it may touch in NVM (see
-    /// [`NvmImage::prefetch_index`](crate::functional::NvmImage::prefetch_index)). Changes no
-    /// simulated state; no-op in counting mode.
+    /// [`NvmImage::prefetch_index`](crate::functional::NvmImage::prefetch_index)) and the
+    /// tree-cache sets of its counter block's ancestors in the large levels (which a
+    /// counter-cache miss looks up, fills and takes victims from; the second stage reads
+    /// them). Changes no simulated state; no-op in counting mode.
     #[inline]
     pub fn prefetch_image_index(&self, line: u64) {
         if let Some(f) = self.func.as_ref() {
             let (lines, n) = self.image_lines_of(line);
             for &l in &lines[..n] {
                 f.image.prefetch_index(l);
+            }
+            // lines[3..n]: the tree nodes (after the data line, its MAC block and counter block).
+            for &l in lines.get(3..n).unwrap_or(&[]) {
+                self.tree_cache.prefetch(l);
             }
         }
     }
@@ -409,14 +415,21 @@ impl SecureMc {
     #[inline]
     pub fn prefetch_image_bytes(&self, line: u64) {
         if let Some(f) = self.func.as_ref() {
+            f.image.prefetch_bytes(line);
             if self.p.secure && line < self.layout.counter_blocks * LINES_PER_PAGE {
                 // The cached payloads a read of the line reads (or a fill evicts).
                 self.counter_cache.prefetch_data(self.layout.counter_addr(page_of_line(line)) >> LINE_SHIFT);
-                self.mac_cache.prefetch_data(self.layout.mac_addr(line).0 >> LINE_SHIFT);
-            }
-            let (lines, n) = self.image_lines_of(line);
-            for &l in &lines[..n] {
-                f.image.prefetch_bytes(l);
+                let mac_key = self.layout.mac_addr(line).0 >> LINE_SHIFT;
+                self.mac_cache.prefetch_data(mac_key);
+                // The tree-cache slot a miss on the counter block's parent fills (or hits).
+                if self.prefetch_levels > 1 && self.layout.tree.root_level() > 1 {
+                    let (plvl, pidx) = self.layout.tree.parent(0, page_of_line(line));
+                    self.tree_cache.prefetch_data(self.layout.tree.node_addr(plvl, pidx) >> LINE_SHIFT);
+                }
+                // Only the data line and its MAC block have bytes to fetch in this stage: the
+                // counter block and tree nodes (the rest of `image_lines_of`) are stored by
+                // position, and the first stage prefetched their bytes already.
+                f.image.prefetch_bytes(mac_key);
             }
         }
     }

@@ -59,6 +59,14 @@ pub struct MemoTag {
     pub counter_init: secmem_core::counters::InitialCounters,
 }
 
+/// Whether two lines hold the same bytes: XOR-OR over their words, inlined (the derived
+/// array comparison calls memcmp, whose call costs more than the comparison of 64 bytes).
+#[inline]
+fn same_line(a: &[u8; 64], b: &[u8; 64]) -> bool {
+    let word = |x: &[u8]| u64::from_ne_bytes(x.try_into().expect("8 bytes"));
+    a.chunks_exact(8).zip(b.chunks_exact(8)).fold(0, |acc, (x, y)| acc | (word(x) ^ word(y))) == 0
+}
+
 /// Lines `[first, first + lines.len())`, stored by position; `present` has one bit per line;
 /// `memo` one hash memo per line (0: none).
 struct Dense {
@@ -266,7 +274,7 @@ impl NvmImage {
     /// (otherwise nothing is recorded). Memos under an earlier, different tag are dropped.
     pub fn set_memo(&mut self, line: u64, tag: &MemoTag, bytes: &[u8; 64], memo: u64) {
         let Some((d, i)) = self.dense_slot(line) else { return };
-        if !self.dense[d].has(i) || self.dense[d].lines[i] != *bytes {
+        if !self.dense[d].has(i) || !same_line(&self.dense[d].lines[i], bytes) {
             return;
         }
         if self.memo_tag.as_ref() != Some(tag) {
@@ -399,6 +407,17 @@ mod tests {
     use std::collections::BTreeMap;
 
     fn line_bytes(line: u64, v: u8) -> [u8; 64] { std::array::from_fn(|i| (line as u8) ^ v ^ i as u8) }
+
+    #[test]
+    fn lines_differing_in_any_one_byte_are_not_the_same() {
+        let a = line_bytes(7, 3);
+        assert!(same_line(&a, &a.clone()));
+        for i in 0..64 {
+            let mut b = a;
+            b[i] ^= 0x80;
+            assert!(!same_line(&a, &b), "byte {i}");
+        }
+    }
 
     #[test]
     fn absent_lines_read_as_zeros_and_are_not_listed() {

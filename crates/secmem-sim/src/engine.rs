@@ -512,8 +512,9 @@ impl Engine {
             if secure && dirty {
                 self.mc.prefetch_write_metadata(v3);
             }
-            if self.functional {
-                // A write-back of it (dirty here or above) persists it into the image.
+            if self.functional && dirty {
+                // Its write-back persists it into the image: its image path (a dozen host
+                // prefetches) is worth fetching for a dirty victim only, as above.
                 self.mc.prefetch_image_index(v3);
             }
         }
