@@ -786,7 +786,7 @@ impl IssuedWrites {
     #[inline(always)]
     fn len(&self) -> usize { self.len }
 
-    #[inline]
+    #[inline(always)]
     fn push(&mut self, bank: usize, start: u64, line: u64) {
         let q = &mut self.per_bank[bank];
         debug_assert!(q.len() == 0 || q.buf[(q.head + q.len - 1) & q.mask()].0 < start, "bank bursts out of order");
