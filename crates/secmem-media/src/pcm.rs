@@ -282,6 +282,22 @@ impl BusCalendar {
                 self.slots[j] = (w + 1, bits_j | hi);
                 return ready;
             }
+            // Bursts issued at one cycle to idle banks are ready together, and the second
+            // one finds the first's burst at `ready`: the earliest start is then most often
+            // the end of that booked run, which the two words already show. Every start up
+            // to the run's first cycle overlaps it, every start in the run begins on a
+            // booked cycle, so that end, if the burst fits there, is the earliest (what the
+            // search would return). Its burst ends within the two words: `k + len <= 64`.
+            let v = ((bits_j as u128) << 64 | bits_i as u128) >> off;
+            let v = v as u64;
+            let p = (v & len_mask).trailing_zeros();
+            let k = p + (!(v >> p)).trailing_zeros();
+            if u64::from(k) + len <= 64 && (v >> k) & len_mask == 0 {
+                let mask = (len_mask as u128) << (off + u64::from(k));
+                self.slots[i] = (w, bits_i | mask as u64);
+                self.slots[j] = (w + 1, bits_j | (mask >> 64) as u64);
+                return ready + u64::from(k);
+            }
         }
         self.book_slow(ready, len, len_mask)
     }
