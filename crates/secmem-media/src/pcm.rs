@@ -821,11 +821,22 @@ impl IssuedWrites {
             if self.heads.groups[g].0 > t {
                 continue;
             }
-            // (Padding values are u64::MAX, but `t` may be too: stop at the real banks.)
-            for bank in g * GROUP..((g + 1) * GROUP).min(self.per_bank.len()) {
-                if self.heads.vals[bank] > t {
-                    continue;
-                }
+            // The group's due banks as a bit set, found without a branch per bank (which
+            // ones are due is unpredictable). (Padding values are u64::MAX, but `t` may be
+            // too: only the real banks count.)
+            let first = g * GROUP;
+            let vals: &[u64; GROUP] = self.heads.vals[first..first + GROUP].try_into().expect("a whole group");
+            let mut due = 0u32;
+            for (k, &v) in vals.iter().enumerate() {
+                due |= u32::from(v <= t) << k;
+            }
+            let real = self.per_bank.len() - first;
+            if real < GROUP {
+                due &= (1 << real) - 1;
+            }
+            while due != 0 {
+                let bank = first + due.trailing_zeros() as usize;
+                due &= due - 1;
                 let q = &mut self.per_bank[bank];
                 let mut next = u64::MAX;
                 while let Some((start, line)) = q.front() {
