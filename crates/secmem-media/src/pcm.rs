@@ -282,19 +282,38 @@ impl BusCalendar {
                 self.slots[j] = (w + 1, bits_j | hi);
                 return ready;
             }
+            // Bursts issued at one cycle to idle banks are ready together, and the second
+            // one finds the first's burst at `ready`: the earliest start is then most often
+            // the end of that booked run, which the two words already show. Every start up
+            // to the run's first cycle overlaps it, every start in the run begins on a
+            // booked cycle, so that end, if the burst fits there, is the earliest (what the
+            // search would return). Its burst ends within the two words: `k + len <= 64`.
+            let v = ((bits_j as u128) << 64 | bits_i as u128) >> off;
+            let v = v as u64;
+            let p = (v & len_mask).trailing_zeros();
+            let k = p + (!(v >> p)).trailing_zeros();
+            if u64::from(k) + len <= 64 && (v >> k) & len_mask == 0 {
+                let mask = (len_mask as u128) << (off + u64::from(k));
+                self.slots[i] = (w, bits_i | mask as u64);
+                self.slots[j] = (w + 1, bits_j | (mask >> 64) as u64);
+                return ready + u64::from(k);
+            }
+        }
+        // Outside the window the burst is not recorded, and that is common: every device
+        // access issued earlier than the latest one (the controller's accesses are not in
+        // issue order) is ready before `base` when its bank is idle. Answered here, without
+        // the call (in secure-lazy-random, most of the calls the fast path used to make).
+        if ready < self.base || ready + len > self.window_end() {
+            return ready;
         }
         self.book_slow(ready, len, len_mask)
     }
 
-    /// [`book`](Self::book) off the fast path: outside the window, within a word of its end,
-    /// or not fitting at `ready`.
+    /// [`book`](Self::book) off the fast path, inside the window (`base <= ready` and
+    /// `ready + len <= window_end()`): within a word of its end, or not fitting at `ready`
+    /// nor right after the booked run there.
     #[inline(never)]
-    fn book_slow(&mut self, ready: u64, len: u64, len_mask: u64) -> u64 {
-        if ready < self.base || ready + len > self.window_end() {
-            return ready;
-        }
-        self.book_search(ready, len, len_mask)
-    }
+    fn book_slow(&mut self, ready: u64, len: u64, len_mask: u64) -> u64 { self.book_search(ready, len, len_mask) }
 
     /// Books `len_mask << (s & 63)` from word `s / 64` on (a burst of at most 64 cycles).
     #[inline]
@@ -786,7 +805,7 @@ impl IssuedWrites {
     #[inline(always)]
     fn len(&self) -> usize { self.len }
 
-    #[inline]
+    #[inline(always)]
     fn push(&mut self, bank: usize, start: u64, line: u64) {
         let q = &mut self.per_bank[bank];
         debug_assert!(q.len() == 0 || q.buf[(q.head + q.len - 1) & q.mask()].0 < start, "bank bursts out of order");
@@ -805,11 +824,22 @@ impl IssuedWrites {
             if self.heads.groups[g].0 > t {
                 continue;
             }
-            // (Padding values are u64::MAX, but `t` may be too: stop at the real banks.)
-            for bank in g * GROUP..((g + 1) * GROUP).min(self.per_bank.len()) {
-                if self.heads.vals[bank] > t {
-                    continue;
-                }
+            // The group's due banks as a bit set, found without a branch per bank (which
+            // ones are due is unpredictable). (Padding values are u64::MAX, but `t` may be
+            // too: only the real banks count.)
+            let first = g * GROUP;
+            let vals: &[u64; GROUP] = self.heads.vals[first..first + GROUP].try_into().expect("a whole group");
+            let mut due = 0u32;
+            for (k, &v) in vals.iter().enumerate() {
+                due |= u32::from(v <= t) << k;
+            }
+            let real = self.per_bank.len() - first;
+            if real < GROUP {
+                due &= (1 << real) - 1;
+            }
+            while due != 0 {
+                let bank = first + due.trailing_zeros() as usize;
+                due &= due - 1;
                 let q = &mut self.per_bank[bank];
                 let mut next = u64::MAX;
                 while let Some((start, line)) = q.front() {
