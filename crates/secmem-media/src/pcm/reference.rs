@@ -16,7 +16,8 @@ use std::cmp::Reverse;
 use std::collections::{BinaryHeap, VecDeque};
 
 /// One channel's data bus as a bitmap of booked cycles over a sliding window that starts at
-/// the last pruning point (the latest request's issue cycle, rounded down to 64). Booking is
+/// the last pruning point (half a window before the latest request's issue cycle, rounded
+/// down to 64). Booking is
 /// O(1) in the common case: check the `len` bits at `ready`, else jump past the last booked
 /// cycle found and check again. Being a calendar rather than a single `free_at`, it lets a
 /// burst fill a gap before a burst booked earlier for a later cycle.
@@ -414,8 +415,10 @@ impl MemoryPort for PcmMedia {
         debug_assert!(req.addr < self.capacity_bytes, "address {:#x} beyond device capacity", req.addr);
         let line = req.addr >> LINE_SHIFT;
         let class = req.class as usize;
+        // Deliberate model change (2026-11-22): keep half the window behind the latest issue,
+        // so that requests arriving out of issue order still book the bus.
         for bus in &mut self.bus {
-            bus.prune(req.issue.0);
+            bus.prune(req.issue.0.saturating_sub(64 * BUS_WINDOW_WORDS as u64 / 2));
         }
         Cycle(match req.kind {
             AccessKind::Read => {
