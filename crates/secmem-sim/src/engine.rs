@@ -504,8 +504,10 @@ impl Engine {
         }
         if let Some((v3, dirty)) = self.hier.llc.next_victim(line) {
             if self.hier.inclusive {
-                self.hier.l2.prefetch(v3);
-                self.hier.l1.prefetch(v3);
+                // Its back-invalidation usually finds it in neither (it has been in the LLC
+                // longest): the look-up is all it costs there.
+                self.hier.l2.prefetch_probe(v3);
+                self.hier.l1.prefetch_probe(v3);
             }
             // Only a dirty victim is written back (one dirty only above the LLC is rare
             // enough not to be worth a prefetch into a large counter store for every victim).
