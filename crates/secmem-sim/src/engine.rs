@@ -488,7 +488,12 @@ impl Engine {
             return;
         }
         if let Some((v2, true)) = self.hier.l2.next_victim(line) {
-            self.hier.llc.prefetch(v2);
+            if self.hier.inclusive {
+                // An inclusive LLC holds it: writing it there finds it and sets its dirty bit.
+                self.hier.llc.prefetch_present(v2);
+            } else {
+                self.hier.llc.prefetch(v2);
+            }
         }
         let secure = self.mc.p.secure;
         if secure {
