@@ -401,6 +401,51 @@ impl SetAssocCache {
         let _ = line;
     }
 
+    /// Hints the host CPU to fetch what a probe of `line` reads when the line is present: the
+    /// set's fingerprints and tags, not the recency order (a probe or a dirty-bit change does
+    /// not touch it, unlike [`prefetch`](Self::prefetch)'s lookup or fill).
+    #[inline]
+    pub fn prefetch_present(&self, line: u64) {
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: prefetching an in-bounds address has no effect on program state.
+        unsafe {
+            use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T0};
+            let base = self.set_of(line) * self.ways;
+            if !self.fps.is_empty() {
+                _mm_prefetch(self.fps.as_ptr().add(base) as *const i8, _MM_HINT_T0);
+            }
+            let tags = self.tags.as_ptr().add(base) as *const i8;
+            let mut off = 0;
+            while off < self.ways * 8 {
+                _mm_prefetch(tags.add(off), _MM_HINT_T0);
+                off += 64;
+            }
+        }
+        #[cfg(not(target_arch = "x86_64"))]
+        let _ = line;
+    }
+
+    /// Hints the host CPU to fetch what a probe or an invalidation of `line` reads when the
+    /// line is absent: the set's fingerprints (its tags in a cache without them). For a look-up
+    /// expected to miss, where [`prefetch`](Self::prefetch) would also fetch tags and recency
+    /// order that only a hit touches.
+    #[inline]
+    pub fn prefetch_probe(&self, line: u64) {
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: prefetching an in-bounds address has no effect on program state.
+        unsafe {
+            use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T0};
+            let base = self.set_of(line) * self.ways;
+            if self.fps.is_empty() {
+                _mm_prefetch(self.tags.as_ptr().add(base) as *const i8, _MM_HINT_T0);
+            } else {
+                _mm_prefetch(self.fps.as_ptr().add(base) as *const i8, _MM_HINT_T0);
+            }
+        }
+        #[cfg(not(target_arch = "x86_64"))]
+        let _ = line;
+    }
+
     /// Hints the host CPU to fetch the content slot an access to `line` would use now: its
     /// own if cached, else the next victim's (which a fill reads out before overwriting it).
     /// Only for caches that keep content; reads the set's tags, so it belongs to a late

@@ -488,7 +488,12 @@ impl Engine {
             return;
         }
         if let Some((v2, true)) = self.hier.l2.next_victim(line) {
-            self.hier.llc.prefetch(v2);
+            if self.hier.inclusive {
+                // An inclusive LLC holds it: writing it there finds it and sets its dirty bit.
+                self.hier.llc.prefetch_present(v2);
+            } else {
+                self.hier.llc.prefetch(v2);
+            }
         }
         let secure = self.mc.p.secure;
         if secure {
@@ -504,8 +509,10 @@ impl Engine {
         }
         if let Some((v3, dirty)) = self.hier.llc.next_victim(line) {
             if self.hier.inclusive {
-                self.hier.l2.prefetch(v3);
-                self.hier.l1.prefetch(v3);
+                // Its back-invalidation usually finds it in neither (it has been in the LLC
+                // longest): the look-up is all it costs there.
+                self.hier.l2.prefetch_probe(v3);
+                self.hier.l1.prefetch_probe(v3);
             }
             // Only a dirty victim is written back (one dirty only above the LLC is rare
             // enough not to be worth a prefetch into a large counter store for every victim).
