@@ -375,42 +375,33 @@ impl SetAssocCache {
         None
     }
 
-    /// Hints the host CPU to bring `line`'s set into its caches (trace look-ahead).
+    /// Hints the host CPU to bring `line`'s set into its caches (trace look-ahead): what
+    /// [`prefetch_present`](Self::prefetch_present) fetches, plus the recency order, which the
+    /// hit or fill will update.
     #[inline]
     pub fn prefetch(&self, line: u64) {
+        let set = self.set_of(line);
+        let base = set * self.ways;
+        self.prefetch_fps_and_tags(base);
         #[cfg(target_arch = "x86_64")]
-        // SAFETY: prefetching an in-bounds address has no effect on program state.
-        unsafe {
-            use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T0};
-            let set = self.set_of(line);
-            let base = set * self.ways;
-            if !self.fps.is_empty() {
-                _mm_prefetch(self.fps.as_ptr().add(base) as *const i8, _MM_HINT_T0);
-            }
-            // Every host cache line of the set's tags (a 16-way set spans two).
-            let tags = self.tags.as_ptr().add(base) as *const i8;
-            let mut off = 0;
-            while off < self.ways * 8 {
-                _mm_prefetch(tags.add(off), _MM_HINT_T0);
-                off += 64;
-            }
-            // The recency order, which the hit or fill will update.
-            self.order.prefetch(set, base);
-        }
-        #[cfg(not(target_arch = "x86_64"))]
-        let _ = line;
+        self.order.prefetch(set, base);
     }
 
     /// Hints the host CPU to fetch what a probe of `line` reads when the line is present: the
     /// set's fingerprints and tags, not the recency order (a probe or a dirty-bit change does
     /// not touch it, unlike [`prefetch`](Self::prefetch)'s lookup or fill).
     #[inline]
-    pub fn prefetch_present(&self, line: u64) {
+    pub fn prefetch_present(&self, line: u64) { self.prefetch_fps_and_tags(self.set_of(line) * self.ways) }
+
+    /// The fingerprints and every host cache line of the tags (a 16-way set spans two) of the
+    /// set whose first slot is `base`.
+    #[inline(always)]
+    fn prefetch_fps_and_tags(&self, base: usize) {
         #[cfg(target_arch = "x86_64")]
-        // SAFETY: prefetching an in-bounds address has no effect on program state.
+        // SAFETY: `base` is a set's first slot, in bounds of `fps` (when kept) and of `tags`
+        // with all `ways` slots after it; a prefetch has no effect on program state.
         unsafe {
             use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T0};
-            let base = self.set_of(line) * self.ways;
             if !self.fps.is_empty() {
                 _mm_prefetch(self.fps.as_ptr().add(base) as *const i8, _MM_HINT_T0);
             }
@@ -422,7 +413,7 @@ impl SetAssocCache {
             }
         }
         #[cfg(not(target_arch = "x86_64"))]
-        let _ = line;
+        let _ = base;
     }
 
     /// Hints the host CPU to fetch what a probe or an invalidation of `line` reads when the
