@@ -422,7 +422,8 @@ impl SecureMc {
                 let mac_key = self.layout.mac_addr(line).0 >> LINE_SHIFT;
                 self.mac_cache.prefetch_data(mac_key);
                 // The tree-cache slot a miss on the counter block's parent fills (or hits).
-                if self.prefetch_levels > 1 && self.layout.tree.root_level() > 1 {
+                // (`prefetch_levels` stops below the root, so the parent is a stored node.)
+                if self.prefetch_levels > 1 {
                     let (plvl, pidx) = self.layout.tree.parent(0, page_of_line(line));
                     self.tree_cache.prefetch_data(self.layout.tree.node_addr(plvl, pidx) >> LINE_SHIFT);
                 }
@@ -834,10 +835,8 @@ impl SecureMc {
             // Boot content on every side: the check would compare the boot MAC with itself.
             return Ok([0; 64]);
         }
-        let mut buf = match in_image {
-            Some(b) => *b,
-            None => f.boot_line(line),
-        };
+        // The ciphertext NVM holds: the image's, or the boot content.
+        let mut buf = in_image.copied().unwrap_or_else(|| f.boot_line(line));
         if !f.canaries.skip_data_mac_check && f.data_mac(&buf, line, major, minor) != f.effective_mac(stored, line) {
             return Err(IntegrityError::DataMac { line, addr: line << LINE_SHIFT });
         }

@@ -247,15 +247,6 @@ impl Functional {
         self.keys.line_mac(ct, line, major, minor, self.mac_bits).max(1)
     }
 
-    /// The ciphertext NVM holds for data `line`: the image's, or the boot content (zeros
-    /// encrypted under the line's initial counter).
-    pub fn ciphertext(&self, line: u64) -> [u8; 64] {
-        match self.image.get_opt(line) {
-            Some(b) => *b,
-            None => self.boot_line(line),
-        }
-    }
-
     /// The boot content of data `line`: zeros encrypted under its initial counter.
     pub fn boot_line(&self, line: u64) -> [u8; 64] {
         let (major, minor) = self.initial_counter(line);
