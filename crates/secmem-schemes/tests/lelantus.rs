@@ -42,6 +42,20 @@ fn cmd(d: &mut Lelantus, m: &mut SecureMc, c: PageCommand) { d.page_command(m, c
 
 fn both() -> [Encoding; 2] { [Encoding::Resized, Encoding::Supplementary] }
 
+/// Changes page `page`'s counter block in the NVM image with `tamper`, then drops the
+/// metadata caches so that the next access refetches (and verifies) it. Returns the block as
+/// NVM held it before.
+fn tamper_counter_block_in_nvm(m: &mut SecureMc, page: u64, tamper: impl FnOnce(&mut [u8; 64])) -> [u8; 64] {
+    let caddr = m.layout.counter_addr(page) >> 6;
+    let f = m.func.as_mut().unwrap();
+    let before = f.image.get(caddr);
+    let mut block = before;
+    tamper(&mut block);
+    f.image.put(caddr, block);
+    m.drop_metadata_caches();
+    before
+}
+
 #[test]
 fn uncopied_lines_read_the_source_and_a_write_back_makes_a_line_private() {
     for enc in both() {
@@ -198,13 +212,9 @@ fn tampering_with_the_cow_fields_or_the_record_is_detected() {
     wr(&mut d, &mut m, line(C, 1), 99);
     cmd(&mut d, &mut m, PageCommand::Copy { src: A, dst: B });
     d.finish(&mut m, Cycle(0)).unwrap();
-    let caddr = m.layout.counter_addr(B) >> 6;
-    let f = m.func.as_mut().unwrap();
-    let mut block = f.image.get(caddr);
-    assert_eq!(block[7] & 0x80, 0x80, "CoW flag set in NVM");
-    block[56..64].copy_from_slice(&C.to_le_bytes()); // point B at another page
-    f.image.put(caddr, block);
-    m.drop_metadata_caches();
+    // Point B at another page.
+    let before = tamper_counter_block_in_nvm(&mut m, B, |b| b[56..64].copy_from_slice(&C.to_le_bytes()));
+    assert_eq!(before[7] & 0x80, 0x80, "CoW flag set in NVM");
     assert!(matches!(d.read(&mut m, line(B, 1), Cycle(0)), Err(IntegrityError::CounterBlock { .. })));
 
     // Lelantus-CoW: the 8 B record is encrypted and MACed like data.
@@ -232,12 +242,7 @@ fn a_page_command_that_meets_tampered_metadata_fails_with_the_integrity_error_at
     wr(&mut d, &mut m, line(A, 1), 11);
     cmd(&mut d, &mut m, PageCommand::Copy { src: A, dst: B });
     d.finish(&mut m, Cycle(0)).unwrap();
-    let caddr = m.layout.counter_addr(B) >> 6;
-    let f = m.func.as_mut().unwrap();
-    let mut block = f.image.get(caddr);
-    block[56..64].copy_from_slice(&C.to_le_bytes());
-    f.image.put(caddr, block);
-    m.drop_metadata_caches();
+    tamper_counter_block_in_nvm(&mut m, B, |b| b[56..64].copy_from_slice(&C.to_le_bytes()));
     let e = d.page_command(&mut m, PageCommand::Materialize { page: B }, Cycle(0)).unwrap_err();
     assert!(matches!(e, PageCommandError::Integrity(IntegrityError::CounterBlock { page, .. }) if page == B), "{e}");
 
@@ -246,12 +251,7 @@ fn a_page_command_that_meets_tampered_metadata_fails_with_the_integrity_error_at
     let mut s = secmem_schemes::silent_shredder::SilentShredder::default();
     s.write(&mut m, line(A, 1), Some(&data(5)), Cycle(0)).unwrap();
     s.finish(&mut m, Cycle(0)).unwrap();
-    let caddr = m.layout.counter_addr(A) >> 6;
-    let f = m.func.as_mut().unwrap();
-    let mut block = f.image.get(caddr);
-    block[0] ^= 1;
-    f.image.put(caddr, block);
-    m.drop_metadata_caches();
+    tamper_counter_block_in_nvm(&mut m, A, |b| b[0] ^= 1);
     let e = s.page_command(&mut m, PageCommand::Zero { page: A }, Cycle(0)).unwrap_err();
     assert!(matches!(e, PageCommandError::Integrity(IntegrityError::CounterBlock { .. })), "{e}");
 }
