@@ -3,8 +3,9 @@
 //! `cargo run --release -p secmem-media --example pcm_speed [accesses] [scenario filter] [dyn]`
 //!
 //! With `dyn`, accesses go through `&mut dyn MemoryPort`, as the secure memory controller
-//! makes them (`Box<dyn MemoryPort>`): `access` is then a real call, not inlined into this
-//! loop, and its cost is what the simulator pays.
+//! used to make them (`Box<dyn MemoryPort>`; it now holds PCM by value in `Media::Pcm`):
+//! `access` is then a real call, not inlined into this loop, as for a device plugged in
+//! as `Media::Other`.
 //!
 //! Wall-clock rates: on a loaded machine run it twice and take the better figure.
 

@@ -64,8 +64,9 @@
 //!
 //! # Cost
 //!
-//! The controller sends about eleven device accesses per simulated request through
-//! `Box<dyn MemoryPort>`, so [`PcmMedia::access`] is kept to O(1) expected work with small
+//! The controller sends about eleven device accesses per simulated request (directly, through
+//! [`Media::Pcm`](crate::Media) and [`PcmMedia::read`] / [`PcmMedia::write`], not through a
+//! trait object), so the access path is kept to O(1) expected work with small
 //! constants, and only exact reformulations of the model are used for speed (a differential
 //! test runs every change against the previous implementation, `pcm/reference.rs`):
 //!
@@ -82,10 +83,10 @@
 //!   request, which under light load it almost always has.
 //!
 //! Selects replace branches where the outcome is data-dependent (tag checks, minima). Under
-//! `examples/pcm_speed.rs` (`dyn` mode, as the controller calls it) a random access costs
-//! about 250 host instructions under light load, 420 when the queues are saturated.
+//! `examples/pcm_speed.rs` (`dyn` mode, as the controller used to call it) a random access
+//! costs about 250 host instructions under light load, 420 when the queues are saturated.
 
-use crate::{AccessKind, MediaStats, MemRequest, MemoryPort};
+use crate::{AccessKind, MediaStats, MemRequest, MemoryPort, TrafficClass};
 use secmem_core::addr::{LINE_SHIFT, PAGE_SHIFT};
 use secmem_core::error::{ensure, ConfigError};
 use secmem_core::{config_enum, config_section, Cycle};
@@ -1120,7 +1121,7 @@ impl PcmMedia {
     }
 
     #[inline(always)]
-    fn read(&mut self, line: u64, t: u64) -> u64 {
+    fn read_line(&mut self, line: u64, t: u64) -> u64 {
         self.retire_issued(t);
         if self.wpq_lines.find(line).is_ok() {
             self.stats.wpq_read_hits += 1;
@@ -1143,7 +1144,7 @@ impl PcmMedia {
     /// `gap`: cycles since the previous request (a hint for deferring, see `fresh`). Not
     /// inlined into `access`, so that the read path does not pay for its registers.
     #[inline(never)]
-    fn write(&mut self, line: u64, t: u64, gap: u64) -> u64 {
+    fn write_line(&mut self, line: u64, t: u64, gap: u64) -> u64 {
         self.retire_issued(t);
         let mut slot = match self.wpq_lines.find(line) {
             Ok(slot) => return self.coalesce(self.wpq_lines.value(slot), t),
@@ -1205,24 +1206,43 @@ impl PcmMedia {
     }
 }
 
+impl PcmMedia {
+    /// The read half of [`MemoryPort::access`], for callers that know the kind statically
+    /// (the controller's `device_read`, through [`Media`](crate::Media)): no `match` on
+    /// the kind, and the read path inlines into the caller.
+    #[inline(always)]
+    pub fn read(&mut self, addr: u64, class: TrafficClass, issue: Cycle) -> Cycle {
+        let line = self.enter(addr, issue);
+        self.stats.reads_by_class[class as usize] += 1;
+        Cycle(self.read_line(line, issue.0))
+    }
+
+    /// The write half of [`MemoryPort::access`] (see [`read`](Self::read)).
+    #[inline(always)]
+    pub fn write(&mut self, addr: u64, class: TrafficClass, issue: Cycle) -> Cycle {
+        let previous = self.last_issue;
+        let line = self.enter(addr, issue);
+        self.stats.writes_by_class[class as usize] += 1;
+        Cycle(self.write_line(line, issue.0, issue.0.wrapping_sub(previous)))
+    }
+
+    /// Bookkeeping every request does on arrival, whatever its kind; returns its line.
+    #[inline(always)]
+    fn enter(&mut self, addr: u64, issue: Cycle) -> u64 {
+        debug_assert!(addr < self.capacity_bytes, "address {addr:#x} beyond device capacity");
+        self.bus_base = self.bus_base.max(issue.0.saturating_sub(BUS_LAG_CYCLES) & !63);
+        self.last_issue = issue.0;
+        addr >> LINE_SHIFT
+    }
+}
+
 impl MemoryPort for PcmMedia {
     #[inline]
     fn access(&mut self, req: MemRequest) -> Cycle {
-        debug_assert!(req.addr < self.capacity_bytes, "address {:#x} beyond device capacity", req.addr);
-        let line = req.addr >> LINE_SHIFT;
-        let class = req.class as usize;
-        self.bus_base = self.bus_base.max(req.issue.0.saturating_sub(BUS_LAG_CYCLES) & !63);
-        let previous = std::mem::replace(&mut self.last_issue, req.issue.0);
-        Cycle(match req.kind {
-            AccessKind::Read => {
-                self.stats.reads_by_class[class] += 1;
-                self.read(line, req.issue.0)
-            }
-            AccessKind::Write => {
-                self.stats.writes_by_class[class] += 1;
-                self.write(line, req.issue.0, req.issue.0.wrapping_sub(previous))
-            }
-        })
+        match req.kind {
+            AccessKind::Read => self.read(req.addr, req.class, req.issue),
+            AccessKind::Write => self.write(req.addr, req.class, req.issue),
+        }
     }
 
     fn drain(&mut self, now: Cycle) -> Cycle {

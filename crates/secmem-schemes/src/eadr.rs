@@ -28,7 +28,7 @@ use crate::functional::IntegrityError;
 use secmem_core::addr::LINE_SHIFT;
 use secmem_core::Cycle;
 use secmem_crypto::{node_entry, set_node_entry};
-use secmem_media::{MediaStats, TrafficClass};
+use secmem_media::{MediaStats, MemoryPort, TrafficClass};
 use serde::Serialize;
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;

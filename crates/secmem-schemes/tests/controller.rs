@@ -3,6 +3,7 @@
 use proptest::prelude::*;
 use secmem_core::cache::CacheConfig;
 use secmem_core::Cycle;
+use secmem_media::MemoryPort;
 use secmem_media::TrafficClass as C;
 use secmem_schemes::config::*;
 use secmem_schemes::testing::FixedLatencyMedia;

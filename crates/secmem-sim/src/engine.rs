@@ -18,7 +18,7 @@ use secmem_core::addr::LINE_SHIFT;
 use secmem_core::error::ConfigError;
 use secmem_core::Cycle;
 use secmem_media::pcm::PcmMedia;
-use secmem_media::MediaStats;
+use secmem_media::{Media, MediaStats, MemoryPort};
 use secmem_schemes::{Design, IntegrityError, McStats, SecureMc};
 use secmem_trace::{Op, Record};
 use serde::Serialize;
@@ -151,7 +151,7 @@ pub struct Engine {
 
 /// An idle device sized for the config: the DIMM holds the data and, above it, the security
 /// metadata regions (counters, MACs, tree).
-pub fn build_media(cfg: &Config) -> Result<Box<PcmMedia>, ConfigError> {
+pub fn build_media(cfg: &Config) -> Result<PcmMedia, ConfigError> {
     let layout = secmem_core::tree::SecureLayout::new(cfg.data_bytes(), cfg.tree.arity, cfg.security.mac_bits)?;
     let mut pcm = cfg.pcm.clone();
     // Above the tree, a reserved region for eADR drains (Horus' vault, Base-LU's metadata
@@ -161,18 +161,16 @@ pub fn build_media(cfg: &Config) -> Result<Box<PcmMedia>, ConfigError> {
     let vault = secmem_schemes::horus::ChvLayout::new(reserved_base, ctx.hierarchy_lines, ctx.metadata_lines, secmem_schemes::horus::MacLevels::Single);
     let reserved_end = vault.end.max(reserved_base + secmem_schemes::eadr::shadow_bytes(ctx.metadata_lines));
     pcm.capacity_gib = reserved_end.div_ceil(1 << 30);
-    Ok(Box::new(PcmMedia::new(&pcm, cfg.core.freq_mhz)))
+    Ok(PcmMedia::new(&pcm, cfg.core.freq_mhz))
 }
 
 /// The secure controller of a config on a fresh device (functional per `run.functional`, with
 /// the test canaries in force and the pad-reuse detector if asked for).
 pub fn build_controller(cfg: &Config) -> Result<SecureMc, ConfigError> {
-    let media = build_media(cfg)?;
-    let mut mc = if cfg.run.functional {
-        SecureMc::new_functional(&cfg.security, &cfg.tree, &cfg.metadata_cache, cfg.data_bytes(), media, cfg.run.seed)?
-    } else {
-        SecureMc::new(&cfg.security, &cfg.tree, &cfg.metadata_cache, cfg.data_bytes(), media, cfg.run.seed)?
-    };
+    // By value (`Media::Pcm`), not as `Box<dyn MemoryPort>`: device accesses are then direct
+    // calls into the PCM model.
+    let media = Media::Pcm(build_media(cfg)?);
+    let mut mc = SecureMc::with_media(&cfg.security, &cfg.tree, &cfg.metadata_cache, cfg.data_bytes(), media, cfg.run.seed, cfg.run.functional)?;
     if let Some(f) = mc.func.as_mut() {
         f.canaries = test_canaries();
         if cfg.run.check_pad_reuse {

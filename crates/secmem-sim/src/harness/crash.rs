@@ -23,6 +23,7 @@ use rand::seq::SliceRandom;
 use rand::SeedableRng;
 use rustc_hash::FxHashMap;
 use secmem_core::Cycle;
+use secmem_media::Media;
 use secmem_schemes::functional::NvmImage;
 use secmem_schemes::SecureMc;
 use secmem_trace::Record;
@@ -143,7 +144,7 @@ pub fn crash_campaign(cfg: &Config, input: &TraceInput, points: u64, seed: u64) 
         }
         design.crash(&mut recovery, false);
         // Each recovery starts on an idle device at cycle 0, so its time is its own.
-        recovery.media = build_media(&fcfg)?;
+        recovery.media = Media::Pcm(build_media(&fcfg)?);
         let ok = match design.recover(&mut recovery, Cycle::ZERO) {
             Ok(rep) => {
                 sum_blocks += rep.counter_blocks_read as f64;

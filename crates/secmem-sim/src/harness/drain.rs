@@ -23,6 +23,7 @@ use rand::SeedableRng;
 use rustc_hash::FxHashMap;
 use secmem_core::error::ConfigError;
 use secmem_core::{config_enum, config_section, Cycle};
+use secmem_media::{Media, MemoryPort};
 use secmem_schemes::config::TreeUpdate;
 use secmem_schemes::eadr::{DrainClock, DrainLine, DrainRecovery, DrainStats};
 use serde::Serialize;
@@ -323,7 +324,7 @@ pub fn drain_run(cfg: &Config, scheme: DrainScheme, content: &DrainContent, reco
     // registers survive. Recovery starts on an idle device at cycle 0.
     engine.design.crash(&mut engine.mc, false);
     engine.hier = Hierarchy::new(&cfg.l1, &cfg.l2, &cfg.llc, cfg.hierarchy.inclusive_llc, functional);
-    engine.mc.media = build_media(&cfg)?;
+    engine.mc.media = Media::Pcm(build_media(&cfg)?);
     let rec = engine.design.recover_drained(&mut engine.mc, Cycle::ZERO).map_err(|e| SimError::Config(ConfigError::new("drain", e.to_string())));
     let rec = match rec {
         Ok(r) => r,
