@@ -102,8 +102,10 @@ impl CounterBlock {
     }
 
     /// Packs into the 64 B on-NVM layout: 64-bit major (LE) then 64 minors of `minor_bits`
-    /// bits, bit-packed LSB first. With 7-bit minors this is exactly 8 + 56 = 64 bytes.
+    /// bits, bit-packed LSB first. With 7-bit minors this is exactly 8 + 56 = 64 bytes; wider
+    /// minors do not fit, so callers keep 8-bit minors (counting mode only) out of here.
     pub fn encode(&self, minor_bits: u32) -> [u8; 64] {
+        debug_assert!(minor_bits <= 7, "{minor_bits}-bit minors do not fit a 64 B counter block");
         let mut out = [0u8; 64];
         out[..8].copy_from_slice(&self.major.to_le_bytes());
         let mask = (1u64 << minor_bits) - 1;

@@ -32,7 +32,7 @@ config_section! {
     /// Secure memory: encryption, authentication and their costs.
     pub struct SecurityConfig {
         enabled: bool = true => "Secure memory on (counter-mode encryption, per-line MACs, Bonsai Merkle Tree); false runs the same controller path with no security work, for comparison";
-        minor_counter_bits: u32 = 7 => "Bits per minor counter in a split counter block (64 minors + 64-bit major per 4 KB page; 7 fills 64 B exactly)";
+        minor_counter_bits: u32 = 7 => "Bits per minor counter in a split counter block (64 minors + 64-bit major per 4 KB page; 7 fills 64 B exactly; 8 only in counting mode, as 8-bit minors do not fit a 64 B block)";
         mac_bits: u32 = 64 => "Width of each per-line MAC in bits (8 per 64 B MAC block at 64 bits)";
         aes_latency_cycles: u64 = 40 => "Latency of one AES pad generation, CPU cycles (Horus Table I: 40)";
         mac_latency_cycles: u64 = 160 => "Latency of one MAC computation over a data line, CPU cycles (Horus Table I single hash: 160)";

@@ -158,6 +158,12 @@ impl Config {
         ensure(!self.run.functional || self.tree.arity <= 8, "tree.arity", || {
             format!("functional mode stores 64-bit hashes, 8 per 64 B node: arity must be <= 8, got {}", self.tree.arity)
         })?;
+        ensure(!self.run.functional || self.security.minor_counter_bits <= 7, "security.minor_counter_bits", || {
+            format!(
+                "functional mode stores each counter block as 64 B (64-bit major + 64 minors): minors must be <= 7 bits, got {}",
+                self.security.minor_counter_bits
+            )
+        })?;
         ensure(!self.run.check_pad_reuse || self.run.functional, "run.check_pad_reuse", || {
             "pads exist only in functional mode: set run.functional = true".into()
         })?;

@@ -253,3 +253,40 @@ fn under_random_counter_init_the_planted_bugs_are_still_caught() {
     let r = secmem_sim::run(&hot, &TraceInput::Workload).unwrap();
     assert!(r["stats"]["security"]["counter_overflows"].as_u64().unwrap() > 0, "the clean run overflows and reuses no pad");
 }
+
+#[test]
+fn functional_mode_rejects_minors_wider_than_a_64_byte_counter_block_holds() {
+    // 64 minors of 8 bits plus the 64-bit major are 72 B: no 64 B block to encrypt and hash.
+    let e = Config::load(Some("default"), None, &["run.functional=true".into(), "security.minor_counter_bits=8".into()])
+        .unwrap_err();
+    assert!(e.to_string().contains("security.minor_counter_bits"), "{e}");
+    assert!(Config::load(Some("default"), None, &["run.functional=true".into(), "security.minor_counter_bits=7".into()]).is_ok());
+    // The campaigns switch functional mode on themselves, so they check again.
+    let counting = cfg("horus", &["security.minor_counter_bits=8"]);
+    let e = attack_campaign(&counting, &TraceInput::Workload, None, 5, 100, 1).unwrap_err();
+    assert!(e.to_string().contains("security.minor_counter_bits"), "{e}");
+    let e = crash_campaign(&counting, &TraceInput::Workload, 5, 1).unwrap_err();
+    assert!(e.to_string().contains("security.minor_counter_bits"), "{e}");
+}
+
+#[test]
+fn silent_shredder_counts_8_bit_minor_overflows_in_counting_mode() {
+    // Counting mode allows 8-bit minors; Silent Shredder used to encode every stored block
+    // (64 B, 7-bit minors at most) and panicked on its first write. 600 write-backs of one
+    // line overflow its 8-bit minor twice (after 255 and 510 bumps).
+    let overrides: Vec<String> = [
+        "run.progress=false",
+        "run.design=\"silent-shredder\"",
+        "run.trace_level=\"memory\"",
+        "security.minor_counter_bits=8",
+        "workload.requests=600",
+        "workload.footprint_bytes=64",
+        "workload.read_ratio=0",
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect();
+    let cfg = Config::load(Some("default"), None, &overrides).unwrap();
+    let report = secmem_sim::run(&cfg, &TraceInput::Workload).unwrap();
+    assert_eq!(report["stats"]["security"]["counter_overflows"], 2, "{:#}", report["stats"]["security"]);
+}

@@ -114,6 +114,8 @@ pub fn attack_campaign(
     if !fcfg.security.enabled {
         return Err(SimError::Config(secmem_core::ConfigError::new("security.enabled", "attack injection needs secure memory")));
     }
+    // Attacks run in functional mode whatever the config says: check it as a functional one.
+    fcfg.validate()?;
     // Check the class names before spending a whole run.
     let layout = secmem_core::tree::SecureLayout::new(fcfg.data_bytes(), fcfg.tree.arity, fcfg.security.mac_bits)?;
     let known = class_names(layout.tree.root_level());

@@ -82,6 +82,11 @@ pub fn crash_campaign(cfg: &Config, input: &TraceInput, points: u64, seed: u64) 
             "crash injection models the ADR persistence domain (writes persist when accepted); set pcm.adr = true",
         )));
     }
+    // The campaign runs in functional mode whatever the config says: check the config as
+    // a functional one (64 B counter blocks, arity <= 8) before spending a pass on it.
+    let mut fcfg = cfg.clone();
+    fcfg.run.functional = true;
+    fcfg.validate()?;
     let records = collect(cfg, input)?;
     // Pass 1 (counting mode): which records persist something.
     let mut counting = cfg.clone();
@@ -112,8 +117,6 @@ pub fn crash_campaign(cfg: &Config, input: &TraceInput, points: u64, seed: u64) 
     persist_records.sort_unstable();
 
     // Pass 2 (functional): crash at each chosen point and recover.
-    let mut fcfg = cfg.clone();
-    fcfg.run.functional = true;
     let mut engine = Engine::new(&fcfg)?;
     let oracle: Rc<RefCell<FxHashMap<u64, [u8; 64]>>> = Rc::default();
     let o2 = oracle.clone();

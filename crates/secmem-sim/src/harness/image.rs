@@ -57,6 +57,7 @@ pub fn verify_image(cfg: &Config, path: &Path) -> Result<ImageCheck, SimError> {
     let mut fcfg = cfg.clone();
     fcfg.run.functional = true;
     fcfg.run.seed = meta.key_seed;
+    fcfg.validate()?;
     let mut mc = fresh_controller(&fcfg)?;
     let mut design = crate::engine::build_design(&fcfg)?;
     let data_lines_end = cfg.data_bytes() >> 6;
