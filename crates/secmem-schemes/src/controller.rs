@@ -843,10 +843,13 @@ impl SecureMc {
         set_bits(self.payload_mut(MetaKind::Mac, addr >> LINE_SHIFT), slot, per_block, mac);
     }
 
-    /// Re-encodes the cached counter block of `page` from the counter store.
-    fn store_counter_payload(&mut self, page: u64) {
-        let bytes = self.counters.block(page).encode(self.p.minor_bits);
-        self.set_payload(MetaKind::Counter, self.layout.counter_addr(page) >> LINE_SHIFT, bytes);
+    /// Functional mode: re-encodes the cached counter block of `page` from the counter store.
+    /// Counting mode keeps no bytes (and may run 8-bit minors, which do not fit 64 B).
+    pub fn store_counter_payload(&mut self, page: u64) {
+        if self.func.is_some() {
+            let bytes = self.counters.block(page).encode(self.p.minor_bits);
+            self.set_payload(MetaKind::Counter, self.layout.counter_addr(page) >> LINE_SHIFT, bytes);
+        }
     }
 
     /// Decrypts and verifies the NVM copy of data `line` under counter (major, minor).

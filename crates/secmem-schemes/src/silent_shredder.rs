@@ -45,11 +45,7 @@ impl SilentShredder {
     fn store(mc: &mut SecureMc, page: u64, block: CounterBlock, now: Cycle) -> Result<Cycle, IntegrityError> {
         let t = mc.ensure_block(0, page, true, now)?;
         mc.counters.set_block(page, block);
-        // Only functional mode keeps the block's bytes; counting mode may run 8-bit minors,
-        // which do not fit the 64 B encoding.
-        if mc.func.is_some() {
-            mc.set_counter_payload(page, block.encode(mc.p.minor_bits));
-        }
+        mc.store_counter_payload(page);
         Ok(t)
     }
 }
