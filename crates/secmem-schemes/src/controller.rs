@@ -265,6 +265,15 @@ impl SecureMc {
                 format!("functional mode stores 64-bit hashes, 8 per 64 B node: arity must be <= 8, got {}", tree.arity),
             ));
         }
+        if security.minor_counter_bits > 7 {
+            return Err(ConfigError::new(
+                "security.minor_counter_bits",
+                format!(
+                    "functional mode stores each counter block as 64 B (64-bit major + 64 minors): minors must be <= 7 bits, got {}",
+                    security.minor_counter_bits
+                ),
+            ));
+        }
         let mut func = Box::new(Functional::new(seed, security.mac_bits));
         func.init = security.initial_counters(seed);
         func.minor_bits = security.minor_counter_bits;

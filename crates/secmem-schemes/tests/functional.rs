@@ -196,3 +196,19 @@ fn under_random_counter_init_a_line_overflows_after_127_minus_its_initial_minor_
     }
     assert!(m.func.as_ref().unwrap().reuse_violation.is_none());
 }
+
+#[test]
+fn a_functional_controller_refuses_minors_wider_than_a_64_byte_block_holds() {
+    let caches = MetadataCachesConfig {
+        counter: CacheConfig::new(1, 16, 2),
+        mac: CacheConfig::new(1, 16, 2),
+        tree: CacheConfig::new(1, 16, 2),
+    };
+    let build = |bits: u32| {
+        let sec = SecurityConfig { minor_counter_bits: bits, ..Default::default() };
+        SecureMc::new_functional(&sec, &TreeConfig::default(), &caches, MEM, Box::new(FixedLatencyMedia::new(100, 300, 1 << 30)), 1)
+    };
+    let e = build(8).err().expect("8-bit minors accepted in functional mode");
+    assert!(e.to_string().contains("security.minor_counter_bits"), "{e}");
+    assert!(build(7).is_ok());
+}
