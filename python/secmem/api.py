@@ -22,6 +22,20 @@ def _call(fn, *args, **kwargs):
         return fn(*args, **kwargs)
     except ValueError as e:  # the engine raises ValueError with a precise message
         raise SecmemError(str(e)) from None
+    except OverflowError as e:  # an integer argument the engine cannot hold (64-bit unsigned)
+        raise SecmemError(f"an integer argument is out of range: {e}") from None
+
+
+_U64_MAX = (1 << 64) - 1
+
+
+def _uint(name: str, value: Any, minimum: int = 0, optional: bool = False) -> None:
+    """Rejects what the engine's unsigned integer arguments cannot take, naming the argument
+    (the engine's own conversion error does not say which one)."""
+    if value is None and optional:
+        return
+    if isinstance(value, bool) or not isinstance(value, int) or not minimum <= value <= _U64_MAX:
+        raise SecmemError(f"{name} must be an integer >= {minimum}, got {value!r}")
 
 
 def _overrides(params: Optional[Mapping[str, Any]] | Optional[Sequence[str]]) -> List[str]:
@@ -147,6 +161,8 @@ def trace_gen(
     inst_gap: int = 10,
 ) -> int:
     """Writes a seeded synthetic trace; returns the number of records."""
+    for name, v in (("requests", requests), ("footprint_bytes", footprint_bytes), ("seed", seed), ("stride_bytes", stride_bytes), ("inst_gap", inst_gap)):
+        _uint(name, v)
     return _call(
         _native.trace_gen, pattern, requests, footprint_bytes, read_ratio, seed, _path(out),
         format, stride_bytes, zipf_theta, inst_gap,
@@ -171,6 +187,9 @@ def cow_trace(
     alloc, process-tagged stores and loads, fork and the region-of-interest marker. ``run``
     replays it through the OS model with the counts of :func:`cow_workload`. ``with_data``:
     stores carry their content (for functional mode). Returns the number of records."""
+    _uint("lines_per_page", lines_per_page, optional=True)
+    for name, v in (("footprint_bytes", footprint_bytes), ("ops", ops), ("seed", seed)):
+        _uint(name, v)
     return _call(
         _native.cow_trace, workload, _path(out), page_size, lines_per_page, footprint_bytes, ops, seed, format,
         with_data,
@@ -198,6 +217,8 @@ def crash(
     """Crash injection with verified recovery: runs the trace in functional mode, crashes at
     ``points`` seeded persist points, recovers each and checks every line against a plaintext
     oracle. Returns ``{"points", "recovered", "mismatches", ...}``."""
+    _uint("points", points, minimum=1)
+    _uint("seed", seed)
     return json.loads(_call(_native.crash, preset, _path(config), _overrides(params), _path(trace), points, seed))
 
 
@@ -213,6 +234,8 @@ def attack(
 ) -> Dict[str, Any]:
     """Attack injection on the post-run NVM image (tamper, replay, splice); returns
     ``{class: {"injected", "detected", ...}, "clean_reads", "false_alarms", "all_detected"}``."""
+    for name, v in (("per_class", per_class), ("seed", seed), ("clean_reads", clean_reads)):
+        _uint(name, v)
     cls = list(classes) if classes else None
     return json.loads(
         _call(_native.attack, preset, _path(config), _overrides(params), _path(trace), per_class, seed, cls, clean_reads)
@@ -244,6 +267,7 @@ def drain(
     crashes and recovers, and in functional mode checks every line against an oracle.
     Returns ``{"drain_cycles", "memory_reads", "memory_writes", "mac_ops", "flushed_lines",
     "energy_joules", ...}``."""
+    _uint("after_records", after_records, optional=True)
     return json.loads(
         _call(_native.drain, scheme, preset, _path(config), _overrides(params), _path(trace), from_workload, after_records, recover)
     )
@@ -261,6 +285,8 @@ def vault_attack(
     """Attacks on Horus' vault after a drain (tamper data/address/MAC, splice, replay of an
     earlier episode, truncation, metadata tamper); returns per-class counts and
     ``all_detected``."""
+    _uint("per_class", per_class)
+    _uint("seed", seed)
     if scheme not in ("horus-slm", "horus-dlm"):
         raise SecmemError(f"--scheme: vault attacks need horus-slm or horus-dlm, got '{scheme}'")
     return json.loads(
@@ -308,6 +334,9 @@ def cow_workload(
     the OS model on design ``scheme`` (baseline = kernel CoW, lelantus, lelantus-cow,
     silent-shredder). Returns a dict with ``cycles``, ``memory_writes``, ``memory_reads``,
     ``write_amplification``, ``os`` and the usual ``stats`` block of the measured phase."""
+    _uint("lines_per_page", lines_per_page, optional=True)
+    for name, v in (("footprint_bytes", footprint_bytes), ("ops", ops), ("seed", seed)):
+        _uint(name, v)
     out = _call(
         _native.cow_workload, workload, scheme, page_size, lines_per_page, footprint_bytes, ops, preset,
         _overrides(params), seed,

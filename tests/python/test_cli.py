@@ -129,3 +129,52 @@ def test_absurd_sizes_are_refused_not_crashed_on(cli):
         assert res.returncode == 2 and field in res.stderr, (param, res.stderr)
     # The largest memory secmem accepts still costs only what the run touches.
     cli("run", "-p", "pcm.capacity_gib=1024", "-p", "workload.requests=10000", "--out", "big", check=True)
+
+
+def test_negative_counts_and_seeds_name_the_argument_instead_of_a_traceback(cli):
+    for args, name in [
+        (("crash", "--preset", "strict", "--points", -3), "points"),
+        (("crash", "--preset", "strict", "--points", 0), "points"),
+        (("crash", "--preset", "strict", "--points", 5, "--seed", -1), "seed"),
+        (("attack", "--preset", "horus", "--per-class", -1), "per_class"),
+        (("attack", "--preset", "horus", "--clean-reads", -5), "clean_reads"),
+        (("vault-attack", "--per-class", -2), "per_class"),
+        (("drain", "--scheme", "horus-slm", "--from-workload", "--after", -1), "after_records"),
+        (("forkbench", "--lines-per-page", -4), "lines_per_page"),
+        (("trace", "gen", "--pattern", "random", "--seed", -7, "-o", "t.bin"), "seed"),
+    ]:
+        res = cli(*args)
+        assert res.returncode == 2, (args, res.returncode, res.stderr)
+        assert f"{name} must be an integer >= " in res.stderr, (args, res.stderr)
+        assert "Traceback" not in res.stderr, (args, res.stderr)
+
+
+def test_a_warm_up_covering_the_whole_workload_is_an_error_not_an_empty_report(cli, tmp_path):
+    res = cli("run", "-p", "workload.requests=1000", "-p", "run.warmup_requests=1000", "--out", "w")
+    assert res.returncode == 2 and "run.warmup_requests" in res.stderr and "whole trace (1000 records)" in res.stderr, res.stderr
+    assert not (tmp_path / "w" / "report.json").exists()
+    # A trace file's length is known only at its end: the same check, after the run.
+    cli("trace", "gen", "--pattern", "random", "--requests", 500, "--footprint-bytes", 1 << 20, "-o", "t.bin", check=True)
+    res = cli("run", "--trace", "t.bin", "-p", "run.warmup_requests=500", "--out", "w")
+    assert res.returncode == 2 and "whole trace (500 records)" in res.stderr, res.stderr
+    cli("run", "--trace", "t.bin", "-p", "run.warmup_requests=499", "--out", "w", check=True)
+
+
+def test_drain_after_more_records_than_the_trace_has_is_refused(cli):
+    res = cli("drain", "--scheme", "horus-slm", "--from-workload", "--after", 5000, "-p", "workload.requests=1000")
+    assert res.returncode == 2 and "past the end of the trace, which has 1000 records" in res.stderr, res.stderr
+    cli("drain", "--scheme", "horus-slm", "--from-workload", "--after", 1000, "-p", "workload.requests=1000", check=True)
+
+
+def test_output_cut_short_by_the_reader_exits_quietly(tmp_path):
+    import subprocess
+
+    from conftest import secmem_cmd
+
+    # `head` closes the pipe after one line while secmem is still printing.
+    p = subprocess.Popen(secmem_cmd() + ["config", "show", "horus"], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    p.stdout.readline()
+    p.stdout.close()
+    err = p.stderr.read().decode()
+    p.wait(timeout=60)
+    assert "Traceback" not in err and "BrokenPipe" not in err, err

@@ -124,6 +124,17 @@ pub fn run_records_saving(
     let warmup = cfg.run.warmup_requests;
     let limit = if cfg.run.max_requests == 0 { u64::MAX } else { cfg.run.max_requests };
     let progress = cfg.run.progress && std::io::stderr().is_terminal();
+    // A warm-up that covers the whole trace leaves no region of interest: a report of all-zero
+    // statistics would look like a result, so it is an error (up front when the length is known).
+    let covers_all = |records: u64| SimError::Config(ConfigError::new(
+        "run.warmup_requests",
+        format!("the warm-up ({warmup} records) covers the whole trace ({records} records): no region of interest is left to report"),
+    ));
+    if let Some(total) = total_hint {
+        if warmup > 0 && warmup >= total.min(limit) {
+            return Err(covers_all(total.min(limit)));
+        }
+    }
     let mut warm = None;
     let mut n: u64 = 0;
     if warmup == 0 {
@@ -175,9 +186,11 @@ pub fn run_records_saving(
     if progress {
         eprint!("\r\x1b[K");
     }
+    if warmup > 0 && n <= warmup {
+        return Err(covers_all(n));
+    }
     let end = engine.snapshot();
-    // A trace shorter than the warm-up has no region of interest beyond its end.
-    let warm = warm.unwrap_or_else(|| end.clone());
+    let warm = warm.expect("the warm-up snapshot is taken before the last record");
     let roi = end.since(&warm);
     let wall = start.elapsed().as_secs_f64();
     let stats = report::stats(cfg, &roi, &engine.design.extra_stats());

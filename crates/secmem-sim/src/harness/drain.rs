@@ -272,8 +272,15 @@ pub fn drain_run(cfg: &Config, scheme: DrainScheme, content: &DrainContent, reco
         DrainContent::WorstCase => worst_case_lines(&cfg, functional)?,
         DrainContent::Trace { input, after_records } => {
             let mut records = collect(&cfg, input)?;
-            if let Some(n) = after_records {
-                records.truncate(*n as usize);
+            if let Some(n) = *after_records {
+                // Past the end would silently drain the end state: say so instead.
+                if n > records.len() as u64 {
+                    return Err(SimError::Config(ConfigError::new(
+                        "",
+                        format!("after_records (--after) = {n} is past the end of the trace, which has {} records", records.len()),
+                    )));
+                }
+                records.truncate(n as usize);
             }
             for (i, r) in records.iter().enumerate() {
                 engine.step(r, i as u64).map_err(|x| record_error(input, &cfg, x))?;
