@@ -133,6 +133,9 @@ pub struct Os {
     /// Non-memory instructions between the workload's accesses.
     pub inst_gap: u32,
     records: u64,
+    /// The simulated memory's size: no allocation can be larger (page tables are built eagerly,
+    /// so an absurd `alloc` would otherwise run for ages mapping zero pages).
+    memory_bytes: u64,
     pub stats: OsStats,
 }
 
@@ -160,6 +163,7 @@ impl Os {
             zero_ok: None,
             inst_gap: 10,
             records: 0,
+            memory_bytes: cfg.data_bytes(),
             stats: OsStats::default(),
         };
         // The kernel learns at boot whether the controller offers Lelantus' commands: a
@@ -210,6 +214,22 @@ impl Os {
         }
     }
 
+    /// Refuses an allocation no run could use: larger than the simulated memory, or wrapping
+    /// the address space. (Page tables are built eagerly, page by page, so an absurd length
+    /// would otherwise keep [`alloc`](Self::alloc) busy for ages.)
+    pub fn check_alloc_size(&self, vaddr: u64, bytes: u64) -> Result<(), OsError> {
+        if vaddr.checked_add(bytes).is_none() {
+            return Err(OsError(format!("range {vaddr:#x} + {bytes} wraps around the address space")));
+        }
+        if bytes > self.memory_bytes {
+            return Err(OsError(format!(
+                "length {bytes} is larger than the {} bytes of simulated memory (raise pcm.capacity_gib)",
+                self.memory_bytes
+            )));
+        }
+        Ok(())
+    }
+
     /// Maps `bytes` at `vaddr` in process `pid` to the zero page (no memory is touched until the
     /// first write). `vaddr` and `bytes` must be multiples of the page size.
     pub fn alloc(&mut self, pid: usize, vaddr: u64, bytes: u64, size: PageSize) -> Result<(), OsError> {
@@ -217,6 +237,7 @@ impl Os {
         if vaddr % pb != 0 || bytes % pb != 0 || bytes == 0 {
             return Err(OsError(format!("alloc of {bytes} bytes at {vaddr:#x}: both must be non-zero multiples of the {pb}-byte page")));
         }
+        self.check_alloc_size(vaddr, bytes)?;
         let zero = if size == PageSize::Huge { HUGE_ZERO_FRAME } else { ZERO_FRAME };
         let t = self.table(pid)?;
         for p in (vaddr..vaddr + bytes).step_by(pb as usize) {

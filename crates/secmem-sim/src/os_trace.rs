@@ -145,9 +145,7 @@ impl OsDriver {
                 if length == 0 || vaddr % pb != 0 || length % pb != 0 {
                     return Err(err(format!("address {vaddr:#x} and length {length} must be non-zero multiples of the {} page", page.name())));
                 }
-                if vaddr.checked_add(length).is_none() {
-                    return Err(err(format!("range {vaddr:#x} + {length} wraps around the address space")));
-                }
+                self.os.check_alloc_size(vaddr, length)?;
                 // Every 4 KB page of the range must be free (a huge page would hide small ones).
                 let mut v = vaddr;
                 while v < vaddr + length {

@@ -120,6 +120,9 @@ fn bad_os_records_are_errors_naming_the_record_index() {
         (format!("{a}EXIT 0\nEXIT 0\n"), "T: record 2: EXIT 0: unknown pid 0 (live: none;"),
         (format!("{a}R 0x100000000000 64 0\n"), "T: record 1: R 0x100000000000 64 0: address 0x100000000000 + 64 bytes is beyond"),
         (format!("{a}FORK 0 1\nBOGUS\n"), "T:4: unknown operation 'BOGUS'"),
+        // Page tables are built eagerly: an allocation larger than memory was a near-endless loop.
+        ("ALLOC 0 0x10000000000 6842938158812823552 4k\n".to_string(), "T: record 0: ALLOC 0 0x10000000000 6842938158812823552 4k: length 6842938158812823552 is larger than the"),
+        ("ALLOC 0 0xffffffffffff0000 131072 4k\n".to_string(), "T: record 0: ALLOC 0 0xffffffffffff0000 131072 4k: range 0xffffffffffff0000 + 131072 wraps around the address space"),
     ];
     for (body, want) in cases {
         let e = run_text("lelantus", &body).unwrap_err();
