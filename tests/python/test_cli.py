@@ -178,3 +178,9 @@ def test_output_cut_short_by_the_reader_exits_quietly(tmp_path):
     err = p.stderr.read().decode()
     p.wait(timeout=60)
     assert "Traceback" not in err and "BrokenPipe" not in err, err
+
+
+def test_a_bench_scale_that_is_not_positive_is_refused(cli):
+    for scale in ("-1", "0", "nan"):
+        res = cli("bench", "--scenario", "nonsecure-random", "--scale", scale)
+        assert res.returncode == 2 and "--scale must be a positive number" in res.stderr, (scale, res.stderr)

@@ -118,6 +118,10 @@ pub fn scenario(name: &str) -> Result<&'static Scenario, String> {
 /// Runs one scenario in this process. `scale` multiplies the request count (tests use a
 /// small scale; the benchmark uses 1.0).
 pub fn run_scenario(name: &str, scale: f64) -> Result<BenchResult, SimError> {
+    if !(scale.is_finite() && scale > 0.0) {
+        // Else a negative or NaN scale would silently run a one-record scenario.
+        return Err(SimError::Config(secmem_core::ConfigError::new("", format!("--scale must be a positive number, got {scale}"))));
+    }
     let s = scenario(name).map_err(|m| SimError::Config(secmem_core::ConfigError::new("bench", m)))?;
     if s.name == "aes-ctr-limit" {
         return Ok(aes_ctr_limit(((64_000_000.0 * scale) as u64).max(64)));
