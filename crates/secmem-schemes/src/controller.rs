@@ -244,21 +244,9 @@ impl SecureMc {
         Self::with_media(security, tree, caches, data_bytes, Media::from(media), seed, true)
     }
 
-    /// [`new`](Self::new) or, if `functional`, [`new_functional`](Self::new_functional),
-    /// over a [`Media`]: how the simulator hands over its `PcmMedia` by value (`Media::Pcm`),
-    /// so that device accesses skip the trait object.
-    pub fn with_media(
-        security: &SecurityConfig,
-        tree: &TreeConfig,
-        caches: &MetadataCachesConfig,
-        data_bytes: u64,
-        media: Media,
-        seed: u64,
-        functional: bool,
-    ) -> Result<SecureMc, ConfigError> {
-        if !functional {
-            return Self::build(security, tree, caches, data_bytes, media, seed, None);
-        }
+    /// The functional-mode state of a controller, after the checks only functional mode needs
+    /// (its 64 B nodes and counter blocks hold what counting mode merely counts).
+    fn functional_state(security: &SecurityConfig, tree: &TreeConfig, seed: u64) -> Result<Box<Functional>, ConfigError> {
         if tree.arity > 8 {
             return Err(ConfigError::new(
                 "tree.arity",
@@ -277,20 +265,23 @@ impl SecureMc {
         let mut func = Box::new(Functional::new(seed, security.mac_bits));
         func.init = security.initial_counters(seed);
         func.minor_bits = security.minor_counter_bits;
-        Self::build(security, tree, caches, data_bytes, media, seed, Some(func))
+        Ok(func)
     }
 
-    fn build(
+    /// [`new`](Self::new) or, if `functional`, [`new_functional`](Self::new_functional),
+    /// over a [`Media`]: how the simulator hands over its `PcmMedia` by value (`Media::Pcm`),
+    /// so that device accesses skip the trait object.
+    pub fn with_media(
         security: &SecurityConfig,
         tree: &TreeConfig,
         caches: &MetadataCachesConfig,
         data_bytes: u64,
         media: Media,
         seed: u64,
-        func: Option<Box<Functional>>,
+        functional: bool,
     ) -> Result<SecureMc, ConfigError> {
+        let mut func = if functional { Some(Self::functional_state(security, tree, seed)?) } else { None };
         let layout = SecureLayout::new(data_bytes, tree.arity, security.mac_bits)?;
-        let mut func = func;
         if let Some(f) = func.as_mut() {
             // Counter blocks and tree nodes are filled densely by any sizeable run: stored by
             // position, one host cache miss each (MAC blocks and data stay sparse).
