@@ -1,6 +1,7 @@
-//! An OS memory model on top of the engine: processes with page tables, 4 KB pages and 2 MB
-//! huge pages, the shared zero page, fork with copy-on-write sharing, CoW faults, page free
-//! and map counts. It turns faults into what the kernel would do for the design in use:
+//! An OS memory model on top of the engine: processes with mapped ranges and lazily filled
+//! page tables (an entry only for a page written, as in Linux, so host memory follows the
+//! pages touched, not the size of a mapping), 4 KB pages and 2 MB huge pages, the shared
+//! zero page, fork with copy-on-write sharing, CoW faults, page free and map counts. It turns faults into what the kernel would do for the design in use:
 //!
 //! * **zero-page fault** (first write to an allocated page): `PageCommand::Zero` if the
 //!   design takes it (Silent Shredder), else `PageCommand::Copy` from the zero page (Lelantus'
@@ -34,6 +35,7 @@ config_section! {
 }
 use crate::engine::{Engine, RecordError};
 use rustc_hash::{FxHashMap, FxHashSet};
+use std::collections::BTreeMap;
 use secmem_core::addr::LINES_PER_PAGE;
 use secmem_core::error::ConfigError;
 use secmem_schemes::PageCommand;
@@ -98,6 +100,63 @@ struct Pte {
     cow: bool,
 }
 
+/// A mapped range of virtual addresses with one page size, as `mmap` leaves it: its pages
+/// have no entries until they are written.
+#[derive(Copy, Clone, Debug)]
+struct Vma {
+    /// One past its last byte.
+    end: u64,
+    size: PageSize,
+}
+
+/// One process's memory: its mapped ranges and the page-table entries of the pages it has
+/// written (or inherited written). Like Linux, the model fills page tables lazily: a page of
+/// a mapped range that has no entry maps the zero page (write-protected), so a mapping costs
+/// host memory only for the pages the workload touches, however large it is.
+#[derive(Clone, Debug, Default)]
+struct AddressSpace {
+    /// Mapped ranges by first address; they never overlap.
+    vmas: BTreeMap<u64, Vma>,
+    /// First virtual address of a page -> its entry. Never a zero-page entry.
+    ptes: FxHashMap<u64, Pte>,
+}
+
+impl AddressSpace {
+    /// The range holding `vaddr`: (its first address, the range).
+    fn vma_at(&self, vaddr: u64) -> Option<(u64, Vma)> {
+        self.vmas.range(..=vaddr).next_back().filter(|(_, v)| v.end > vaddr).map(|(&s, &v)| (s, v))
+    }
+
+    /// The page holding `vaddr`: its first address and its entry (the zero page's if it was
+    /// never written).
+    fn page(&self, vaddr: u64) -> Option<(u64, Pte)> {
+        let (_, vma) = self.vma_at(vaddr)?;
+        let key = vaddr & !(vma.size.bytes() - 1);
+        let zero = Pte { frame: if vma.size == PageSize::Huge { HUGE_ZERO_FRAME } else { ZERO_FRAME }, size: vma.size, cow: true };
+        Some((key, self.ptes.get(&key).copied().unwrap_or(zero)))
+    }
+
+    /// The lowest mapped address in `vaddr..end`, if any.
+    fn first_mapped(&self, vaddr: u64, end: u64) -> Option<u64> {
+        if self.vma_at(vaddr).is_some() {
+            return Some(vaddr);
+        }
+        self.vmas.range(vaddr..end).next().map(|(&s, _)| s)
+    }
+
+    /// The lowest address in `vaddr..end` that no range maps, if any.
+    fn first_unmapped(&self, vaddr: u64, end: u64) -> Option<u64> {
+        let mut v = vaddr;
+        while v < end {
+            match self.vma_at(v) {
+                Some((_, vma)) => v = vma.end,
+                None => return Some(v),
+            }
+        }
+        None
+    }
+}
+
 /// Counters of the OS model.
 #[derive(Clone, Debug, Default, serde::Serialize)]
 pub struct OsStats {
@@ -118,7 +177,8 @@ const FIRST_FREE_FRAME: u64 = 1024;
 
 pub struct Os {
     pub engine: Engine,
-    tables: Vec<Option<FxHashMap<u64, Pte>>>,
+    /// Per process id, its memory (`None` once it exited).
+    spaces: Vec<Option<AddressSpace>>,
     mapcount: FxHashMap<u64, u32>,
     next_small: u64,
     next_huge_top: u64,
@@ -133,9 +193,6 @@ pub struct Os {
     /// Non-memory instructions between the workload's accesses.
     pub inst_gap: u32,
     records: u64,
-    /// The simulated memory's size: no allocation can be larger (page tables are built eagerly,
-    /// so an absurd `alloc` would otherwise run for ages mapping zero pages).
-    memory_bytes: u64,
     pub stats: OsStats,
 }
 
@@ -150,7 +207,7 @@ impl Os {
         }
         let mut os = Os {
             engine,
-            tables: vec![Some(FxHashMap::default())],
+            spaces: vec![Some(AddressSpace::default())],
             mapcount: FxHashMap::default(),
             next_small: FIRST_FREE_FRAME,
             next_huge_top: usable & !511,
@@ -163,7 +220,6 @@ impl Os {
             zero_ok: None,
             inst_gap: 10,
             records: 0,
-            memory_bytes: cfg.data_bytes(),
             stats: OsStats::default(),
         };
         // The kernel learns at boot whether the controller offers Lelantus' commands: a
@@ -172,15 +228,19 @@ impl Os {
         Ok(os)
     }
 
-    fn table(&mut self, pid: usize) -> Result<&mut FxHashMap<u64, Pte>, OsError> {
-        self.tables.get_mut(pid).and_then(|t| t.as_mut()).ok_or_else(|| OsError(format!("no process {pid}")))
+    fn space(&self, pid: usize) -> Result<&AddressSpace, OsError> {
+        self.spaces.get(pid).and_then(|t| t.as_ref()).ok_or_else(|| OsError(format!("no process {pid}")))
+    }
+
+    fn space_mut(&mut self, pid: usize) -> Result<&mut AddressSpace, OsError> {
+        self.spaces.get_mut(pid).and_then(|t| t.as_mut()).ok_or_else(|| OsError(format!("no process {pid}")))
     }
 
     /// Accesses sent through the engine so far (workload and kernel).
     pub fn records(&self) -> u64 { self.records }
 
     /// Live process ids.
-    pub fn processes(&self) -> Vec<usize> { (0..self.tables.len()).filter(|&p| self.tables[p].is_some()).collect() }
+    pub fn processes(&self) -> Vec<usize> { (0..self.spaces.len()).filter(|&p| self.spaces[p].is_some()).collect() }
 
     /// Map count of the page whose first frame is `frame`.
     pub fn map_count(&self, frame: u64) -> u32 { self.mapcount.get(&frame).copied().unwrap_or(0) }
@@ -214,51 +274,58 @@ impl Os {
         }
     }
 
-    /// Refuses an allocation no run could use: larger than the simulated memory, or wrapping
-    /// the address space. (Page tables are built eagerly, page by page, so an absurd length
-    /// would otherwise keep [`alloc`](Self::alloc) busy for ages.)
+    /// Refuses a range that wraps around the address space. (A mapping may be larger than the
+    /// simulated memory, as with Linux' overcommit: only the pages written take frames.)
     pub fn check_alloc_size(&self, vaddr: u64, bytes: u64) -> Result<(), OsError> {
         if vaddr.checked_add(bytes).is_none() {
             return Err(OsError(format!("range {vaddr:#x} + {bytes} wraps around the address space")));
-        }
-        if bytes > self.memory_bytes {
-            return Err(OsError(format!(
-                "length {bytes} is larger than the {} bytes of simulated memory (raise pcm.capacity_gib)",
-                self.memory_bytes
-            )));
         }
         Ok(())
     }
 
     /// Maps `bytes` at `vaddr` in process `pid` to the zero page (no memory is touched until the
-    /// first write). `vaddr` and `bytes` must be multiples of the page size.
+    /// first write, and no page-table entry is made before it). `vaddr` and `bytes` must be
+    /// multiples of the page size.
     pub fn alloc(&mut self, pid: usize, vaddr: u64, bytes: u64, size: PageSize) -> Result<(), OsError> {
         let pb = size.bytes();
         if vaddr % pb != 0 || bytes % pb != 0 || bytes == 0 {
             return Err(OsError(format!("alloc of {bytes} bytes at {vaddr:#x}: both must be non-zero multiples of the {pb}-byte page")));
         }
         self.check_alloc_size(vaddr, bytes)?;
-        let zero = if size == PageSize::Huge { HUGE_ZERO_FRAME } else { ZERO_FRAME };
-        let t = self.table(pid)?;
-        for p in (vaddr..vaddr + bytes).step_by(pb as usize) {
-            if t.contains_key(&p) || t.get(&(p & !((2 << 20) - 1))).is_some_and(|e| e.size == PageSize::Huge) {
-                return Err(OsError(format!("process {pid}: {p:#x} is already mapped")));
-            }
-            t.insert(p, Pte { frame: zero, size, cow: true });
+        let space = self.space_mut(pid)?;
+        if let Some(v) = space.first_mapped(vaddr, vaddr + bytes) {
+            return Err(OsError(format!("process {pid}: {v:#x} is already mapped")));
         }
+        space.vmas.insert(vaddr, Vma { end: vaddr + bytes, size });
         Ok(())
+    }
+
+    /// The lowest mapped address of `vaddr..vaddr + bytes` in `pid` (`None` if none is, or no
+    /// such process).
+    pub fn first_mapped(&self, pid: usize, vaddr: u64, bytes: u64) -> Option<u64> {
+        self.space(pid).ok()?.first_mapped(vaddr, vaddr.saturating_add(bytes))
+    }
+
+    /// The lowest address of `vaddr..vaddr + bytes` that nothing maps in `pid` (`None` if all
+    /// of it is mapped; `Some(vaddr)` if there is no such process).
+    pub fn first_unmapped(&self, pid: usize, vaddr: u64, bytes: u64) -> Option<u64> {
+        match self.space(pid) {
+            Ok(s) => s.first_unmapped(vaddr, vaddr.saturating_add(bytes)),
+            Err(_) => Some(vaddr),
+        }
     }
 
     /// Forks `parent`: the child gets a copy of its page table, every private page becomes
     /// shared and write-protected in both. Returns the child's pid.
     pub fn fork(&mut self, parent: usize) -> Result<usize, OsError> {
         self.stats.forks += 1;
-        let t = self.table(parent)?;
-        for pte in t.values_mut() {
+        let space = self.space_mut(parent)?;
+        for pte in space.ptes.values_mut() {
             pte.cow = true;
         }
-        let child = t.clone();
-        let mut shared: Vec<Pte> = child.values().filter(|p| !is_zero(p.frame)).copied().collect();
+        // Pages never written need no entry in either process: both map the zero page.
+        let child = space.clone();
+        let mut shared: Vec<Pte> = child.ptes.values().filter(|p| !is_zero(p.frame)).copied().collect();
         for pte in &shared {
             *self.mapcount.entry(pte.frame).or_insert(0) += 1;
         }
@@ -272,19 +339,13 @@ impl Os {
                 }
             }
         }
-        self.tables.push(Some(child));
-        Ok(self.tables.len() - 1)
+        self.spaces.push(Some(child));
+        Ok(self.spaces.len() - 1)
     }
 
     /// The entry mapping `vaddr` in `pid` (key, entry).
-    fn lookup(&mut self, pid: usize, vaddr: u64) -> Result<(u64, Pte), OsError> {
-        let t = self.table(pid)?;
-        let huge = vaddr & !((2 << 20) - 1);
-        if let Some(p) = t.get(&huge).filter(|p| p.size == PageSize::Huge) {
-            return Ok((huge, *p));
-        }
-        let small = vaddr & !4095;
-        t.get(&small).map(|p| (small, *p)).ok_or_else(|| OsError(format!("process {pid}: address {vaddr:#x} is not mapped")))
+    fn lookup(&self, pid: usize, vaddr: u64) -> Result<(u64, Pte), OsError> {
+        self.space(pid)?.page(vaddr).ok_or_else(|| OsError(format!("process {pid}: address {vaddr:#x} is not mapped")))
     }
 
     fn phys(pte: &Pte, key: u64, vaddr: u64) -> u64 { pte.frame * 4096 + (vaddr - key) }
@@ -293,12 +354,8 @@ impl Os {
     /// nothing maps it or there is no such process. (Trace drivers check requests with it
     /// before the model acts, so their errors can name the trace's own pids.)
     pub fn page_of(&self, pid: usize, vaddr: u64) -> Option<(u64, PageSize)> {
-        let t = self.tables.get(pid)?.as_ref()?;
-        let huge = vaddr & !((2 << 20) - 1);
-        if let Some(p) = t.get(&huge).filter(|p| p.size == PageSize::Huge) {
-            return Some((huge, p.size));
-        }
-        t.get(&(vaddr & !4095)).map(|p| (vaddr & !4095, p.size))
+        let (key, pte) = self.spaces.get(pid)?.as_ref()?.page(vaddr)?;
+        Some((key, pte.size))
     }
 
     fn step(&mut self, rec: Record) -> Result<(), OsError> {
@@ -366,7 +423,7 @@ impl Os {
             }
             Pte { cow: false, ..pte }
         };
-        self.table(pid)?.insert(key, new);
+        self.space_mut(pid)?.ptes.insert(key, new);
         Ok(new)
     }
 
@@ -500,14 +557,51 @@ impl Os {
         Ok(())
     }
 
-    /// Unmaps `bytes` at `vaddr` from `pid`; a page whose map count drops to 0 is freed.
+    /// Unmaps `bytes` at `vaddr` from `pid`; a page whose map count drops to 0 is freed. All of
+    /// the range must be mapped; a huge page it covers only in part is unmapped whole.
     pub fn free(&mut self, pid: usize, vaddr: u64, bytes: u64) -> Result<(), OsError> {
-        let mut v = vaddr;
-        while v < vaddr + bytes {
-            let (key, pte) = self.lookup(pid, v)?;
-            self.table(pid)?.remove(&key);
+        let end = vaddr.checked_add(bytes).ok_or_else(|| OsError(format!("range {vaddr:#x} + {bytes} wraps around the address space")))?;
+        let space = self.space_mut(pid)?;
+        if let Some(v) = space.first_unmapped(vaddr, end) {
+            return Err(OsError(format!("process {pid}: address {v:#x} is not mapped")));
+        }
+        // Cut the range out of every mapping it overlaps (widened to whole pages).
+        let overlapping: Vec<(u64, Vma)> = space.vmas.range(..end).rev().take_while(|(_, v)| v.end > vaddr).map(|(&s, &v)| (s, v)).collect();
+        let mut cut: Vec<(u64, u64, u64)> = Vec::new();
+        for (start, vma) in overlapping {
+            let pb = vma.size.bytes();
+            let lo = vaddr.max(start) & !(pb - 1);
+            let hi = end.min(vma.end).next_multiple_of(pb);
+            space.vmas.remove(&start);
+            if start < lo {
+                space.vmas.insert(start, Vma { end: lo, size: vma.size });
+            }
+            if hi < vma.end {
+                space.vmas.insert(hi, vma);
+            }
+            cut.push((lo, hi, pb));
+        }
+        // The written pages in the cut: looked up page by page, or found by a scan of the
+        // entries when there are fewer of those than pages.
+        let mut gone: Vec<(u64, Pte)> = Vec::new();
+        let pages: u64 = cut.iter().map(|&(lo, hi, pb)| (hi - lo) / pb).sum();
+        if pages <= space.ptes.len() as u64 {
+            for &(lo, hi, pb) in &cut {
+                for key in (lo..hi).step_by(pb as usize) {
+                    if let Some(p) = space.ptes.remove(&key) {
+                        gone.push((key, p));
+                    }
+                }
+            }
+        } else {
+            let keys: Vec<u64> = space.ptes.keys().copied().filter(|&k| cut.iter().any(|&(lo, hi, _)| (lo..hi).contains(&k))).collect();
+            for key in keys {
+                gone.push((key, space.ptes.remove(&key).expect("listed key")));
+            }
+        }
+        gone.sort_by_key(|&(key, _)| key); // address order, as the kernel walks the range
+        for (_, pte) in gone {
             self.unmap(pte)?;
-            v = key + pte.size.bytes();
         }
         Ok(())
     }
@@ -533,8 +627,8 @@ impl Os {
 
     /// The process exits: every mapping is dropped.
     pub fn exit(&mut self, pid: usize) -> Result<(), OsError> {
-        let t = self.tables.get_mut(pid).and_then(|t| t.take()).ok_or_else(|| OsError(format!("no process {pid}")))?;
-        let mut ptes: Vec<Pte> = t.into_values().collect();
+        let space = self.spaces.get_mut(pid).and_then(|t| t.take()).ok_or_else(|| OsError(format!("no process {pid}")))?;
+        let mut ptes: Vec<Pte> = space.ptes.into_values().collect();
         ptes.sort_by_key(|p| p.frame); // deterministic order
         for pte in ptes {
             self.unmap(pte)?;

@@ -146,13 +146,10 @@ impl OsDriver {
                     return Err(err(format!("address {vaddr:#x} and length {length} must be non-zero multiples of the {} page", page.name())));
                 }
                 self.os.check_alloc_size(vaddr, length)?;
-                // Every 4 KB page of the range must be free (a huge page would hide small ones).
-                let mut v = vaddr;
-                while v < vaddr + length {
-                    if let Some((key, size)) = self.os.page_of(p, v) {
-                        return Err(err(format!("pid {pid}: {v:#x} is already mapped (a {} page at {key:#x})", if size == PageSize::Huge { "2m" } else { "4k" })));
-                    }
-                    v += 4096;
+                // All of the range must be free (a huge page would hide small ones).
+                if let Some(v) = self.os.first_mapped(p, vaddr, length) {
+                    let (key, size) = self.os.page_of(p, v).expect("a mapped address is in a page");
+                    return Err(err(format!("pid {pid}: {v:#x} is already mapped (a {} page at {key:#x})", if size == PageSize::Huge { "2m" } else { "4k" })));
                 }
                 self.os.alloc(p, vaddr, length, to_os_page(page))?;
             }
@@ -161,17 +158,22 @@ impl OsDriver {
                 if length == 0 || vaddr % 4096 != 0 || length % 4096 != 0 || vaddr.checked_add(length).is_none() {
                     return Err(err(format!("address {vaddr:#x} and length {length} must be non-zero multiples of 4096")));
                 }
-                let end = vaddr + length;
-                let mut v = vaddr;
-                while v < end {
-                    let Some((key, size)) = self.os.page_of(p, v) else {
-                        return Err(err(format!("pid {pid}: virtual address {v:#x} is not mapped")));
-                    };
-                    let next = key + size.bytes();
-                    if key < vaddr || next > end {
-                        return Err(err(format!("pid {pid}: the range would split the 2 MB page at {key:#x} (freeing part of a huge page is not modelled)")));
+                // The first problem in address order: a huge page the range starts inside, an
+                // unmapped address, or a huge page the range ends inside.
+                let split = |key: u64| err(format!("pid {pid}: the range would split the 2 MB page at {key:#x} (freeing part of a huge page is not modelled)"));
+                if let Some((key, PageSize::Huge)) = self.os.page_of(p, vaddr) {
+                    if key < vaddr {
+                        return Err(split(key));
                     }
-                    v = next;
+                }
+                let end_split = match self.os.page_of(p, vaddr + length - 1) {
+                    Some((key, PageSize::Huge)) if key + PageSize::Huge.bytes() > vaddr + length => Some(key),
+                    _ => None,
+                };
+                match (self.os.first_unmapped(p, vaddr, length), end_split) {
+                    (Some(v), e) if e.is_none_or(|k| v < k) => return Err(err(format!("pid {pid}: virtual address {v:#x} is not mapped"))),
+                    (_, Some(key)) => return Err(split(key)),
+                    _ => {}
                 }
                 self.os.free(p, vaddr, length)?;
             }
