@@ -1,7 +1,8 @@
 //! An OS memory model on top of the engine: processes with mapped ranges and lazily filled
 //! page tables (an entry only for a page written, as in Linux, so host memory follows the
 //! pages touched, not the size of a mapping), 4 KB pages and 2 MB huge pages, the shared
-//! zero page, fork with copy-on-write sharing, CoW faults, page free and map counts. It turns faults into what the kernel would do for the design in use:
+//! zero page, fork with copy-on-write sharing, CoW faults, page free and map counts. It turns
+//! faults into what the kernel would do for the design in use:
 //!
 //! * **zero-page fault** (first write to an allocated page): `PageCommand::Zero` if the
 //!   design takes it (Silent Shredder), else `PageCommand::Copy` from the zero page (Lelantus'
