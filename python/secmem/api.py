@@ -234,7 +234,8 @@ def attack(
 ) -> Dict[str, Any]:
     """Attack injection on the post-run NVM image (tamper, replay, splice); returns
     ``{class: {"injected", "detected", ...}, "clean_reads", "false_alarms", "all_detected"}``."""
-    for name, v in (("per_class", per_class), ("seed", seed), ("clean_reads", clean_reads)):
+    _uint("per_class", per_class, minimum=1)
+    for name, v in (("seed", seed), ("clean_reads", clean_reads)):
         _uint(name, v)
     cls = list(classes) if classes else None
     return json.loads(
@@ -285,7 +286,7 @@ def vault_attack(
     """Attacks on Horus' vault after a drain (tamper data/address/MAC, splice, replay of an
     earlier episode, truncation, metadata tamper); returns per-class counts and
     ``all_detected``."""
-    _uint("per_class", per_class)
+    _uint("per_class", per_class, minimum=1)
     _uint("seed", seed)
     if scheme not in ("horus-slm", "horus-dlm"):
         raise SecmemError(f"--scheme: vault attacks need horus-slm or horus-dlm, got '{scheme}'")

@@ -137,6 +137,9 @@ def test_negative_counts_and_seeds_name_the_argument_instead_of_a_traceback(cli)
         (("crash", "--preset", "strict", "--points", 0), "points"),
         (("crash", "--preset", "strict", "--points", 5, "--seed", -1), "seed"),
         (("attack", "--preset", "horus", "--per-class", -1), "per_class"),
+        # No injection at all would pass vacuously ("every injection detected").
+        (("attack", "--preset", "horus", "--per-class", 0), "per_class"),
+        (("vault-attack", "--per-class", 0), "per_class"),
         (("attack", "--preset", "horus", "--clean-reads", -5), "clean_reads"),
         (("vault-attack", "--per-class", -2), "per_class"),
         (("drain", "--scheme", "horus-slm", "--from-workload", "--after", -1), "after_records"),

@@ -84,6 +84,17 @@ fn eight_bit_macs_miss_about_one_tampering_in_256() {
 
 // ---------------------------------------------------------------- planted-bug canaries
 
+/// A campaign of no injections or no crashes would report success without testing anything.
+#[test]
+fn campaigns_of_zero_injections_or_crash_points_are_errors_not_passes() {
+    let e = attack_campaign(&cfg("horus", &[]), &TraceInput::Workload, None, 0, 10, 1).unwrap_err().to_string();
+    assert!(e.contains("--per-class must be at least 1"), "{e}");
+    let e = secmem_sim::harness::vault_attack_campaign(&vault_cfg(), &TraceInput::Workload, false, 0, 1).unwrap_err().to_string();
+    assert!(e.contains("--per-class must be at least 1"), "{e}");
+    let e = crash_campaign(&cfg("strict", &[]), &TraceInput::Workload, 0, 1).unwrap_err().to_string();
+    assert!(e.contains("--points must be at least 1"), "{e}");
+}
+
 fn with_canary(cfg: &Config, set: impl Fn(&mut Canaries)) -> Config {
     // Canaries are set through an environment-free hook: a thread-local read by the engine.
     let mut c = Canaries::default();
