@@ -109,10 +109,7 @@ pub fn attack_campaign(
     clean_reads: u64,
     seed: u64,
 ) -> Result<AttackOutcome, SimError> {
-    if per_class == 0 {
-        // No injection is "all detected" vacuously: refuse rather than pass.
-        return Err(SimError::Config(secmem_core::ConfigError::new("", "--per-class must be at least 1 (a campaign of no injections shows nothing)")));
-    }
+    super::require_some(per_class, "--per-class", "injections")?;
     let mut fcfg = cfg.clone();
     fcfg.run.functional = true;
     if !fcfg.security.enabled {

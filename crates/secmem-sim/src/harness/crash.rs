@@ -76,10 +76,7 @@ pub(crate) fn fresh_controller(cfg: &Config) -> Result<SecureMc, SimError> {
 }
 
 pub fn crash_campaign(cfg: &Config, input: &TraceInput, points: u64, seed: u64) -> Result<CrashOutcome, SimError> {
-    if points == 0 {
-        // No crash point is "all recovered" vacuously: refuse rather than pass.
-        return Err(SimError::Config(secmem_core::ConfigError::new("", "--points must be at least 1 (a campaign of no crashes shows nothing)")));
-    }
+    super::require_some(points, "--points", "crashes")?;
     if !cfg.pcm.adr {
         return Err(SimError::Config(secmem_core::ConfigError::new(
             "pcm.adr",

@@ -13,3 +13,12 @@ pub use crash::{crash_campaign, CrashOutcome};
 pub use drain::{drain_run, DrainContent, DrainOutcome, DrainScheme};
 pub use image::{verify_image, ImageCheck};
 pub use vault_attack::{vault_attack_campaign, VaultAttackOutcome};
+
+/// Refuses a campaign of no injections or no crash points: it would report success
+/// ("every injection detected") without testing anything. `flag` names the option.
+fn require_some(count: u64, flag: &str, what: &str) -> Result<(), crate::run::SimError> {
+    if count == 0 {
+        return Err(crate::run::SimError::Config(secmem_core::ConfigError::new("", format!("{flag} must be at least 1 (a campaign of no {what} shows nothing)"))));
+    }
+    Ok(())
+}

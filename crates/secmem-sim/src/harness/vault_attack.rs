@@ -96,10 +96,7 @@ fn episode(engine: &mut Engine, horus: &mut Horus, records: &[secmem_trace::Reco
 fn image_of(mc: &SecureMc) -> NvmImage { mc.func.as_ref().expect("functional").image.clone() }
 
 pub fn vault_attack_campaign(cfg: &Config, input: &TraceInput, dlm: bool, per_class: u64, seed: u64) -> Result<VaultAttackOutcome, SimError> {
-    if per_class == 0 {
-        // No injection is "all detected" vacuously: refuse rather than pass.
-        return Err(SimError::Config(secmem_core::ConfigError::new("", "--per-class must be at least 1 (a campaign of no injections shows nothing)")));
-    }
+    super::require_some(per_class, "--per-class", "injections")?;
     let levels = if dlm { MacLevels::Double } else { MacLevels::Single };
     let mut fcfg = cfg.clone();
     fcfg.run.functional = true;
