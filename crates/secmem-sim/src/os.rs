@@ -326,7 +326,7 @@ impl Os {
         }
         // Pages never written need no entry in either process: both map the zero page.
         let child = space.clone();
-        let mut shared: Vec<Pte> = child.ptes.values().filter(|p| !is_zero(p.frame)).copied().collect();
+        let mut shared: Vec<Pte> = child.ptes.values().copied().collect();
         for pte in &shared {
             *self.mapcount.entry(pte.frame).or_insert(0) += 1;
         }
@@ -608,9 +608,7 @@ impl Os {
     }
 
     fn unmap(&mut self, pte: Pte) -> Result<(), OsError> {
-        if is_zero(pte.frame) {
-            return Ok(());
-        }
+        debug_assert!(!is_zero(pte.frame), "zero-page mappings have no entry to unmap");
         let c = self.mapcount.get_mut(&pte.frame).expect("mapped page has a count");
         *c -= 1;
         if *c == 0 {
