@@ -244,9 +244,10 @@ impl SecureMc {
         Self::with_media(security, tree, caches, data_bytes, Media::from(media), seed, true)
     }
 
-    /// The functional-mode state of a controller, after the checks only functional mode needs
-    /// (its 64 B nodes and counter blocks hold what counting mode merely counts).
-    fn functional_state(security: &SecurityConfig, tree: &TreeConfig, seed: u64) -> Result<Box<Functional>, ConfigError> {
+    /// The checks only functional mode needs: its 64 B nodes and counter blocks hold what
+    /// counting mode merely counts. (The simulator's config validation calls this too, so a
+    /// bad config fails at load time with the same error.)
+    pub fn check_functional_geometry(security: &SecurityConfig, tree: &TreeConfig) -> Result<(), ConfigError> {
         if tree.arity > 8 {
             return Err(ConfigError::new(
                 "tree.arity",
@@ -262,6 +263,12 @@ impl SecureMc {
                 ),
             ));
         }
+        Ok(())
+    }
+
+    /// The functional-mode state of a controller, after [`check_functional_geometry`](Self::check_functional_geometry).
+    fn functional_state(security: &SecurityConfig, tree: &TreeConfig, seed: u64) -> Result<Box<Functional>, ConfigError> {
+        Self::check_functional_geometry(security, tree)?;
         let mut func = Box::new(Functional::new(seed, security.mac_bits));
         func.init = security.initial_counters(seed);
         func.minor_bits = security.minor_counter_bits;

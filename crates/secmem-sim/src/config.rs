@@ -155,15 +155,9 @@ impl Config {
             "security.metadata_persistence",
             || "strict persistence needs tree.update = \"eager\" (a lazily updated root is stale after a crash)".into(),
         )?;
-        ensure(!self.run.functional || self.tree.arity <= 8, "tree.arity", || {
-            format!("functional mode stores 64-bit hashes, 8 per 64 B node: arity must be <= 8, got {}", self.tree.arity)
-        })?;
-        ensure(!self.run.functional || self.security.minor_counter_bits <= 7, "security.minor_counter_bits", || {
-            format!(
-                "functional mode stores each counter block as 64 B (64-bit major + 64 minors): minors must be <= 7 bits, got {}",
-                self.security.minor_counter_bits
-            )
-        })?;
+        if self.run.functional {
+            secmem_schemes::SecureMc::check_functional_geometry(&self.security, &self.tree)?;
+        }
         ensure(!self.run.check_pad_reuse || self.run.functional, "run.check_pad_reuse", || {
             "pads exist only in functional mode: set run.functional = true".into()
         })?;
