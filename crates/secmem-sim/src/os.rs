@@ -275,29 +275,22 @@ impl Os {
         }
     }
 
-    /// Refuses a range that wraps around the address space. (A mapping may be larger than the
-    /// simulated memory, as with Linux' overcommit: only the pages written take frames.)
-    pub fn check_alloc_size(&self, vaddr: u64, bytes: u64) -> Result<(), OsError> {
-        if vaddr.checked_add(bytes).is_none() {
-            return Err(OsError(format!("range {vaddr:#x} + {bytes} wraps around the address space")));
-        }
-        Ok(())
-    }
-
     /// Maps `bytes` at `vaddr` in process `pid` to the zero page (no memory is touched until the
     /// first write, and no page-table entry is made before it). `vaddr` and `bytes` must be
-    /// multiples of the page size.
+    /// multiples of the page size. A mapping may be larger than the simulated memory, as with
+    /// Linux' overcommit (only the pages written take frames), but may not wrap around the
+    /// address space.
     pub fn alloc(&mut self, pid: usize, vaddr: u64, bytes: u64, size: PageSize) -> Result<(), OsError> {
         let pb = size.bytes();
         if vaddr % pb != 0 || bytes % pb != 0 || bytes == 0 {
             return Err(OsError(format!("alloc of {bytes} bytes at {vaddr:#x}: both must be non-zero multiples of the {pb}-byte page")));
         }
-        self.check_alloc_size(vaddr, bytes)?;
+        let end = vaddr.checked_add(bytes).ok_or_else(|| OsError(format!("range {vaddr:#x} + {bytes} wraps around the address space")))?;
         let space = self.space_mut(pid)?;
-        if let Some(v) = space.first_mapped(vaddr, vaddr + bytes) {
+        if let Some(v) = space.first_mapped(vaddr, end) {
             return Err(OsError(format!("process {pid}: {v:#x} is already mapped")));
         }
-        space.vmas.insert(vaddr, Vma { end: vaddr + bytes, size });
+        space.vmas.insert(vaddr, Vma { end, size });
         Ok(())
     }
 

@@ -145,7 +145,6 @@ impl OsDriver {
                 if length == 0 || vaddr % pb != 0 || length % pb != 0 {
                     return Err(err(format!("address {vaddr:#x} and length {length} must be non-zero multiples of the {} page", page.name())));
                 }
-                self.os.check_alloc_size(vaddr, length)?;
                 // All of the range must be free (a huge page would hide small ones).
                 if let Some(v) = self.os.first_mapped(p, vaddr, length) {
                     let (key, size) = self.os.page_of(p, v).expect("a mapped address is in a page");
