@@ -469,135 +469,18 @@ impl BusCalendar {
     }
 }
 
-/// The smallest of a set of `u64` values and the lowest index holding it, kept in groups
-/// of [`GROUP`]: each group caches its own minimum, so a change costs one group rescan and
-/// the minimum one pass over the group minima — O(GROUP + n / GROUP), with no pointer
-/// chasing and, the winner being data-dependent and unpredictable, selects rather than
-/// branches. A group can also be marked stale instead of rescanned at once, for callers that
-/// change values far more often than they ask for the minimum.
-#[derive(Clone, Debug)]
-struct GroupMin {
-    /// Padded to whole groups with `u64::MAX` (never below a real value, and after it on
-    /// ties).
-    vals: Vec<u64>,
-    /// Per group, `(minimum, the first index holding it)` unless stale.
-    groups: Vec<(u64, u32)>,
-    /// Bit `g % 64` set: groups `g`, `g + 64`, ... may be stale. One word, so marking a
-    /// group costs a shift and an OR (queues of more than 512 entries rescan a few extra
-    /// groups).
-    stale: u64,
-}
-
-const GROUP: usize = 8;
-
-/// `(minimum, first index holding it)` of a group, branch-free.
-#[inline(always)]
-fn group_argmin(g: &[u64; GROUP]) -> (u64, u32) {
-    let (mut best, mut at) = (g[0], 0);
-    for (k, &x) in g.iter().enumerate().skip(1) {
-        let lower = x < best;
-        best = select_unpredictable(lower, x, best);
-        at = select_unpredictable(lower, k as u32, at);
-    }
-    (best, at)
-}
-
-impl GroupMin {
-    /// `n` values, all `u64::MAX`.
-    fn new(n: usize) -> GroupMin {
-        let groups = n.div_ceil(GROUP).max(1);
-        GroupMin {
-            vals: vec![u64::MAX; groups * GROUP],
-            groups: (0..groups).map(|g| (u64::MAX, (g * GROUP) as u32)).collect(),
-            stale: 0,
-        }
-    }
-
-    #[inline(always)]
-    fn get(&self, i: usize) -> u64 { self.vals[i] }
-
-    /// Sets value `i` and rescans its group.
-    #[inline]
-    fn set(&mut self, i: usize, v: u64) {
-        self.vals[i] = v;
-        self.rescan(i / GROUP);
-    }
-
-    /// Lowers value `i` to `v` (`v` must not exceed it): the group minimum follows in O(1).
-    #[inline]
-    fn lower(&mut self, i: usize, v: u64) {
-        debug_assert!(v <= self.vals[i]);
-        self.vals[i] = v;
-        let (g, k) = (i / GROUP, i as u32);
-        let (m, at) = self.groups[g];
-        if v < m || (v == m && k < at) {
-            self.groups[g] = (v, k);
-        }
-    }
-
-    /// Sets value `i`, leaving its group to be rescanned by the next [`min`](Self::min).
-    #[inline(always)]
-    fn set_lazily(&mut self, i: usize, v: u64) {
-        self.vals[i] = v;
-        self.stale |= 1 << ((i / GROUP) % 64);
-    }
-
-    #[inline]
-    fn rescan(&mut self, g: usize) {
-        let chunk = self.vals.chunks_exact(GROUP).nth(g).expect("group");
-        let (m, at) = group_argmin(chunk.try_into().expect("a whole group"));
-        self.groups[g] = (m, (g * GROUP) as u32 + at);
-    }
-
-    /// `(smallest value, lowest index holding it)`.
-    #[inline]
-    fn min(&mut self) -> (u64, usize) {
-        if self.stale != 0 {
-            self.rescan_stale();
-        }
-        // Groups hold global indices, and an earlier group wins ties: the lowest index.
-        #[inline(always)]
-        fn argmin(groups: &[(u64, u32)]) -> (u64, u32) {
-            let (mut best, mut at) = groups[0];
-            for &(v, i) in &groups[1..] {
-                let lower = v < best;
-                best = select_unpredictable(lower, v, best);
-                at = select_unpredictable(lower, i, at);
-            }
-            (best, at)
-        }
-        // The default 64-entry read queue: eight groups, unrolled.
-        let (best, at) = match <&[(u64, u32); 8]>::try_from(&self.groups[..]) {
-            Ok(g8) => argmin(g8),
-            Err(_) => argmin(&self.groups),
-        };
-        (best, at as usize)
-    }
-
-    fn rescan_stale(&mut self) {
-        let mut bits = std::mem::take(&mut self.stale);
-        while bits != 0 {
-            let mut g = bits.trailing_zeros() as usize;
-            while g < self.groups.len() {
-                self.rescan(g);
-                g += 64;
-            }
-            bits &= bits - 1;
-        }
-    }
-}
-
 /// The read queue: per entry, the cycle its last read returns; an entry is free from then.
 ///
 /// A read takes the entry at a rotating cursor if it is free; else, if some entry is free,
 /// the first free one among the next [`RQ_PROBES`]` - 1`; else the entry that frees first
-/// (the lowest index among equal cycles), from a [`GroupMin`] whose groups are rescanned
-/// lazily: under light load the cursor entry is free and a read costs O(1); a full queue
-/// rescans the one group the previous read changed.
+/// (the lowest index among equal cycles). Under light load the cursor entry is free and a
+/// read costs O(1). A saturated queue (every random secure run's) asks for the earliest entry
+/// on nearly every read: that is two branch-free passes over a flat array, which the compiler
+/// turns into a few vector instructions (see [`first_min`]); the group minima this replaced
+/// cost more in bookkeeping and unpredictable branches than the passes do.
 #[derive(Clone, Debug)]
 struct ReadQueue {
-    done: GroupMin,
-    entries: usize,
+    done: Vec<u64>,
     cursor: usize,
 }
 
@@ -609,24 +492,48 @@ struct RqSlot {
     stalled: bool,
 }
 
+/// `(smallest value, lowest index holding it)` of a non-empty slice, without a data-dependent
+/// branch: a minimum pass, then a pass that marks the entries equal to it in a bit mask, 64 at
+/// a time. The default 64-entry queue takes a fixed-size path the compiler fully unrolls.
+#[inline]
+fn first_min(vals: &[u64]) -> (u64, usize) {
+    #[inline(always)]
+    fn chunk_mask(chunk: &[u64], m: u64) -> u64 {
+        let mut mask = 0u64;
+        for (k, &v) in chunk.iter().enumerate() {
+            mask |= u64::from(v == m) << k;
+        }
+        mask
+    }
+    if let Ok(v) = <&[u64; 64]>::try_from(vals) {
+        let m = v.iter().copied().fold(u64::MAX, u64::min);
+        return (m, chunk_mask(v, m).trailing_zeros() as usize);
+    }
+    let m = vals.iter().copied().fold(u64::MAX, u64::min);
+    for (c, chunk) in vals.chunks(64).enumerate() {
+        let mask = chunk_mask(chunk, m);
+        if mask != 0 {
+            return (m, c * 64 + mask.trailing_zeros() as usize);
+        }
+    }
+    unreachable!("first_min of an empty slice")
+}
+
 impl ReadQueue {
     fn new(entries: usize) -> ReadQueue {
-        let mut done = GroupMin::new(entries);
-        for i in 0..entries {
-            done.set(i, 0);
-        }
-        ReadQueue { done, entries, cursor: 0 }
+        assert!(entries > 0, "a read queue has at least one entry");
+        ReadQueue { done: vec![0; entries], cursor: 0 }
     }
 
     #[inline(always)]
-    fn next(&self, i: usize) -> usize { if i + 1 == self.entries { 0 } else { i + 1 } }
+    fn next(&self, i: usize) -> usize { if i + 1 == self.done.len() { 0 } else { i + 1 } }
 
     /// An entry for a read arriving at `t`: a free one, or the one that frees first and the
     /// cycle it does (`stalled`). Returns the entry and the cycle the read enters the queue.
     #[inline(always)]
     fn enter(&mut self, t: u64) -> (RqSlot, u64) {
         let i = self.cursor;
-        if self.done.get(i) <= t {
+        if self.done[i] <= t {
             self.cursor = self.next(i);
             return (RqSlot { index: i, stalled: false }, t);
         }
@@ -639,8 +546,8 @@ impl ReadQueue {
         // The remaining probes take the first free entry they see. (Any free entry means
         // some entry is free, so they may run before the minimum is known.)
         let mut i = self.next(self.cursor);
-        for _ in 1..RQ_PROBES.min(self.entries) {
-            if self.done.get(i) <= t {
+        for _ in 1..RQ_PROBES.min(self.done.len()) {
+            if self.done[i] <= t {
                 self.cursor = self.next(i);
                 return (RqSlot { index: i, stalled: false }, t);
             }
@@ -648,14 +555,14 @@ impl ReadQueue {
         }
         // Otherwise (in particular whenever the queue is full: every probe fails) the entry
         // that frees first.
-        let (first, index) = self.done.min();
+        let (first, index) = first_min(&self.done);
         self.cursor = self.next(index);
         (RqSlot { index, stalled: first > t }, first.max(t))
     }
 
     /// Records that the read in entry `index` returns at `done`.
     #[inline(always)]
-    fn set(&mut self, index: usize, done: u64) { self.done.set_lazily(index, done); }
+    fn set(&mut self, index: usize, done: u64) { self.done[index] = done; }
 }
 
 /// Map value of a line whose write is queued (not yet issued to a bank).
@@ -791,24 +698,26 @@ impl<T: Copy + Default> Ring<T> {
 }
 
 /// Issued writes still holding a WPQ slot, as `(burst start, line)` per bank in issue order,
-/// plus a [`GroupMin`] over the banks' earliest starts.
+/// plus each bank's earliest start.
 ///
 /// Only the earliest start and "every write started by `t`" are ever asked for (the order
 /// among equal starts does not matter). A bank's writes start in issue order — a write's
 /// burst waits for the bank to finish its previous access, which ends after that access's
 /// own burst — so per-bank FIFOs are already sorted and only the banks' heads need ordering.
+/// There are few banks (16 by default), so the heads are a flat array that retiring scans
+/// whole, branch-free (the compiler vectorises both passes).
 #[derive(Clone, Debug)]
 struct IssuedWrites {
     /// Per bank, sized to the whole WPQ (one bank may hold every issued write).
     per_bank: Vec<Ring<(u64, u64)>>,
-    /// Value `b`: the earliest start in bank `b`'s FIFO, `u64::MAX` if empty.
-    heads: GroupMin,
+    /// Per bank, the earliest start in its FIFO, `u64::MAX` if empty.
+    heads: Vec<u64>,
     len: usize,
 }
 
 impl IssuedWrites {
     fn new(banks: usize, wpq_cap: usize) -> IssuedWrites {
-        IssuedWrites { per_bank: vec![Ring::new(wpq_cap); banks], heads: GroupMin::new(banks), len: 0 }
+        IssuedWrites { per_bank: vec![Ring::new(wpq_cap); banks], heads: vec![u64::MAX; banks], len: 0 }
     }
 
     #[inline(always)]
@@ -821,30 +730,19 @@ impl IssuedWrites {
         q.push_back((start, line));
         self.len += 1;
         if q.len() == 1 {
-            self.heads.lower(bank, start);
+            self.heads[bank] = start;
         }
     }
 
     /// Removes every write whose burst starts by `t`, passing its line to `retired`; returns
-    /// the earliest start left (`u64::MAX` if none). Only groups of banks whose earliest
-    /// start is due are visited, and in them only the due banks.
+    /// the earliest start left (`u64::MAX` if none). Only the due banks' FIFOs are visited.
     fn retire(&mut self, t: u64, mut retired: impl FnMut(u64)) -> u64 {
-        for g in 0..self.heads.groups.len() {
-            if self.heads.groups[g].0 > t {
-                continue;
-            }
-            // The group's due banks as a bit set, found without a branch per bank (which
-            // ones are due is unpredictable). (Padding values are u64::MAX, but `t` may be
-            // too: only the real banks count.)
-            let first = g * GROUP;
-            let vals: &[u64; GROUP] = self.heads.vals[first..first + GROUP].try_into().expect("a whole group");
-            let mut due = 0u32;
-            for (k, &v) in vals.iter().enumerate() {
-                due |= u32::from(v <= t) << k;
-            }
-            let real = self.per_bank.len() - first;
-            if real < GROUP {
-                due &= (1 << real) - 1;
+        for first in (0..self.heads.len()).step_by(64) {
+            // The due banks of these 64 as a bit set, found without a branch per bank (which
+            // ones are due is unpredictable).
+            let mut due = 0u64;
+            for (k, &v) in self.heads[first..].iter().take(64).enumerate() {
+                due |= u64::from(v <= t) << k;
             }
             while due != 0 {
                 let bank = first + due.trailing_zeros() as usize;
@@ -860,11 +758,10 @@ impl IssuedWrites {
                     self.len -= 1;
                     retired(line);
                 }
-                self.heads.vals[bank] = next;
+                self.heads[bank] = next;
             }
-            self.heads.rescan(g);
         }
-        self.heads.min().0
+        self.heads.iter().copied().fold(u64::MAX, u64::min)
     }
 }
 
@@ -1767,32 +1664,35 @@ mod tests {
         }
 
         #[test]
-        fn group_min_finds_the_lowest_index_of_the_smallest_value(
-            n in 1usize..40,
-            ops in prop::collection::vec((0usize..40, 0u64..20, 0u8..3), 1..300),
+        fn first_min_finds_the_lowest_index_of_the_smallest_value(
+            // Around 64 (the fixed-size path) and past it (several mask words); small values,
+            // so that ties are common.
+            mut vals in prop::collection::vec(0u64..20, 1..200),
+            full_queue in any::<bool>(),
         ) {
-            // Small values, so that ties are common.
-            let mut g = GroupMin::new(n);
-            let mut naive = vec![u64::MAX; n];
-            for (i, v, how) in ops {
-                let i = i % n;
-                match how {
-                    0 => g.set(i, v),
-                    1 => g.set_lazily(i, v),
-                    _ => {
-                        let v = v.min(naive[i]);
-                        g.lower(i, v);
-                        naive[i] = v;
-                        continue;
-                    }
-                }
-                naive[i] = v;
-                let best = *naive.iter().min().unwrap();
-                let first = naive.iter().position(|&x| x == best).unwrap();
-                prop_assert_eq!(g.min(), (best, first));
+            if full_queue {
+                vals.resize(64, 19);
             }
+            let best = *vals.iter().min().unwrap();
+            let first = vals.iter().position(|&x| x == best).unwrap();
+            prop_assert_eq!(first_min(&vals), (best, first));
         }
+    }
 
+    #[test]
+    fn first_min_handles_u64_max_and_a_tie_between_the_two_ends_of_a_full_queue() {
+        let mut v = [u64::MAX; 64];
+        assert_eq!(first_min(&v), (u64::MAX, 0));
+        v[63] = 7;
+        assert_eq!(first_min(&v), (7, 63));
+        v[0] = 7;
+        assert_eq!(first_min(&v), (7, 0));
+        let mut w = vec![9u64; 130];
+        w[129] = 3;
+        assert_eq!(first_min(&w), (3, 129));
+    }
+
+    proptest! {
         #[test]
         fn default_device_matches_the_reference_model(
             eager in any::<bool>(),
