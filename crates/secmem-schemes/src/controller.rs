@@ -573,7 +573,11 @@ impl SecureMc {
         }
         // Miss: fetch this block and walk up until a cached ancestor (already verified) or the
         // root. All fetches issue at once; each fetched block is then hashed and compared with
-        // its parent's entry, in parallel.
+        // its parent's entry, in parallel. Only verified blocks enter the caches, top-down:
+        // each after its parent and the requested block last, so no fill of this walk evicts
+        // a block the walk still needs (with few ways, an ancestor filled after its child
+        // could push the child out of a shared set, leaving the caller without the block it
+        // asked for).
         // Functional mode keeps the fetched bytes for verification; the buffer is reused so the
         // hot path allocates nothing (and counting mode never touches it).
         let mut chain = std::mem::take(&mut self.chain_buf);
@@ -591,6 +595,7 @@ impl SecureMc {
                 f.image.prefetch_bytes(l);
             }
         }
+        let mut walk = [(0usize, 0u64); MAX_LEVELS];
         let mut fetched = 0usize;
         let mut ready = now;
         let (mut lvl, mut idx) = (level, index);
@@ -598,12 +603,11 @@ impl SecureMc {
             let addr = self.block_addr(lvl, idx);
             let class = if lvl == 0 { TrafficClass::Counter } else { TrafficClass::Tree };
             ready = ready.max(self.device_read(addr, class, now));
-            let fetched_bytes = self.func.as_ref().map(|f| f.block_bytes(lvl, idx, addr >> LINE_SHIFT));
-            let bytes = fetched_bytes.map(|(b, _)| b);
-            if let Some((b, memo)) = fetched_bytes {
-                chain.push((lvl, idx, b, memo));
+            if let Some(f) = self.func.as_ref() {
+                let (bytes, memo) = f.block_bytes(lvl, idx, addr >> LINE_SHIFT);
+                chain.push((lvl, idx, bytes, memo));
             }
-            self.fill_meta(if lvl == 0 { MetaKind::Counter } else { MetaKind::Tree }, addr >> LINE_SHIFT, lvl == level && dirty, bytes);
+            walk[fetched] = (lvl, idx);
             fetched += 1;
             let (plvl, pidx) = self.layout.tree.parent(lvl, idx);
             if plvl >= root {
@@ -618,14 +622,21 @@ impl SecureMc {
         }
         self.stats.mac_ops.tree_verify += fetched as u64;
         let verdict = if chain.is_empty() { Ok(()) } else { self.verify_chain(&chain) };
+        if verdict.is_ok() {
+            for (i, &(l, x)) in walk[..fetched].iter().enumerate().rev() {
+                let key = self.block_addr(l, x) >> LINE_SHIFT;
+                let kind = if l == 0 { MetaKind::Counter } else { MetaKind::Tree };
+                self.fill_meta(kind, key, l == level && dirty, chain.get(i).map(|c| c.2));
+            }
+        }
         self.chain_buf = chain;
         verdict?;
         Ok(ready + self.p.hash)
     }
 
     /// Checks each fetched block against its parent's entry, top-down: the topmost against a
-    /// cached node or the root register, each lower one against the block above it. On a
-    /// mismatch the fetched (unverified) blocks are dropped from the caches.
+    /// cached node or the root register, each lower one against the block above it. The
+    /// fetched blocks are not cached yet; on a mismatch they never are.
     ///
     /// A block's entry is its image memo when it has one (the hash of exactly these bytes,
     /// computed when they were last hashed: see [`NvmImage`]), else it is hashed here and
@@ -669,13 +680,6 @@ impl SecureMc {
             if fresh && entry != 0 {
                 let line = self.block_addr(*lvl, *idx) >> LINE_SHIFT;
                 self.func.as_mut().expect("functional").image.set_memo(line, &tag, bytes, entry);
-            }
-        }
-        if verdict.is_err() {
-            for (l, x, _, _) in chain {
-                let k = self.block_addr(*l, *x) >> LINE_SHIFT;
-                let kind = if *l == 0 { MetaKind::Counter } else { MetaKind::Tree };
-                self.cache_of(kind).invalidate(k);
             }
         }
         verdict

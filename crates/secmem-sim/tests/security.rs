@@ -266,6 +266,47 @@ fn under_random_counter_init_the_planted_bugs_are_still_caught() {
 }
 
 #[test]
+fn a_class_with_no_candidate_ends_and_tests_nothing_so_it_does_not_pass() {
+    // Two pages written alike (zero counter init) hold identical counter blocks: swapping them
+    // is no attack, so splice-counter has no candidate. The search for one used to spin
+    // forever; it must end, inject nothing, and not report the class as passed.
+    let path = std::env::temp_dir().join(format!("secmem-splice-{}.txt", std::process::id()));
+    std::fs::write(&path, "# secmem-trace v1\nW 0x0 64 0\nW 0x1000 64 0\n").unwrap();
+    let classes = ["splice-counter".to_string()];
+    let out = attack_campaign(&cfg("horus", &[]), &TraceInput::File(path.clone()), Some(&classes), 3, 10, 1);
+    let _ = std::fs::remove_file(&path);
+    let out = out.unwrap();
+    assert_eq!(out.classes["splice-counter"].injected, 0);
+    assert!(!out.all_detected(), "a class that injected nothing passed: {out:#?}");
+}
+
+#[test]
+fn functional_runs_and_campaigns_work_with_direct_mapped_tree_caches_and_binary_trees() {
+    // A tree walk fills the fetched block and its uncached ancestors; filled bottom-up, an
+    // ancestor sharing a set with its child could evict it, and the lazy parent update that
+    // asked for the child then found it gone (a panic at the end-of-run metadata flush with
+    // 1-, 2- or 4-way tree caches, or with arity 2). Every associativity and arity must work.
+    for extra in [
+        ["metadata_cache.tree.ways=1", "tree.arity=8"],
+        ["metadata_cache.tree.ways=2", "tree.arity=8"],
+        ["metadata_cache.tree.ways=4", "tree.arity=8"],
+        ["metadata_cache.tree.ways=8", "tree.arity=2"],
+        ["metadata_cache.tree.ways=1", "tree.arity=2"],
+    ] {
+        let mut o = vec!["run.functional=true", "workload.requests=1500"];
+        o.extend_from_slice(&extra);
+        let r = secmem_sim::run(&cfg("horus", &o), &TraceInput::Workload).unwrap_or_else(|e| panic!("{extra:?}: {e}"));
+        assert!(r["stats"]["security"]["mac_ops"]["tree_update"].as_u64().unwrap() > 0, "{extra:?}");
+        let out = attack_campaign(&cfg("horus", &extra), &TraceInput::Workload, None, 5, 500, 3).unwrap();
+        assert!(out.all_detected(), "{extra:?}: {out:#?}");
+        let mut strict = extra.to_vec();
+        strict.extend_from_slice(STRICT);
+        let out = crash_campaign(&cfg("horus", &strict), &TraceInput::Workload, 10, 3).unwrap();
+        assert_eq!((out.recovered, out.mismatches), (10, 0), "{extra:?}: {:#?}", out.examples);
+    }
+}
+
+#[test]
 fn functional_mode_rejects_minors_wider_than_a_64_byte_counter_block_holds() {
     // 64 minors of 8 bits plus the 64-bit major are 72 B: no 64 B block to encrypt and hash.
     let e = Config::load(Some("default"), None, &["run.functional=true".into(), "security.minor_counter_bits=8".into()])
