@@ -44,6 +44,7 @@ impl CacheConfig {
         })?;
         ensure(self.ways <= 4096, &format!("{path}.ways"), || format!("must be <= 4096, got {}", self.ways))?;
         ensure(self.ways > 0, &format!("{path}.ways"), || "must be > 0".into())?;
+        crate::error::ensure_latency_cycles(self.latency_cycles, &format!("{path}.latency_cycles"))?;
         let lines = self.lines();
         ensure((self.size_kib * 1024).is_multiple_of(64) && lines >= self.ways as u64, &format!("{path}.size_kib"), || {
             format!("{} KiB holds {} lines, fewer than one set of {} ways", self.size_kib, lines, self.ways)

@@ -31,3 +31,14 @@ impl std::error::Error for ConfigError {}
 pub fn ensure(cond: bool, field: &str, msg: impl FnOnce() -> String) -> Result<(), ConfigError> {
     if cond { Ok(()) } else { Err(ConfigError::new(field, msg())) }
 }
+
+/// Largest latency or delay a config may give in cycles: 2^32, about a second at 4 GHz.
+/// Larger values are typos, and long runs would overflow the u64 cycle arithmetic with them.
+pub const MAX_LATENCY_CYCLES: u64 = 1 << 32;
+
+/// Rejects a latency in cycles above [`MAX_LATENCY_CYCLES`], naming `field`.
+pub fn ensure_latency_cycles(v: u64, field: &str) -> Result<(), ConfigError> {
+    ensure(v <= MAX_LATENCY_CYCLES, field, || {
+        format!("{v} cycles is more than the {MAX_LATENCY_CYCLES} (about 1 s at 4 GHz) secmem accepts for a latency")
+    })
+}

@@ -130,6 +130,12 @@ config_section! {
     }
 }
 
+/// Most banks (channels x banks per channel) a device may have: each keeps a write FIFO
+/// sized to the whole WPQ.
+const MAX_BANKS: u64 = 4096;
+/// Most read or write queue entries.
+const MAX_QUEUE_ENTRIES: u32 = 4096;
+
 fn field(path: &str, name: &str) -> String {
     if path.is_empty() { name.to_string() } else { format!("{path}.{name}") }
 }
@@ -145,15 +151,24 @@ impl PcmConfig {
         ensure(self.banks_per_channel.is_power_of_two(), &f("banks_per_channel"), || {
             format!("must be a power of two >= 1, got {}", self.banks_per_channel)
         })?;
-        for (name, v) in [
-            ("read_latency_ns", self.read_latency_ns),
-            ("write_latency_ns", self.write_latency_ns),
-            ("bus_transfer_ns", self.bus_transfer_ns),
+        // Upper bounds far above any device, below what the cycle arithmetic and the bus
+        // calendar's window (a burst must fit in it) can take.
+        let banks = u64::from(self.channels) * u64::from(self.banks_per_channel);
+        ensure(banks <= MAX_BANKS, &f("banks_per_channel"), || {
+            format!("{} channels x {} banks is more than the {MAX_BANKS} banks secmem simulates", self.channels, self.banks_per_channel)
+        })?;
+        for (name, v, max) in [
+            ("read_latency_ns", self.read_latency_ns, 1e6),
+            ("write_latency_ns", self.write_latency_ns, 1e6),
+            ("bus_transfer_ns", self.bus_transfer_ns, 1e3),
         ] {
             ensure(v.is_finite() && v > 0.0, &f(name), || format!("must be a positive number of ns, got {v}"))?;
+            ensure(v <= max, &f(name), || format!("must be at most {max} ns, got {v}"))?;
         }
-        ensure(self.read_queue_entries > 0, &f("read_queue_entries"), || "must be at least 1".into())?;
-        ensure(self.write_queue_entries > 0, &f("write_queue_entries"), || "must be at least 1".into())?;
+        for (name, v) in [("read_queue_entries", self.read_queue_entries), ("write_queue_entries", self.write_queue_entries)] {
+            ensure(v > 0, &f(name), || "must be at least 1".into())?;
+            ensure(v <= MAX_QUEUE_ENTRIES, &f(name), || format!("must be at most {MAX_QUEUE_ENTRIES}, got {v}"))?;
+        }
         ensure(self.write_drain_high_pct >= 1 && self.write_drain_high_pct <= 100, &f("write_drain_high_pct"), || {
             format!("must be in 1..=100, got {}", self.write_drain_high_pct)
         })?;
@@ -1402,6 +1417,14 @@ mod tests {
             ("bus_transfer_ns", |c| c.bus_transfer_ns = f64::NAN),
             ("read_queue_entries", |c| c.read_queue_entries = 0),
             ("write_queue_entries", |c| c.write_queue_entries = 0),
+            // Values past any device: a burst longer than the bus calendar's window panicked,
+            // a 2^32-entry queue aborted on allocation, huge latencies overflowed cycles.
+            ("bus_transfer_ns", |c| c.bus_transfer_ns = 1e18),
+            ("read_latency_ns", |c| c.read_latency_ns = 1e19),
+            ("write_latency_ns", |c| c.write_latency_ns = 2e6),
+            ("read_queue_entries", |c| c.read_queue_entries = u32::MAX),
+            ("write_queue_entries", |c| c.write_queue_entries = 4097),
+            ("banks_per_channel", |c| c.banks_per_channel = 1 << 12),
             ("write_drain_high_pct", |c| c.write_drain_high_pct = 101),
             ("write_drain_low_pct", |c| c.write_drain_low_pct = 80),
             ("read_energy_nj", |c| c.read_energy_nj = -0.1),

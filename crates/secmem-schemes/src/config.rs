@@ -76,6 +76,13 @@ impl SecurityConfig {
         ensure(matches!(self.mac_bits, 8 | 16 | 32 | 64), &format!("{path}.mac_bits"), || {
             format!("must be 8, 16, 32 or 64, got {}", self.mac_bits)
         })?;
+        for (name, v) in [
+            ("aes_latency_cycles", self.aes_latency_cycles),
+            ("mac_latency_cycles", self.mac_latency_cycles),
+            ("hash_latency_cycles", self.hash_latency_cycles),
+        ] {
+            secmem_core::error::ensure_latency_cycles(v, &format!("{path}.{name}"))?;
+        }
         Ok(())
     }
 }

@@ -112,8 +112,15 @@ impl Config {
     /// Checks every section, then the combination.
     pub fn validate(&self) -> Result<(), ConfigError> {
         ensure(self.core.freq_mhz > 0, "core.freq_mhz", || "must be > 0".into())?;
+        ensure(self.core.freq_mhz <= 100_000, "core.freq_mhz", || format!("must be at most 100000 (100 GHz), got {}", self.core.freq_mhz))?;
         ensure(self.core.ipc > 0.0 && self.core.ipc.is_finite(), "core.ipc", || format!("must be > 0, got {}", self.core.ipc))?;
+        // Below 1/1000 an instruction gap of 2^32 would overflow the cycle count within a run.
+        ensure((1e-3..=1e3).contains(&self.core.ipc), "core.ipc", || format!("must be in 0.001..=1000, got {}", self.core.ipc))?;
         ensure(self.core.max_outstanding_misses > 0, "core.max_outstanding_misses", || "must be > 0".into())?;
+        ensure(self.core.max_outstanding_misses <= 4096, "core.max_outstanding_misses", || {
+            format!("must be at most 4096, got {}", self.core.max_outstanding_misses)
+        })?;
+        secmem_core::error::ensure_latency_cycles(self.os.page_fault_cycles, "os.page_fault_cycles")?;
         self.l1.validate("l1")?;
         self.l2.validate("l2")?;
         self.llc.validate("llc")?;
@@ -126,6 +133,14 @@ impl Config {
         self.tree.validate("tree")?;
         self.metadata_cache.validate("metadata_cache")?;
         crate::engine::build_design(self)?;
+        if ["lelantus", "lelantus-cow"].contains(&self.run.design.as_str()) {
+            // Lelantus lays its counter blocks out itself (Fig. 4: 7-bit minors, 6-bit on a CoW
+            // page under the resized encoding), whatever the controller's width says.
+            let bits = secmem_schemes::lelantus::REGULAR_MINOR_BITS;
+            ensure(self.security.minor_counter_bits == bits, "security.minor_counter_bits", || {
+                format!("{} uses {bits}-bit minors (its counter block format), got {}", self.run.design, self.security.minor_counter_bits)
+            })?;
+        }
         ensure(
             self.run.max_requests == 0 || self.run.warmup_requests < self.run.max_requests,
             "run.warmup_requests",
@@ -171,4 +186,33 @@ impl Config {
     pub fn to_commented_toml(&self) -> String { render_commented(self) }
 
     pub fn to_json(&self) -> serde_json::Value { serde_json::to_value(self).expect("config serializes") }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Config;
+
+    #[test]
+    fn values_past_any_machine_are_rejected_naming_the_field() {
+        // Each was accepted once and then overflowed cycle counts (wrong results, exit 0),
+        // aborted on a huge allocation, or panicked.
+        for (set, field) in [
+            ("core.ipc=1e-15", "core.ipc"),
+            ("core.ipc=1e6", "core.ipc"),
+            ("core.freq_mhz=1000000", "core.freq_mhz"),
+            ("core.max_outstanding_misses=4294967295", "core.max_outstanding_misses"),
+            ("os.page_fault_cycles=4611686018427387904", "os.page_fault_cycles"),
+            ("l1.latency_cycles=1099511627776", "l1.latency_cycles"),
+            ("security.hash_latency_cycles=1099511627776", "security.hash_latency_cycles"),
+            ("pcm.bus_transfer_ns=1e18", "pcm.bus_transfer_ns"),
+            ("pcm.read_latency_ns=1e19", "pcm.read_latency_ns"),
+            ("pcm.read_queue_entries=4294967295", "pcm.read_queue_entries"),
+        ] {
+            let e = Config::load(Some("default"), None, &[set.to_string()]).expect_err(set);
+            assert_eq!(e.field, field, "{set}: {e}");
+        }
+        // The largest accepted values still load.
+        let edge = ["core.ipc=0.001", "core.max_outstanding_misses=4096", "os.page_fault_cycles=4294967296", "pcm.bus_transfer_ns=1000"];
+        assert!(Config::load(Some("default"), None, &edge.map(String::from)).is_ok());
+    }
 }

@@ -362,3 +362,25 @@ fn page_fault_cost_is_charged_once_per_fault_to_the_faulting_process() {
     assert!(child(&paid) > child(&free) && paid["cycles"].as_u64().unwrap() > free["cycles"].as_u64().unwrap());
     assert!(child(&paid) <= paid["cycles"].as_u64().unwrap());
 }
+
+#[test]
+fn lelantus_designs_refuse_a_minor_width_other_than_their_counter_block_format() {
+    // Lelantus encodes its counter blocks itself with 7-bit minors (6 on a CoW page): another
+    // width used to be ignored in counting mode and, under random counter init, to make
+    // functional mode raise integrity failures on memory nobody tampered with.
+    for design in ["lelantus", "lelantus-cow"] {
+        for functional in [false, true] {
+            for bits in ["2", "6", "8"] {
+                let o = [
+                    format!("run.design=\"{design}\""),
+                    format!("run.functional={functional}"),
+                    format!("security.minor_counter_bits={bits}"),
+                ];
+                let e = Config::load(Some("lelantus"), None, &o).unwrap_err().to_string();
+                assert!(e.contains("security.minor_counter_bits") && e.contains("7-bit"), "{design} {bits}: {e}");
+            }
+        }
+    }
+    let base = ["run.design=\"baseline\"".to_string(), "security.minor_counter_bits=6".to_string()];
+    assert!(Config::load(Some("lelantus"), None, &base).is_ok(), "other designs keep any width");
+}
