@@ -4,6 +4,7 @@ DataFrames); sweeps return one DataFrame row per run, in-process, with no text p
 from __future__ import annotations
 
 import json
+import math
 import os
 import subprocess
 import sys
@@ -98,16 +99,25 @@ def presets() -> List[Dict[str, str]]:
 
 def config_toml(preset: Optional[str] = None, config: Optional[str] = None, params=None) -> str:
     """The resolved config as commented TOML (descriptions on every field)."""
-    return _call(_native.config_toml, preset, _path(config), _overrides(params))
+    return _call(_native.config_toml, preset, _path(config, "config"), _overrides(params))
 
 
 def config_json(preset: Optional[str] = None, config: Optional[str] = None, params=None) -> Dict[str, Any]:
     """The resolved config as a dict."""
-    return json.loads(_call(_native.config_json, preset, _path(config), _overrides(params)))
+    return json.loads(_call(_native.config_json, preset, _path(config, "config"), _overrides(params)))
 
 
-def _path(p) -> Optional[str]:
-    return None if p is None else os.fspath(p)
+def _path(p, name: str = "path") -> Optional[str]:
+    """A path argument as a string; an empty one is an error naming the argument (the engine
+    would take it as the current directory, or fail without saying which argument it was)."""
+    if p is None:
+        return None
+    s = os.fspath(p)
+    if isinstance(s, bytes):
+        s = os.fsdecode(s)
+    if not s:
+        raise SecmemError(f"{name}: empty path")
+    return s
 
 
 def run(
@@ -121,7 +131,10 @@ def run(
     """Runs one simulation. ``trace=None`` uses the config's built-in synthetic workload.
     With ``out``, also writes ``out/report.json`` and ``out/config.toml``. With
     ``save_image`` (functional mode), saves the post-run NVM image there."""
-    text = _call(_native.run, preset, _path(config), _overrides(params), _path(trace), _path(out), _path(save_image))
+    text = _call(
+        _native.run, preset, _path(config, "config"), _overrides(params), _path(trace, "trace"), _path(out, "out"),
+        _path(save_image, "save_image"),
+    )
     return Report(json.loads(text))
 
 
@@ -164,12 +177,14 @@ def trace_gen(
     for name, v in (("requests", requests), ("footprint_bytes", footprint_bytes), ("seed", seed), ("stride_bytes", stride_bytes), ("inst_gap", inst_gap)):
         _uint(name, v)
     return _call(
-        _native.trace_gen, pattern, requests, footprint_bytes, read_ratio, seed, _path(out),
+        _native.trace_gen, pattern, requests, footprint_bytes, read_ratio, seed, _path(out, "out"),
         format, stride_bytes, zipf_theta, inst_gap,
     )
 
 
 COW_WORKLOADS = ("forkbench", "redis", "noncopy", "writeamp")
+# The designs a CoW workload compares (baseline = kernel CoW); each is a run.design.
+COW_SCHEMES = ("baseline", "lelantus", "lelantus-cow", "silent-shredder")
 
 
 def cow_trace(
@@ -191,19 +206,19 @@ def cow_trace(
     for name, v in (("footprint_bytes", footprint_bytes), ("ops", ops), ("seed", seed)):
         _uint(name, v)
     return _call(
-        _native.cow_trace, workload, _path(out), page_size, lines_per_page, footprint_bytes, ops, seed, format,
+        _native.cow_trace, workload, _path(out, "out"), page_size, lines_per_page, footprint_bytes, ops, seed, format,
         with_data,
     )
 
 
 def trace_convert(input: str, output: str, out_format: str = "binary", in_format: Optional[str] = None) -> int:
     """Converts a trace (secmem binary/text, Ramulator, DRAMSim3, lackey) to secmem binary or text."""
-    return _call(_native.trace_convert, _path(input), _path(output), out_format, in_format)
+    return _call(_native.trace_convert, _path(input, "input"), _path(output, "output"), out_format, in_format)
 
 
 def trace_info(path: str, format: Optional[str] = None) -> Dict[str, Any]:
     """Counts and footprint of a trace."""
-    return json.loads(_call(_native.trace_info, _path(path), format))
+    return json.loads(_call(_native.trace_info, _path(path, "path"), format))
 
 
 def crash(
@@ -219,7 +234,7 @@ def crash(
     oracle. Returns ``{"points", "recovered", "mismatches", ...}``."""
     _uint("points", points, minimum=1)
     _uint("seed", seed)
-    return json.loads(_call(_native.crash, preset, _path(config), _overrides(params), _path(trace), points, seed))
+    return json.loads(_call(_native.crash, preset, _path(config, "config"), _overrides(params), _path(trace, "trace"), points, seed))
 
 
 def attack(
@@ -239,14 +254,23 @@ def attack(
         _uint(name, v)
     cls = list(classes) if classes else None
     return json.loads(
-        _call(_native.attack, preset, _path(config), _overrides(params), _path(trace), per_class, seed, cls, clean_reads)
+        _call(_native.attack, preset, _path(config, "config"), _overrides(params), _path(trace, "trace"), per_class, seed, cls, clean_reads)
     )
 
 
 def image_verify(path: str, preset: Optional[str] = None, config: Optional[str] = None, params=None) -> Dict[str, Any]:
     """Loads a saved NVM image (rejecting damaged files), recovers, and reads every data line
     through the secure read path; returns counts and ``ok``."""
-    return json.loads(_call(_native.image_verify, _path(path), preset, _path(config), _overrides(params)))
+    path = _path(path, "path")
+    # Verifying is reading every line through the secure read path: a config without security
+    # (a -p security.enabled=false, or a config file saying so) cannot apply, and the engine
+    # would verify with security on regardless.
+    if not config_json(preset=preset, config=config, params=params)["security"]["enabled"]:
+        raise SecmemError(
+            "config field 'security.enabled': image verify checks the image through the secure read path "
+            "and needs security enabled, got false"
+        )
+    return json.loads(_call(_native.image_verify, path, preset, _path(config, "config"), _overrides(params)))
 
 
 DRAIN_SCHEMES = ("nonsecure", "base-lu", "base-eu", "horus-slm", "horus-dlm")
@@ -269,8 +293,14 @@ def drain(
     Returns ``{"drain_cycles", "memory_reads", "memory_writes", "mac_ops", "flushed_lines",
     "energy_joules", ...}``."""
     _uint("after_records", after_records, optional=True)
+    if trace is not None and from_workload:
+        raise SecmemError("drain: trace and from_workload are exclusive: the content comes from one or the other")
+    if after_records is not None and trace is None and not from_workload:
+        raise SecmemError(
+            "drain: after_records needs trace or from_workload (the paper's worst-case content has no records to stop after)"
+        )
     return json.loads(
-        _call(_native.drain, scheme, preset, _path(config), _overrides(params), _path(trace), from_workload, after_records, recover)
+        _call(_native.drain, scheme, preset, _path(config, "config"), _overrides(params), _path(trace, "trace"), from_workload, after_records, recover)
     )
 
 
@@ -291,7 +321,7 @@ def vault_attack(
     if scheme not in ("horus-slm", "horus-dlm"):
         raise SecmemError(f"--scheme: vault attacks need horus-slm or horus-dlm, got '{scheme}'")
     return json.loads(
-        _call(_native.vault_attack, scheme == "horus-dlm", preset, _path(config), _overrides(params), _path(trace), per_class, seed)
+        _call(_native.vault_attack, scheme == "horus-dlm", preset, _path(config, "config"), _overrides(params), _path(trace, "trace"), per_class, seed)
     )
 
 
@@ -302,6 +332,9 @@ def bench_scenarios() -> List[Dict[str, str]]:
 def bench(scenarios: Optional[Sequence[str]] = None, scale: float = 1.0, isolate: bool = True) -> Dict[str, Any]:
     """Runs bench scenarios; returns ``{name: {"requests_per_s", "peak_rss_bytes", ...}}``.
     Each scenario runs in its own process (``isolate``) so peak memory is its own."""
+    if isinstance(scale, bool) or not isinstance(scale, (int, float)) or not (math.isfinite(scale) and scale > 0):
+        # Checked here, before any scenario's process starts (the engine checks it too).
+        raise SecmemError(f"--scale must be a positive number, got {scale:g}" + (" (it must be finite)" if scale == math.inf else ""))
     names = list(scenarios) if scenarios else [s["name"] for s in bench_scenarios()]
     known = {s["name"] for s in bench_scenarios()}
     for n in names:
@@ -313,7 +346,8 @@ def bench(scenarios: Optional[Sequence[str]] = None, scale: float = 1.0, isolate
             cmd = [sys.executable, "-m", "secmem.cli", "_bench-one", n, "--scale", str(scale)]
             res = subprocess.run(cmd, capture_output=True, text=True)
             if res.returncode != 0:
-                raise SecmemError(f"bench scenario {n} failed: {res.stderr.strip()}")
+                msg = res.stderr.strip()
+                raise SecmemError(f"bench scenario {n} failed: {msg[len('secmem: error: '):] if msg.startswith('secmem: error: ') else msg}")
             out[n] = json.loads(res.stdout)
         else:
             out[n] = json.loads(_call(_native.bench_run, n, scale))
@@ -338,9 +372,23 @@ def cow_workload(
     _uint("lines_per_page", lines_per_page, optional=True)
     for name, v in (("footprint_bytes", footprint_bytes), ("ops", ops), ("seed", seed)):
         _uint(name, v)
+    if scheme not in COW_SCHEMES:
+        raise SecmemError(
+            f"--scheme: unknown CoW scheme '{scheme}' (the run.design the workload runs on); "
+            f"known: {', '.join(COW_SCHEMES)}"
+        )
+    overrides = _overrides(params)
+    for o in overrides:
+        key, eq, value = o.partition("=")
+        if eq and key.strip() == "run.design" and value.strip().strip("\"'") != scheme:
+            # The scheme is the design: an override naming another one would silently win.
+            raise SecmemError(
+                f"config field 'run.design': the CoW workload runs design '{scheme}' (--scheme), "
+                f"but an override asks for {value.strip()} (in -p {o}); choose the design with --scheme"
+            )
     out = _call(
         _native.cow_workload, workload, scheme, page_size, lines_per_page, footprint_bytes, ops, preset,
-        _overrides(params), seed,
+        overrides, seed,
     )
     return json.loads(out)
 

@@ -32,6 +32,37 @@ from typing import List, Optional
 from . import api
 
 
+def _path_arg(s: str) -> str:
+    """argparse type of every path argument: an empty path is an error naming the argument
+    (`--out ''` would otherwise write into the current directory and report "/report.json")."""
+    if not s:
+        raise argparse.ArgumentTypeError("empty path")
+    return s
+
+
+def _out_dir(path: str, what: str = "--out") -> None:
+    """Creates an output directory up front, so that a path that cannot be one (an existing
+    file, a file on the way, no permission) fails before the runs, naming the argument."""
+    if os.path.exists(path) and not os.path.isdir(path):
+        raise api.SecmemError(f"{what} {path}: exists and is not a directory")
+    try:
+        os.makedirs(path, exist_ok=True)
+    except OSError as e:
+        raise api.SecmemError(f"{what} {path}: cannot create the directory: {e.strerror or e}") from None
+    if not os.access(path, os.W_OK | os.X_OK):
+        raise api.SecmemError(f"{what} {path}: directory is not writable")
+
+
+def _os_error(e: OSError) -> str:
+    """An OSError as one line naming the path, without Python's "[Errno N]" decoration."""
+    if e.filename is None:
+        return e.strerror or str(e)
+    where = os.fsdecode(e.filename) if isinstance(e.filename, bytes) else str(e.filename)
+    if e.filename2 is not None:
+        where += f" -> {e.filename2}"
+    return f"{where}: {e.strerror or e}"
+
+
 def _add_params(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "-p", "--param", action="append", default=[], metavar="KEY=VALUE",
@@ -91,26 +122,59 @@ def cmd_config_validate(a) -> int:
     return 0
 
 
+SYNTHETIC_PATTERNS = ("sequential", "random", "stride", "zipf")
+
+# `trace gen` options that apply only to some patterns (the rest apply to all: footprint,
+# format, output). An option given for a pattern that does not use it is refused, named, with
+# the patterns it is for: it would otherwise be silently ignored.
+TRACE_GEN_OPTION_PATTERNS = {
+    "requests": SYNTHETIC_PATTERNS,
+    "read_ratio": SYNTHETIC_PATTERNS,
+    "inst_gap": SYNTHETIC_PATTERNS,
+    "stride_bytes": ("stride",),
+    "zipf_theta": ("zipf",),
+    "page_size": api.COW_WORKLOADS,
+    "with_data": api.COW_WORKLOADS,
+    "lines_per_page": ("forkbench", "noncopy", "writeamp"),
+    "ops": ("redis",),
+    # Every synthetic pattern draws its reads and writes from the seed; of the CoW workloads
+    # only redis draws anything (its parent's operations).
+    "seed": SYNTHETIC_PATTERNS + ("redis",),
+}
+
+
 def cmd_trace_gen(a) -> int:
-    if a.pattern in api.COW_WORKLOADS:
-        # Options of the synthetic patterns mean nothing here: refuse them rather than ignore them.
-        unused = [f"--{n.replace('_', '-')}" for n in ("requests", "read_ratio", "stride_bytes", "zipf_theta", "inst_gap") if getattr(a, n) is not None]
-        if unused:
-            raise api.SecmemError(f"trace gen --pattern {a.pattern}: {', '.join(unused)} apply only to the sequential, random, stride and zipf patterns")
-        n = api.cow_trace(
-            a.pattern, a.output, page_size=a.page_size, lines_per_page=a.lines_per_page,
-            footprint_bytes=16 << 20 if a.footprint_bytes is None else a.footprint_bytes, ops=a.ops, seed=a.seed,
-            format=a.format, with_data=a.with_data,
+    cow = a.pattern in api.COW_WORKLOADS
+    # The engine reads synthetic pattern names trimmed and in any case; CoW names exactly.
+    pattern = a.pattern if cow else a.pattern.strip().lower()
+    if not cow and pattern not in SYNTHETIC_PATTERNS:
+        raise api.SecmemError(
+            f"--pattern: unknown pattern '{a.pattern}' (expected one of: {', '.join(SYNTHETIC_PATTERNS)}, "
+            f"or a CoW workload: {', '.join(api.COW_WORKLOADS)})"
         )
-        print(f"wrote {n} records to {a.output}")
-        return 0
+    unused = [
+        f"--{n.replace('_', '-')} (only {', '.join(pats)})"
+        for n, pats in TRACE_GEN_OPTION_PATTERNS.items()
+        if getattr(a, n) is not None and pattern not in pats
+    ]
+    if unused:
+        raise api.SecmemError(f"trace gen --pattern {a.pattern}: options that do not apply to it: {'; '.join(unused)}")
+
     def pick(v, default):
         return default if v is None else v
 
+    if cow:
+        n = api.cow_trace(
+            a.pattern, a.output, page_size=pick(a.page_size, "4k"), lines_per_page=a.lines_per_page,
+            footprint_bytes=pick(a.footprint_bytes, 16 << 20), ops=pick(a.ops, 20_000), seed=pick(a.seed, 1),
+            format=a.format, with_data=bool(a.with_data),
+        )
+        print(f"wrote {n} records to {a.output}")
+        return 0
     n = api.trace_gen(
         a.output, pattern=a.pattern, requests=pick(a.requests, 1_000_000),
-        footprint_bytes=1 << 30 if a.footprint_bytes is None else a.footprint_bytes,
-        read_ratio=pick(a.read_ratio, 0.5), seed=a.seed, format=a.format, stride_bytes=pick(a.stride_bytes, 4096),
+        footprint_bytes=pick(a.footprint_bytes, 1 << 30),
+        read_ratio=pick(a.read_ratio, 0.5), seed=pick(a.seed, 1), format=a.format, stride_bytes=pick(a.stride_bytes, 4096),
         zipf_theta=pick(a.zipf_theta, 0.99), inst_gap=pick(a.inst_gap, 10),
     )
     print(f"wrote {n} records to {a.output}")
@@ -150,6 +214,12 @@ def cmd_image_verify(a) -> int:
 
 
 def cmd_drain(a) -> int:
+    # (--trace and --from-workload are an argparse mutually exclusive group.)
+    if a.after is not None and a.trace is None and not a.from_workload:
+        raise api.SecmemError(
+            "--after needs --trace or --from-workload: without them the drain is of the paper's "
+            "worst-case content, which has no records to stop after"
+        )
     out = api.drain(
         a.scheme, preset=a.preset, config=a.config, params=a.param, trace=a.trace,
         from_workload=a.from_workload, after_records=a.after, recover=a.recover,
@@ -173,14 +243,21 @@ def cmd_bench(a) -> int:
 def cmd_bench_one(a) -> int:
     from . import _native
 
-    print(_native.bench_run(a.name, a.scale))
+    print(api._call(_native.bench_run, a.name, a.scale))
     return 0
 
 
 def cmd_forkbench(a) -> int:
+    if a.seed is not None:
+        # The forkbench workload draws no random numbers: its --seed (the CoW spec's, used by
+        # redis only) would be silently ignored.
+        raise api.SecmemError(
+            "forkbench: --seed has no effect (the forkbench workload draws no random numbers); "
+            "the run's own seed is -p run.seed=N"
+        )
     out = api.forkbench(
         a.scheme, page_size=a.page_size, lines_per_page=a.lines_per_page, footprint_bytes=a.footprint_bytes,
-        preset=a.preset, params=a.param, seed=a.seed,
+        preset=a.preset, params=a.param,
     )
     if not a.stats:
         out.pop("stats", None)
@@ -204,9 +281,10 @@ def cmd_reproduce(a) -> int:
     import inspect
 
     main = importlib.import_module(REPRODUCE[a.design]).main
+    if a.param and "params" not in inspect.signature(main).parameters:
+        raise api.SecmemError(f"reproduce {a.design} does not take -p overrides (it runs its paper's fixed configurations)")
+    _out_dir(a.out)  # before the runs, which take minutes
     if a.param:
-        if "params" not in inspect.signature(main).parameters:
-            raise api.SecmemError(f"reproduce {a.design} does not take -p overrides (it runs its paper's fixed configurations)")
         return main(out=a.out, quick=a.quick, params=a.param)
     return main(out=a.out, quick=a.quick)
 
@@ -218,11 +296,11 @@ def parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("run", help="run one simulation and write DIR/report.json")
     p.add_argument("--preset", help="preset name (see `secmem presets`); default: built-in defaults")
-    p.add_argument("--config", help="TOML config file layered over the preset")
-    p.add_argument("--trace", help="trace file (any supported format); default: the config's [workload] generator")
-    p.add_argument("--out", default="out", help="output directory (default: out)")
+    p.add_argument("--config", type=_path_arg, help="TOML config file layered over the preset")
+    p.add_argument("--trace", type=_path_arg, help="trace file (any supported format); default: the config's [workload] generator")
+    p.add_argument("--out", type=_path_arg, default="out", help="output directory (default: out)")
     p.add_argument("--json", action="store_true", help="print the whole report as JSON")
-    p.add_argument("--save-image", help="functional mode: save the post-run NVM image to this file")
+    p.add_argument("--save-image", type=_path_arg, help="functional mode: save the post-run NVM image to this file")
     _add_params(p)
     p.set_defaults(fn=cmd_run)
 
@@ -235,7 +313,7 @@ def parser() -> argparse.ArgumentParser:
     _add_params(p)
     p.set_defaults(fn=cmd_config_show)
     p = cfg.add_parser("validate", help="check a config file")
-    p.add_argument("file")
+    p.add_argument("file", type=_path_arg)
     p.add_argument("--preset")
     _add_params(p)
     p.set_defaults(fn=cmd_config_validate)
@@ -248,33 +326,35 @@ def parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--requests", type=int, default=None, help="default 1000000")
     p.add_argument("--footprint-bytes", type=int, default=None, help="default 1 GiB (16 MiB for CoW workloads)")
-    p.add_argument("--page-size", default="4k", help="CoW workloads: 4k or 2m")
-    p.add_argument("--lines-per-page", type=int, default=None, help="CoW workloads: lines updated per page (default 32 for 4k, 512 for 2m)")
-    p.add_argument("--ops", type=int, default=20_000, help="redis: parent operations during the snapshot")
-    p.add_argument("--with-data", action="store_true", help="CoW workloads: stores carry their content (functional mode)")
-    p.add_argument("--read-ratio", type=float, default=None, help="default 0.5")
-    p.add_argument("--seed", type=int, default=1)
-    p.add_argument("--stride-bytes", type=int, default=None, help="default 4096")
-    p.add_argument("--zipf-theta", type=float, default=None, help="default 0.99")
-    p.add_argument("--inst-gap", type=int, default=None, help="default 10")
+    # Pattern-specific options default to None, so that one given for a pattern that does not
+    # use it (even at its default value) is refused, not ignored: see TRACE_GEN_OPTION_PATTERNS.
+    p.add_argument("--page-size", default=None, help="CoW workloads: 4k or 2m (default 4k)")
+    p.add_argument("--lines-per-page", type=int, default=None, help="forkbench, noncopy, writeamp: lines updated per page (default 32 for 4k, 512 for 2m)")
+    p.add_argument("--ops", type=int, default=None, help="redis: parent operations during the snapshot (default 20000)")
+    p.add_argument("--with-data", action="store_true", default=None, help="CoW workloads: stores carry their content (functional mode)")
+    p.add_argument("--read-ratio", type=float, default=None, help="synthetic patterns: default 0.5")
+    p.add_argument("--seed", type=int, default=None, help="synthetic patterns and redis: default 1")
+    p.add_argument("--stride-bytes", type=int, default=None, help="stride: default 4096")
+    p.add_argument("--zipf-theta", type=float, default=None, help="zipf: default 0.99")
+    p.add_argument("--inst-gap", type=int, default=None, help="synthetic patterns: default 10")
     p.add_argument("--format", default="binary", help="binary or text")
-    p.add_argument("-o", "--output", required=True)
+    p.add_argument("-o", "--output", type=_path_arg, required=True)
     p.set_defaults(fn=cmd_trace_gen)
     p = tr.add_parser("convert", help="convert a trace to secmem binary or text")
-    p.add_argument("input")
-    p.add_argument("output")
+    p.add_argument("input", type=_path_arg)
+    p.add_argument("output", type=_path_arg)
     p.add_argument("--to", default="binary", help="binary or text")
     p.add_argument("--from", default=None, help="input format (default: detected)")
     p.set_defaults(fn=cmd_trace_convert)
     p = tr.add_parser("info", help="summarise a trace")
-    p.add_argument("file")
+    p.add_argument("file", type=_path_arg)
     p.add_argument("--format", default=None)
     p.set_defaults(fn=cmd_trace_info)
 
     p = sub.add_parser("crash", help="crash injection with verified recovery (functional mode)")
     p.add_argument("--preset", help="preset name; `strict` is the recoverable baseline")
-    p.add_argument("--config")
-    p.add_argument("--trace", help="trace file (default: the config's [workload] generator)")
+    p.add_argument("--config", type=_path_arg)
+    p.add_argument("--trace", type=_path_arg, help="trace file (default: the config's [workload] generator)")
     p.add_argument("--points", type=int, default=2000, help="seeded crash points (default 2000)")
     p.add_argument("--seed", type=int, default=1)
     _add_params(p)
@@ -282,8 +362,8 @@ def parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("attack", help="attack injection on the post-run NVM image (functional mode)")
     p.add_argument("--preset")
-    p.add_argument("--config")
-    p.add_argument("--trace", help="trace file (default: the config's [workload] generator)")
+    p.add_argument("--config", type=_path_arg)
+    p.add_argument("--trace", type=_path_arg, help="trace file (default: the config's [workload] generator)")
     p.add_argument("--per-class", type=int, default=500, help="injections per attack class (default 500)")
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--class", dest="cls", action="append", default=[], help="only this class (repeatable)")
@@ -293,9 +373,9 @@ def parser() -> argparse.ArgumentParser:
 
     im = sub.add_parser("image", help="saved NVM images").add_subparsers(dest="sub", required=True, metavar="SUB")
     p = im.add_parser("verify", help="recover from a saved NVM image and verify every data line")
-    p.add_argument("file")
+    p.add_argument("file", type=_path_arg)
     p.add_argument("--preset")
-    p.add_argument("--config")
+    p.add_argument("--config", type=_path_arg)
     _add_params(p)
     p.set_defaults(fn=cmd_image_verify)
 
@@ -306,32 +386,36 @@ def parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("drain", help="simulate an eADR power-loss drain of the cache hierarchy (Horus), print JSON")
     p.add_argument("--preset", default="horus")
-    p.add_argument("--config")
+    p.add_argument("--config", type=_path_arg)
     p.add_argument("--scheme", required=True, choices=api.DRAIN_SCHEMES)
-    p.add_argument("--trace", help="drain the state this trace leaves (default: the paper's worst-case content)")
-    p.add_argument("--from-workload", action="store_true", help="drain the state the built-in workload leaves")
-    p.add_argument("--after", type=int, help="crash after this many records of the trace or workload")
+    content = p.add_mutually_exclusive_group()
+    content.add_argument("--trace", type=_path_arg, help="drain the state this trace leaves (default: the paper's worst-case content)")
+    content.add_argument("--from-workload", action="store_true", help="drain the state the built-in workload leaves")
+    p.add_argument("--after", type=int, help="crash after this many records of the trace or workload (needs --trace or --from-workload)")
     p.add_argument("--recover", action="store_true", help="then crash, recover and (functional mode) check every line")
     _add_params(p)
     p.set_defaults(fn=cmd_drain)
 
     p = sub.add_parser("vault-attack", help="attacks on Horus' vault after a drain (functional mode)")
     p.add_argument("--preset", default="horus")
-    p.add_argument("--config")
+    p.add_argument("--config", type=_path_arg)
     p.add_argument("--scheme", default="horus-slm", choices=("horus-slm", "horus-dlm"))
-    p.add_argument("--trace")
+    p.add_argument("--trace", type=_path_arg)
     p.add_argument("--per-class", type=int, default=100)
     p.add_argument("--seed", type=int, default=1)
     _add_params(p)
     p.set_defaults(fn=cmd_vault_attack)
 
     p = sub.add_parser("forkbench", help="the Lelantus forkbench through the OS model (JSON)")
-    p.add_argument("--scheme", default="lelantus", help="baseline (kernel CoW), lelantus, lelantus-cow or silent-shredder")
+    p.add_argument(
+        "--scheme", default="lelantus",
+        help="the design: baseline (kernel CoW), lelantus, lelantus-cow or silent-shredder (not -p run.design)",
+    )
     p.add_argument("--page-size", default="4k", help="4k or 2m")
     p.add_argument("--lines-per-page", type=int, default=None, help="lines the child updates per page (default 32 for 4k, 512 for 2m)")
     p.add_argument("--footprint-bytes", type=int, default=16 << 20, help="memory the parent initialises (default 16 MiB)")
     p.add_argument("--preset", default="lelantus")
-    p.add_argument("--seed", type=int, default=1)
+    p.add_argument("--seed", type=int, default=None, help=argparse.SUPPRESS)  # refused: see cmd_forkbench
     p.add_argument("--stats", action="store_true", help="also print the full stats block")
     _add_params(p)
     p.set_defaults(fn=cmd_forkbench)
@@ -339,7 +423,7 @@ def parser() -> argparse.ArgumentParser:
     p = sub.add_parser("reproduce", help="reproduce a paper's figures: DIR/reproduce.json, plots, DIR/report.md")
     p.add_argument("design", help="paper to reproduce: " + ", ".join(sorted(REPRODUCE)))
     p.add_argument("--quick", action="store_true", help="smaller runs (under 2 minutes)")
-    p.add_argument("--out", default="reproduce", help="output directory (default: reproduce)")
+    p.add_argument("--out", type=_path_arg, default="reproduce", help="output directory (default: reproduce)")
     _add_params(p)
     p.set_defaults(fn=cmd_reproduce)
 
@@ -363,9 +447,6 @@ def main(argv: Optional[List[str]] = None) -> int:
     except api.SecmemError as e:
         print(f"secmem: error: {e}", file=sys.stderr)
         return 2
-    except FileNotFoundError as e:
-        print(f"secmem: error: {e}", file=sys.stderr)
-        return 2
     except KeyboardInterrupt:
         return 130
     except BrokenPipeError:
@@ -374,6 +455,11 @@ def main(argv: Optional[List[str]] = None) -> int:
         # Python flushes stdout at exit.
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 141
+    except OSError as e:
+        # A path of the user's (an output directory that is a file, an unreadable input...)
+        # that the Python side opened itself: one line naming the path, as for the engine's.
+        print(f"secmem: error: {_os_error(e)}", file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":

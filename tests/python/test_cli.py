@@ -187,3 +187,118 @@ def test_a_bench_scale_that_is_not_positive_is_refused(cli):
     for scale in ("-1", "0", "nan"):
         res = cli("bench", "--scenario", "nonsecure-random", "--scale", scale)
         assert res.returncode == 2 and "--scale must be a positive number" in res.stderr, (scale, res.stderr)
+
+
+def test_an_output_path_that_cannot_be_a_directory_is_one_error_line_not_a_traceback(cli, tmp_path):
+    (tmp_path / "t.bin").write_bytes(b"")
+    for args in [("reproduce", "horus", "--quick", "--out", "t.bin"), ("reproduce", "horus", "--quick", "--out", "t.bin/sub"),
+                 ("reproduce", "lelantus", "--quick", "--out", "/dev/null"),
+                 ("run", "-p", "workload.requests=1000", "--out", "t.bin"),
+                 ("run", "-p", "workload.requests=1000", "--out", "t.bin/sub"),
+                 ("run", "-p", "workload.requests=1000", "-p", "run.functional=true", "--save-image", "t.bin/x.img", "--out", "o"),
+                 ("trace", "gen", "--requests", 10, "-o", "t.bin/x"), ("trace", "gen", "--pattern", "forkbench", "-o", "t.bin/x"),
+                 ("trace", "convert", "t.bin/x", "y"), ("trace", "info", "t.bin/x"), ("image", "verify", "t.bin/x"),
+                 ("config", "validate", "t.bin/x")]:
+        res = cli(*args)
+        assert res.returncode == 2, (args, res.returncode, res.stderr)
+        assert "Traceback" not in res.stderr and res.stderr.startswith("secmem: error: "), (args, res.stderr)
+        path = next(a for a in args if str(a).startswith(("t.bin", "/dev/null")))
+        assert path in res.stderr, (args, res.stderr)
+
+
+def test_an_os_error_on_a_path_the_python_side_opens_is_one_line_naming_it(monkeypatch, capsys):
+    from secmem import api, cli as secmem_cli
+
+    def denied(**kw):
+        raise PermissionError(13, "Permission denied", "out/report.json")
+
+    monkeypatch.setattr(api, "run", denied)
+    assert secmem_cli.main(["run"]) == 2
+    assert capsys.readouterr().err == "secmem: error: out/report.json: Permission denied\n"
+
+
+def test_an_empty_path_argument_is_refused_naming_it(cli, tmp_path):
+    (tmp_path / "t.bin").write_bytes(b"")
+    for args, name in [(("run", "--out", ""), "--out"), (("run", "--trace", ""), "--trace"), (("run", "--config", ""), "--config"),
+                       (("run", "--save-image", ""), "--save-image"), (("reproduce", "horus", "--out", ""), "--out"),
+                       (("trace", "gen", "-o", ""), "-o/--output"), (("trace", "convert", "t.bin", ""), "output"),
+                       (("trace", "info", ""), "file"), (("image", "verify", ""), "file"), (("config", "validate", ""), "file"),
+                       (("crash", "--trace", ""), "--trace"), (("drain", "--scheme", "nonsecure", "--trace", ""), "--trace")]:
+        res = cli(*args)
+        assert res.returncode == 2 and f"argument {name}: empty path" in res.stderr, (args, res.stderr)
+    assert not (tmp_path / "report.json").exists()
+
+
+def test_an_empty_path_given_to_the_api_is_refused_naming_it(tmp_path):
+    import pytest
+    import secmem
+
+    with pytest.raises(secmem.SecmemError, match="out: empty path"):
+        secmem.run(params={"workload.requests": 1000}, out="")
+
+
+def test_a_bench_scale_that_is_not_positive_and_finite_is_refused_before_any_scenario_runs(cli):
+    for scale in ("0", "-1", "nan", "inf", "-inf"):
+        res = cli("bench", f"--scale={scale}")
+        assert res.returncode == 2, (scale, res.stderr)
+        assert res.stderr == f"secmem: error: --scale must be a positive number, got {scale}" + (
+            " (it must be finite)\n" if scale == "inf" else "\n"), (scale, res.stderr)
+
+
+def test_drain_after_needs_a_trace_or_the_workload_and_takes_only_one_of_them(cli, tmp_path):
+    res = cli("drain", "--scheme", "nonsecure", "--after", 5)
+    assert res.returncode == 2 and "--after needs --trace or --from-workload" in res.stderr, res.stderr
+    cli("trace", "gen", "--requests", 100, "--footprint-bytes", 1 << 20, "-o", "t.bin", check=True)
+    res = cli("drain", "--scheme", "nonsecure", "--trace", "t.bin", "--from-workload")
+    assert res.returncode == 2 and "--from-workload: not allowed with argument --trace" in res.stderr, res.stderr
+    cli("drain", "--scheme", "nonsecure", "--trace", "t.bin", "--after", 50, check=True)
+
+
+def test_trace_gen_refuses_options_the_chosen_pattern_does_not_use(cli, tmp_path):
+    for args, refused in [
+        (("--pattern", "random", "--requests", 3, "--with-data", "--page-size", "2m", "--lines-per-page", 7, "--ops", 5),
+         ("--with-data", "--page-size", "--lines-per-page", "--ops")),
+        (("--pattern", "random", "--page-size", "4k"), ("--page-size",)),  # even at its default value
+        (("--pattern", "random", "--zipf-theta", 0.5), ("--zipf-theta",)),
+        (("--pattern", "zipf", "--stride-bytes", 128), ("--stride-bytes",)),
+        (("--pattern", "forkbench", "--ops", 7), ("--ops",)),
+        (("--pattern", "forkbench", "--seed", 2), ("--seed",)),
+        (("--pattern", "redis", "--lines-per-page", 7), ("--lines-per-page",)),
+        (("--pattern", "writeamp", "--read-ratio", 0.5, "--inst-gap", 3), ("--read-ratio", "--inst-gap")),
+    ]:
+        res = cli("trace", "gen", *args, "-o", "f.bin")
+        assert res.returncode == 2 and "do not apply" in res.stderr, (args, res.stderr)
+        for opt in refused:
+            assert opt in res.stderr, (args, opt, res.stderr)
+        assert not (tmp_path / "f.bin").exists()
+    res = cli("trace", "gen", "--pattern", "nosuch", "-o", "f.bin")
+    assert res.returncode == 2 and "unknown pattern 'nosuch'" in res.stderr and "forkbench" in res.stderr
+    # What does apply is still taken.
+    cli("trace", "gen", "--pattern", "Stride", "--stride-bytes", 128, "--requests", 10, "--seed", 2, "-o", "s.bin", check=True)
+    cli("trace", "gen", "--pattern", "redis", "--ops", 10, "--seed", 2, "--with-data", "--page-size", "4k",
+        "--footprint-bytes", 1 << 16, "-o", "r.bin", check=True)
+    cli("trace", "gen", "--pattern", "noncopy", "--lines-per-page", 2, "--footprint-bytes", 1 << 16, "-o", "n.bin", check=True)
+
+
+def test_forkbench_takes_its_design_from_scheme_only_and_only_the_cow_schemes(cli):
+    res = cli("forkbench", "--scheme", "lelantus", "-p", "run.design=baseline")
+    assert res.returncode == 2 and "run.design" in res.stderr and "'lelantus' (--scheme)" in res.stderr, res.stderr
+    res = cli("forkbench", "--scheme", "horus-slm")
+    assert res.returncode == 2 and "'horus-slm'" in res.stderr and "baseline, lelantus, lelantus-cow, silent-shredder" in res.stderr
+    res = cli("forkbench", "--seed", 3)
+    assert res.returncode == 2 and "--seed has no effect" in res.stderr and "run.seed" in res.stderr
+    help_text = cli("forkbench", "--help", check=True).stdout
+    # (argparse may wrap the line at a hyphen: compare without white space)
+    assert "baseline(kernelCoW),lelantus,lelantus-coworsilent-shredder" in "".join(help_text.split()), help_text
+    # The same design given both ways is no conflict.
+    out = json.loads(cli("forkbench", "--scheme", "lelantus", "-p", 'run.design="lelantus"', "--footprint-bytes", 1 << 20,
+                         check=True).stdout)
+    assert out["cycles"] > 0
+
+
+def test_image_verify_refuses_a_config_without_security(cli, tmp_path):
+    cli("run", "--preset", "horus", "-p", "run.functional=true", "-p", "workload.requests=2000",
+        "-p", "workload.footprint_bytes=1048576", "--save-image", "nvm.img", "--out", "f", check=True)
+    res = cli("image", "verify", "nvm.img", "--preset", "horus", "-p", "security.enabled=false")
+    assert res.returncode == 2 and "security.enabled" in res.stderr and "Traceback" not in res.stderr, res.stderr
+    assert json.loads(cli("image", "verify", "nvm.img", "--preset", "horus", check=True).stdout)["ok"]
