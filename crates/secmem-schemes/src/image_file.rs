@@ -87,6 +87,10 @@ pub fn save(path: &Path, meta: &ImageMeta, root: &[u8; 64], image: &NvmImage) ->
     f.write_all(&buf).map_err(|e| err(format!("cannot write: {e}")))
 }
 
+/// Largest device line number an image may hold: 2^40 lines (64 TiB), far past the 1 GiB ..
+/// 1 TiB devices configs allow, metadata and vault regions included.
+const MAX_LINE: u64 = (1 << 40) - 1;
+
 pub fn load(path: &Path) -> Result<(ImageMeta, [u8; 64], NvmImage), ImageError> {
     let name = path.display().to_string();
     let at = |o: usize, m: String| ImageError { path: name.clone(), offset: Some(o as u64), message: m };
@@ -132,6 +136,9 @@ pub fn load(path: &Path) -> Result<(ImageMeta, [u8; 64], NvmImage), ImageError> 
     for i in 0..n as usize {
         let o = HEADER + i * 72;
         let line = u64_at(o);
+        if line > MAX_LINE {
+            return Err(at(o, format!("line {line:#x} is beyond any device secmem simulates (lines < {:#x})", MAX_LINE + 1)));
+        }
         if last.is_some_and(|l| l >= line) {
             return Err(at(o, format!("line {line:#x} is out of order or repeated")));
         }
@@ -184,5 +191,28 @@ mod tests {
         v2[8] = 2;
         std::fs::write(&p, &v2).unwrap();
         assert!(load(&p).unwrap_err().message.contains("version 2"));
+    }
+
+    #[test]
+    fn a_line_number_past_any_device_is_an_error_at_its_offset_not_a_panic() {
+        // With a valid checksum, line u64::MAX used to panic in the image store and 2^58 to
+        // load silently.
+        let (m, r, _) = sample();
+        let p = tmp("far");
+        for far in [u64::MAX, 1 << 58, MAX_LINE + 1] {
+            save(&p, &m, &r, &NvmImage::default()).unwrap();
+            let mut buf = std::fs::read(&p).unwrap();
+            buf.truncate(HEADER);
+            buf[104..112].copy_from_slice(&1u64.to_le_bytes());
+            buf.extend_from_slice(&far.to_le_bytes());
+            buf.extend_from_slice(&[0; 64]);
+            let sum = blake3::hash(&buf);
+            buf.extend_from_slice(sum.as_bytes());
+            std::fs::write(&p, &buf).unwrap();
+            let e = load(&p).unwrap_err();
+            assert_eq!(e.offset, Some(HEADER as u64), "{far:#x}: {e}");
+            assert!(e.message.contains("beyond any device"), "{e}");
+        }
+        let _ = std::fs::remove_file(&p);
     }
 }

@@ -35,7 +35,10 @@ pub fn verify_image(cfg: &Config, path: &Path) -> Result<ImageCheck, SimError> {
         SimError::Config(ConfigError::new(field, format!("the image was made with {have}, the config says {want}")))
     };
     if meta.data_bytes != cfg.data_bytes() {
-        return Err(mismatch("pcm.capacity_gib", meta.data_bytes >> 30, cfg.pcm.capacity_gib));
+        return Err(SimError::Config(ConfigError::new(
+            "pcm.capacity_gib",
+            format!("the image was made for {} bytes of data, the config says {} ({} GiB)", meta.data_bytes, cfg.data_bytes(), cfg.pcm.capacity_gib),
+        )));
     }
     if meta.arity as u64 != cfg.tree.arity {
         return Err(mismatch("tree.arity", meta.arity as u64, cfg.tree.arity));
@@ -60,8 +63,20 @@ pub fn verify_image(cfg: &Config, path: &Path) -> Result<ImageCheck, SimError> {
     fcfg.validate()?;
     let mut mc = fresh_controller(&fcfg)?;
     let mut design = crate::engine::build_design(&fcfg)?;
+    // Every data line the image holds, and every line of a page whose counter block it holds:
+    // a written line deleted from the image reads back as boot content under its advanced
+    // counter, which the secure read must reject (reading only the lines present would
+    // pass an image with written lines cut out).
     let data_lines_end = cfg.data_bytes() >> 6;
-    let data_lines: Vec<u64> = image.lines_in(0, data_lines_end);
+    let mut data_lines: Vec<u64> = image.lines_in(0, data_lines_end);
+    let l = &mc.layout;
+    let counter_first = l.counter_base >> 6;
+    for ctr in image.lines_in(counter_first, counter_first + l.counter_blocks) {
+        let page = ctr - counter_first;
+        data_lines.extend(page * 64..page * 64 + 64);
+    }
+    data_lines.sort_unstable();
+    data_lines.dedup();
     let mut out = ImageCheck { lines_in_image: image.len() as u64, ..Default::default() };
     {
         let f = mc.func.as_mut().expect("functional");
