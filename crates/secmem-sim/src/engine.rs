@@ -185,6 +185,12 @@ pub fn build_design(cfg: &Config) -> Result<Box<dyn Design>, ConfigError> {
     secmem_schemes::design::build(&cfg.run.design, &design_context(cfg)).map_err(|m| ConfigError::new("run.design", m))
 }
 
+/// The lines a (checked, non-empty) read, write or flush record covers.
+#[inline]
+fn lines_of(rec: &Record) -> std::ops::RangeInclusive<u64> {
+    (rec.addr >> LINE_SHIFT)..=((rec.addr + rec.size_bytes as u64 - 1) >> LINE_SHIFT)
+}
+
 /// The sizes a design may need: hierarchy lines and metadata-cache blocks.
 pub fn design_context(cfg: &Config) -> secmem_schemes::design::DesignContext {
     let mc = &cfg.metadata_cache;
@@ -228,12 +234,15 @@ impl Engine {
     /// Core-side counters so far (cheap; `snapshot` copies everything).
     pub fn core_stats(&self) -> &CoreStats { &self.stats }
 
-    /// Checks a record's address before it touches anything.
+    /// Checks a record's address and size before it touches anything.
     fn check(&self, rec: &Record, index: u64) -> Result<(), RecordError> {
         if matches!(rec.op, Op::Fence) {
             return Ok(());
         }
-        let size = rec.size_bytes.max(1) as u64;
+        if rec.size_bytes == 0 {
+            return Err(RecordError { index, message: format!("a {:?} of 0 bytes touches nothing (only fences have size 0)", rec.op), integrity: None });
+        }
+        let size = rec.size_bytes as u64;
         if rec.addr.checked_add(size).is_none_or(|end| end > self.data_bytes) {
             return Err(RecordError {
                 index,
@@ -245,7 +254,17 @@ impl Engine {
             });
         }
         if self.cfg.run.require_aligned && matches!(rec.op, Op::Read | Op::Write) {
-            let aligned = size.is_power_of_two() && size <= 64 && rec.addr & (size - 1) == 0;
+            if size > 64 {
+                return Err(RecordError {
+                    index,
+                    message: format!(
+                        "access of {size} bytes at {:#x} is larger than a 64-byte line (set run.require_aligned = false to split it across lines)",
+                        rec.addr
+                    ),
+                    integrity: None,
+                });
+            }
+            let aligned = size.is_power_of_two() && rec.addr & (size - 1) == 0;
             if !aligned {
                 return Err(RecordError {
                     index,
@@ -351,9 +370,7 @@ impl Engine {
             Op::Read | Op::Write => {
                 let write = rec.op == Op::Write;
                 if write { self.stats.writes += 1 } else { self.stats.reads += 1 }
-                let first = rec.addr >> LINE_SHIFT;
-                let last = (rec.addr + rec.size_bytes.max(1) as u64 - 1) >> LINE_SHIFT;
-                for line in first..=last {
+                for line in lines_of(rec) {
                     let data = match rec.data {
                         Some(d) => Some(d),
                         None if write && self.functional => Some(self.synth_store(line)),
@@ -378,8 +395,10 @@ impl Engine {
                 self.stats.flushes += 1;
                 // At memory level there is no cache to write back from: counted, nothing else.
                 if !self.memory_level {
-                    if let Some(wb) = self.hier.flush_line(rec.addr >> LINE_SHIFT) {
-                        self.write_to_memory(wb.line, wb.data);
+                    for line in lines_of(rec) {
+                        if let Some(wb) = self.hier.flush_line(line) {
+                            self.write_to_memory(wb.line, wb.data);
+                        }
                     }
                 }
             }
@@ -623,5 +642,43 @@ impl Engine {
             self.write_to_memory(wb.line, wb.data);
         }
         self.failure.take().map_or(Ok(()), Err)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Engine;
+    use crate::config::Config;
+    use secmem_trace::{Op, Record};
+
+    fn engine() -> Engine {
+        Engine::new(&Config::load(Some("default"), None, &["run.progress=false".into()]).unwrap()).unwrap()
+    }
+
+    fn rec(op: Op, addr: u64, size_bytes: u16) -> Record { Record { op, addr, size_bytes, inst_gap: 0, data: None } }
+
+    #[test]
+    fn a_flush_writes_back_every_line_of_its_size() {
+        // `FL addr size` used to write back only the line holding `addr`.
+        let mut e = engine();
+        for a in [0x1000, 0x1040, 0x1080] {
+            e.step(&rec(Op::Write, a, 64), 0).unwrap();
+        }
+        e.step(&rec(Op::Flush, 0x1000, 128), 3).unwrap();
+        assert_eq!(e.core_stats().memory_writes_issued, 2, "0x1000 and 0x1040, not 0x1080");
+        e.step(&rec(Op::Flush, 0x1000, 4096), 4).unwrap();
+        assert_eq!(e.core_stats().memory_writes_issued, 3);
+    }
+
+    #[test]
+    fn an_empty_or_over_wide_access_is_an_error_saying_so() {
+        let mut e = engine();
+        for op in [Op::Read, Op::Write, Op::Flush] {
+            let err = e.step(&rec(op, 0x1000, 0), 7).unwrap_err();
+            assert!(err.message.contains("0 bytes") && err.index == 7, "{op:?}: {}", err.message);
+        }
+        let err = e.step(&rec(Op::Read, 0x1000, 128), 8).unwrap_err();
+        assert!(err.message.contains("larger than a 64-byte line"), "{}", err.message);
+        assert!(e.step(&rec(Op::Fence, 0, 0), 9).is_ok());
     }
 }

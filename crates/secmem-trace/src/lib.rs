@@ -111,11 +111,11 @@ impl Record {
             data: None,
         }
     }
-    /// A write-back of the 64 B line holding `addr`.
+    /// A write-back of the 64 B line holding `addr` (a flush covers `size_bytes` from `addr`).
     pub fn flush(addr: u64, inst_gap: u32) -> Record {
         Record {
             op: Op::Flush,
-            addr,
+            addr: addr & !63,
             size_bytes: 64,
             inst_gap,
             data: None,
