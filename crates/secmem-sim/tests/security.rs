@@ -60,6 +60,15 @@ fn strict_baseline_recovers_to_the_oracle_across_minor_overflows() {
 }
 
 #[test]
+fn more_crash_points_than_the_trace_has_is_an_error_not_a_smaller_campaign() {
+    // 300 requests persist at most a few hundred times; 100,000 points used to run silently
+    // as however many there were.
+    let c = cfg("horus", &["workload.requests=300", "tree.update=eager", "security.metadata_persistence=strict"]);
+    let e = crash_campaign(&c, &TraceInput::Workload, 100_000, 1).unwrap_err().to_string();
+    assert!(e.contains("--points") && e.contains("persist points"), "{e}");
+}
+
+#[test]
 fn lazy_baseline_without_a_drain_fails_closed_after_a_crash() {
     let out = crash_campaign(&cfg("horus", &[]), &TraceInput::Workload, 40, 3).unwrap();
     assert!(out.recovery_failures > 0, "a lazily updated root must not match persisted counters");

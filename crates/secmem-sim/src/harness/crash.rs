@@ -111,6 +111,17 @@ pub fn crash_campaign(cfg: &Config, input: &TraceInput, points: u64, seed: u64) 
             "the trace never writes to memory, so there is no persist point to crash at (use flushes/fences, e.g. workload.persist_writes = true, or a footprint larger than the caches)",
         )));
     }
+    if points > persist_records.len() as u64 {
+        // Crashing twice at one point tests nothing new; asking for more points than exist
+        // is a request the run cannot meet, not one to shrink silently.
+        return Err(SimError::Config(secmem_core::ConfigError::new(
+            "--points",
+            format!(
+                "{points} crash points asked for, but the trace has only {} persist points (records during which a write reached memory)",
+                persist_records.len()
+            ),
+        )));
+    }
     let mut out = CrashOutcome { records: records.len() as u64, persist_points: persist_records.len() as u64, ..Default::default() };
     let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(seed);
     persist_records.shuffle(&mut rng);
