@@ -277,6 +277,17 @@ pub fn run_events(cfg: &Config, events: impl Iterator<Item = Result<Event, Trace
             d.start_roi();
         }
     }
+    // As for physical traces: a region of interest with nothing in it would report all-zero
+    // statistics as if they were a result.
+    if warmup > 0 && n <= warmup {
+        return Err(crate::run::warmup_covers_all(warmup, n));
+    }
+    if d.roi_record().is_some_and(|at| at + 1 == n) {
+        return Err(SimError::Record {
+            trace: trace_name.to_string(),
+            error: RecordError { index: n - 1, message: "the ROI record ends the trace: no region of interest is left to report".into(), integrity: None },
+        });
+    }
     let m = d.finish();
     let wall = start.elapsed().as_secs_f64();
     let stats = report::stats(cfg, &m.roi, &m.extra);

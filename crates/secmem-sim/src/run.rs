@@ -109,6 +109,15 @@ pub fn run_records(cfg: &Config, records: RecordIter, total_hint: Option<u64>, t
 
 /// As [`run_records`]; with `image_out`, after the run every dirty line is written back, the
 /// design's metadata is flushed and the NVM image is saved there (functional mode only).
+/// The error for a warm-up of `warmup` records that leaves none of a `records`-record trace
+/// to measure.
+pub(crate) fn warmup_covers_all(warmup: u64, records: u64) -> SimError {
+    SimError::Config(ConfigError::new(
+        "run.warmup_requests",
+        format!("the warm-up ({warmup} records) covers the whole trace ({records} records): no region of interest is left to report"),
+    ))
+}
+
 pub fn run_records_saving(
     cfg: &Config,
     records: RecordIter,
@@ -126,10 +135,7 @@ pub fn run_records_saving(
     let progress = cfg.run.progress && std::io::stderr().is_terminal();
     // A warm-up that covers the whole trace leaves no region of interest: a report of all-zero
     // statistics would look like a result, so it is an error (up front when the length is known).
-    let covers_all = |records: u64| SimError::Config(ConfigError::new(
-        "run.warmup_requests",
-        format!("the warm-up ({warmup} records) covers the whole trace ({records} records): no region of interest is left to report"),
-    ));
+    let covers_all = |records: u64| warmup_covers_all(warmup, records);
     if let Some(total) = total_hint {
         if warmup > 0 && warmup >= total.min(limit) {
             return Err(covers_all(total.min(limit)));

@@ -216,6 +216,22 @@ fn warmup_requests_and_an_roi_record_conflict_and_memory_level_is_refused() {
 }
 
 #[test]
+fn a_warmup_or_roi_that_leaves_nothing_to_measure_is_an_error_as_for_physical_traces() {
+    // Both used to exit 0: a warm-up past the end reported the whole trace, one exactly as
+    // long (or an ROI record at the very end) all-zero statistics.
+    let body = "ALLOC 0 0x10000 8192 4k\nST 0 0x10000 64 0\nLD 0 0x10000 64 0\n";
+    let p = TempPath::with("txt", &format!("# secmem-trace v2 os\n{body}"));
+    for warm in [3, 50] {
+        let c = cfg("lelantus", false, &[&format!("run.warmup_requests={warm}")]);
+        let e = run(&c, &TraceInput::File(p.0.clone())).unwrap_err().to_string();
+        assert!(e.contains("run.warmup_requests") && e.contains("covers the whole trace (3 records)"), "{warm}: {e}");
+    }
+    assert!(run(&cfg("lelantus", false, &["run.warmup_requests=2"]), &TraceInput::File(p.0.clone())).is_ok());
+    let e = run_text("lelantus", &format!("{body}ROI\n")).unwrap_err();
+    assert!(e.contains("record 3: the ROI record ends the trace"), "{e}");
+}
+
+#[test]
 fn physical_v2_traces_still_run_on_the_engine() {
     let p = TempPath::with("txt", "# secmem-trace v2\nR 0x1000 64 0\nW 0x1040 64 0\n");
     let rep = run(&cfg("baseline", false, &[]), &TraceInput::File(p.0.clone())).unwrap();
