@@ -199,6 +199,16 @@ pub fn run(cfg: &Config, spec: &CowSpec) -> Result<Value, OsError> {
     spec.validate().map_err(OsError)?;
     let start = Instant::now();
     let mut d = OsDriver::new(cfg)?;
+    // The parent writes its whole footprint: one that cannot fit would only fail (or, large
+    // enough, run for minutes) at the first page past the end.
+    if spec.footprint_bytes > d.os.free_bytes() {
+        return Err(OsError(format!(
+            "footprint_bytes {} is more than the {} bytes of memory the OS model can give out (pcm.capacity_gib = {})",
+            spec.footprint_bytes,
+            d.os.free_bytes(),
+            cfg.pcm.capacity_gib
+        )));
+    }
     let mut index = 0u64;
     emit(spec, cfg.run.functional, &mut |ev| {
         d.apply(&ev).map_err(|e| OsError(format!("record {index} ({ev}): {e}")))?;

@@ -249,6 +249,12 @@ impl Os {
     /// The frame a lazy copy `frame` reads its uncopied lines from, as the kernel tracks it.
     pub fn lazy_source(&self, frame: u64) -> Option<u64> { self.lazy_src.get(&frame).copied() }
 
+    /// Bytes of physical memory not yet given out (never-used frames and freed pages).
+    pub fn free_bytes(&self) -> u64 {
+        let never_used = self.next_huge_top.saturating_sub(self.next_small);
+        (never_used + self.free_small.len() as u64 + 512 * self.free_huge.len() as u64) * 4096
+    }
+
     fn alloc_frames(&mut self, size: PageSize) -> Result<u64, OsError> {
         let oom = || OsError("out of physical memory (raise pcm.capacity_gib)".into());
         match size {

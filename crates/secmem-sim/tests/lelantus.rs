@@ -384,3 +384,14 @@ fn lelantus_designs_refuse_a_minor_width_other_than_their_counter_block_format()
     let base = ["run.design=\"baseline\"".to_string(), "security.minor_counter_bits=6".to_string()];
     assert!(Config::load(Some("lelantus"), None, &base).is_ok(), "other designs keep any width");
 }
+
+#[test]
+fn a_forkbench_footprint_larger_than_memory_is_refused_before_it_runs() {
+    // It used to simulate until the first page past the end (17 M records for 2 GiB on a
+    // 1 GiB memory), or for minutes with a footprint of a terabyte.
+    for footprint_bytes in [2u64 << 30, 1 << 40] {
+        let spec = CowSpec { workload: CowWorkload::Forkbench, page_size: PageSize::Small, footprint_bytes, lines_per_page: 4, ops: 0, seed: 1 };
+        let e = cow_workloads::run(&cfg("lelantus", false), &spec).unwrap_err().0;
+        assert!(e.contains("footprint_bytes") && e.contains("pcm.capacity_gib = 1"), "{e}");
+    }
+}
