@@ -207,6 +207,8 @@ mod tests {
             ("pcm.bus_transfer_ns=1e18", "pcm.bus_transfer_ns"),
             ("pcm.read_latency_ns=1e19", "pcm.read_latency_ns"),
             ("pcm.read_queue_entries=4294967295", "pcm.read_queue_entries"),
+            ("drain.supercap_wh_per_cm3=1e-320", "drain.supercap_wh_per_cm3"),
+            ("drain.worst_case_spacing_bytes=9223372036854775744", "drain.worst_case_spacing_bytes"),
         ] {
             let e = Config::load(Some("default"), None, &[set.to_string()]).expect_err(set);
             assert_eq!(e.field, field, "{set}: {e}");

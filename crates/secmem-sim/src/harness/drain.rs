@@ -45,13 +45,19 @@ impl DrainConfig {
     pub fn validate(&self, path: &str) -> Result<(), ConfigError> {
         let f = |n: &str| format!("{path}.{n}");
         secmem_core::error::ensure(self.max_inflight > 0, &f("max_inflight"), || "must be > 0".into())?;
-        for (n, v) in [("processor_power_w", self.processor_power_w), ("supercap_wh_per_cm3", self.supercap_wh_per_cm3), ("lithin_wh_per_cm3", self.lithin_wh_per_cm3)] {
-            secmem_core::error::ensure(v.is_finite() && v > 0.0, &f(n), || format!("must be a positive number, got {v}"))?;
+        // Ranges far wider than any machine's, narrow enough that the energy and volume
+        // figures stay finite numbers (a subnormal density gave an infinite, null, volume).
+        for (n, v, lo, hi) in [
+            ("processor_power_w", self.processor_power_w, 1e-6, 1e6),
+            ("supercap_wh_per_cm3", self.supercap_wh_per_cm3, 1e-9, 1e3),
+            ("lithin_wh_per_cm3", self.lithin_wh_per_cm3, 1e-9, 1e3),
+        ] {
+            secmem_core::error::ensure(v.is_finite() && (lo..=hi).contains(&v), &f(n), || format!("must be in {lo}..={hi}, got {v}"))?;
         }
         secmem_core::error::ensure(
-            self.worst_case_spacing_bytes >= 64 && self.worst_case_spacing_bytes % 64 == 0,
+            self.worst_case_spacing_bytes >= 64 && self.worst_case_spacing_bytes % 64 == 0 && self.worst_case_spacing_bytes <= 1 << 40,
             &f("worst_case_spacing_bytes"),
-            || format!("must be a positive multiple of 64, got {}", self.worst_case_spacing_bytes),
+            || format!("must be a positive multiple of 64 up to 2^40 (1 TiB), got {}", self.worst_case_spacing_bytes),
         )
     }
 }
@@ -197,7 +203,7 @@ pub fn worst_case_lines(cfg: &Config, functional: bool) -> Result<Vec<DrainLine>
     if n > slots {
         return Err(ConfigError::new(
             "drain.worst_case_spacing_bytes",
-            format!("{n} lines at least {spacing} bytes apart (one per {slot_bytes}-byte slot) need {} bytes, more than the {} bytes of memory", n * slot_bytes, cfg.data_bytes()),
+            format!("{n} lines at least {spacing} bytes apart (one per {slot_bytes}-byte slot) need {} bytes, more than the {} bytes of memory", u128::from(n) * u128::from(slot_bytes), cfg.data_bytes()),
         ));
     }
     let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(cfg.run.seed);
