@@ -248,7 +248,8 @@ def attack(
     clean_reads: int = 1_000_000,
 ) -> Dict[str, Any]:
     """Attack injection on the post-run NVM image (tamper, replay, splice); returns
-    ``{class: {"injected", "detected", ...}, "clean_reads", "false_alarms", "all_detected"}``."""
+    ``{class: {"injected", "detected", ...}, "clean_reads", "false_alarms", "all_detected",
+    "untested_classes", "examples"}``."""
     _uint("per_class", per_class, minimum=1)
     for name, v in (("seed", seed), ("clean_reads", clean_reads)):
         _uint(name, v)

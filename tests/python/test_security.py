@@ -24,6 +24,7 @@ def test_every_attack_class_500_injections_all_detected_and_no_false_alarm_in_a_
     res = cli("attack", "--preset", "horus", "--per-class", 500, "--seed", 3, *ATTACK_SIZE)
     out = json.loads(res.stdout)
     assert res.returncode == 0, out["examples"]
+    assert out["untested_classes"] == []
     classes = {k: v for k, v in out.items() if isinstance(v, dict)}
     assert len(classes) >= 9 + 6  # 8 base classes + one per stored tree level (7 for 32 GiB)
     for name, c in classes.items():

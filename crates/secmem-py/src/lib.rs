@@ -197,6 +197,7 @@ fn attack(
     obj.insert("clean_reads".into(), out.clean_reads.into());
     obj.insert("false_alarms".into(), out.false_alarms.into());
     obj.insert("all_detected".into(), out.all_detected().into());
+    obj.insert("untested_classes".into(), serde_json::to_value(&out.untested_classes).unwrap());
     obj.insert("examples".into(), serde_json::to_value(&out.examples).unwrap());
     Ok(serde_json::Value::Object(obj).to_string())
 }

@@ -286,6 +286,7 @@ fn a_class_with_no_candidate_ends_and_tests_nothing_so_it_does_not_pass() {
     let _ = std::fs::remove_file(&path);
     let out = out.unwrap();
     assert_eq!(out.classes["splice-counter"].injected, 0);
+    assert_eq!(out.untested_classes, ["splice-counter"]);
     assert!(!out.all_detected(), "a class that injected nothing passed: {out:#?}");
 }
 

@@ -53,6 +53,8 @@ pub struct AttackOutcome {
     pub clean_reads: u64,
     pub false_alarms: u64,
     pub examples: Vec<String>,
+    /// Classes the run gave no candidate for (no injection made): they tested nothing.
+    pub untested_classes: Vec<String>,
 }
 
 impl AttackOutcome {
@@ -187,6 +189,9 @@ pub fn attack_campaign(
             let Some(inj) = prepare(name, &world, &mc, &mut rng) else { continue };
             co.injected += 1;
             run_injection(&mut mc, design.as_mut(), &world, inj, &mut co, &mut out.examples, name);
+        }
+        if co.injected == 0 {
+            out.untested_classes.push(name.clone());
         }
         out.classes.insert(name.clone(), co);
     }
