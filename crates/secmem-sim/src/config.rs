@@ -111,6 +111,9 @@ impl Config {
 
     /// Checks every section, then the combination.
     pub fn validate(&self) -> Result<(), ConfigError> {
+        // Informational, but it must name a preset: a resolved config read back should not
+        // claim a source that does not exist.
+        presets::get(&self.preset)?;
         ensure(self.core.freq_mhz > 0, "core.freq_mhz", || "must be > 0".into())?;
         ensure(self.core.freq_mhz <= 100_000, "core.freq_mhz", || format!("must be at most 100000 (100 GHz), got {}", self.core.freq_mhz))?;
         ensure(self.core.ipc > 0.0 && self.core.ipc.is_finite(), "core.ipc", || format!("must be > 0, got {}", self.core.ipc))?;
@@ -209,6 +212,7 @@ mod tests {
             ("pcm.read_queue_entries=4294967295", "pcm.read_queue_entries"),
             ("drain.supercap_wh_per_cm3=1e-320", "drain.supercap_wh_per_cm3"),
             ("drain.worst_case_spacing_bytes=9223372036854775744", "drain.worst_case_spacing_bytes"),
+            ("preset=\"nope\"", "preset"),
         ] {
             let e = Config::load(Some("default"), None, &[set.to_string()]).expect_err(set);
             assert_eq!(e.field, field, "{set}: {e}");

@@ -241,6 +241,11 @@ pub fn run(cfg: &Config, input: &TraceInput) -> Result<Value, SimError> { run_sa
 
 /// Runs and, with `image_out`, saves the NVM image afterwards.
 pub fn run_saving(cfg: &Config, input: &TraceInput, image_out: Option<&Path>) -> Result<Value, SimError> {
+    if image_out.is_some() && !cfg.security.enabled {
+        // A saved image is read back through the secure read path (`image verify`): without
+        // security it would hold plaintext that every check then reports as tampered.
+        return Err(SimError::Config(ConfigError::new("security.enabled", "saving an NVM image needs secure memory (security.enabled = true)")));
+    }
     // An OS-level trace (format v2, header flag) drives the OS model instead of the engine.
     if let TraceInput::File(p) = input {
         let stream = secmem_trace::open_events(p)?;
@@ -262,6 +267,11 @@ pub fn run_to_dir(cfg: &Config, input: &TraceInput, out_dir: &Path) -> Result<Va
 pub fn run_to_dir_saving(cfg: &Config, input: &TraceInput, out_dir: &Path, image_out: Option<&Path>) -> Result<Value, SimError> {
     let io = |e: std::io::Error| SimError::Io { path: out_dir.display().to_string(), message: e.to_string() };
     std::fs::create_dir_all(out_dir).map_err(io)?;
+    // A failed run must not leave an earlier run's report in DIR looking like its result.
+    match std::fs::remove_file(out_dir.join("report.json")) {
+        Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(io(e)),
+        _ => {}
+    }
     let report = run_saving(cfg, input, image_out)?;
     std::fs::write(out_dir.join("config.toml"), cfg.to_commented_toml()).map_err(io)?;
     let text = serde_json::to_string_pretty(&report).expect("report serializes");

@@ -380,3 +380,19 @@ fn a_saved_image_with_a_written_line_cut_out_fails_verification() {
     }
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+#[test]
+fn saving_an_image_without_security_is_an_error_and_a_failed_run_leaves_no_stale_report() {
+    // A non-secure image verified as all tampered; a failing run kept the previous report.
+    let dir = std::env::temp_dir().join(format!("secmem-stale-{}", std::process::id()));
+    let img = dir.join("x.img");
+    let plain = cfg("horus", &["security.enabled=false", "workload.requests=200"]);
+    let e = secmem_sim::run::run_saving(&plain, &TraceInput::Workload, Some(&img)).unwrap_err().to_string();
+    assert!(e.contains("security.enabled"), "{e}");
+    secmem_sim::run_to_dir(&plain, &TraceInput::Workload, &dir).unwrap();
+    assert!(dir.join("report.json").exists());
+    let missing = TraceInput::File(dir.join("no-such-trace.txt"));
+    assert!(secmem_sim::run_to_dir(&plain, &missing, &dir).is_err());
+    assert!(!dir.join("report.json").exists(), "the earlier run's report is still there");
+    let _ = std::fs::remove_dir_all(&dir);
+}

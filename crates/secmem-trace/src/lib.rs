@@ -395,9 +395,8 @@ pub fn events_reader_for<R: Read + Send + 'static>(
 }
 
 /// Creates `path` for a trace of `format`, refusing unwritable formats before touching the
-/// file; returns the file and the name errors use.
-fn create_trace_file(path: &Path, format: Format) -> Result<(File, String), TraceError> {
-    let name = path_name(path);
+/// file; errors call it `name`.
+fn create_trace_file(path: &Path, name: String, format: Format) -> Result<File, TraceError> {
     if !format.is_writable() {
         return Err(TraceError::whole_file(
             name,
@@ -405,8 +404,7 @@ fn create_trace_file(path: &Path, format: Format) -> Result<(File, String), Trac
             format!("cannot write {format} traces (writable formats: binary, text)"),
         ));
     }
-    let f = File::create(path).map_err(|e| TraceError::io(name.clone(), Position::File, e))?;
-    Ok((f, name))
+    File::create(path).map_err(|e| TraceError::io(name, Position::File, e))
 }
 
 /// Writes `events` to `path` as a secmem trace of `format` (binary or text) and `kind`
@@ -418,12 +416,26 @@ pub fn write_events(
     kind: TraceKind,
     events: impl IntoIterator<Item = Result<Event, TraceError>>,
 ) -> Result<u64, TraceError> {
-    let (f, name) = create_trace_file(path, format)?;
-    let mut w = EventWriter::new(f, name, format, kind)?;
-    for e in events {
-        w.write(&e?)?;
+    // Written beside `path` and renamed over it only when complete: a bad input record (or a
+    // full disk) leaves no partial trace behind and an existing file at `path` as it was.
+    let mut partial = path.as_os_str().to_owned();
+    partial.push(format!(".partial-{}", std::process::id()));
+    let partial = std::path::PathBuf::from(partial);
+    let name = path_name(path);
+    // Errors name the file the user asked for, not the temporary one.
+    let f = create_trace_file(&partial, name.clone(), format)?;
+    let written = (|| {
+        let mut w = EventWriter::new(f, name.clone(), format, kind)?;
+        for e in events {
+            w.write(&e?)?;
+        }
+        w.finish()
+    })();
+    let done = written.and_then(|n| std::fs::rename(&partial, path).map(|_| n).map_err(|e| TraceError::io(name, Position::File, e)));
+    if done.is_err() {
+        let _ = std::fs::remove_file(&partial);
     }
-    w.finish()
+    done
 }
 
 /// A writer of binary or text traces of any version, record by record.
@@ -489,7 +501,8 @@ pub fn write_results(
     format: Format,
     records: impl IntoIterator<Item = Result<Record, TraceError>>,
 ) -> Result<u64, TraceError> {
-    let (f, name) = create_trace_file(path, format)?;
+    let name = path_name(path);
+    let f = create_trace_file(path, name.clone(), format)?;
     if format == Format::Binary {
         let mut w = BinaryWriter::with_options(f, name, true)?;
         for r in records {
@@ -946,6 +959,19 @@ mod tests {
             collect(open(&dst.0).unwrap()),
             vec![Record::read(0x1000, 10), Record::write(0x1040, 15)]
         );
+    }
+
+    #[test]
+    fn a_failed_convert_leaves_the_existing_output_as_it_was_and_no_partial_file() {
+        // It used to leave the records before the bad one in the output, over the old file.
+        let src = TempPath::with("trace", b"0x1000 READ 10\n0x1040 WRITE 25\nnot a record\n");
+        let dst = TempPath::with("bin", b"precious");
+        assert!(convert(&src.0, None, &dst.0, Format::Binary).is_err());
+        assert_eq!(std::fs::read(&dst.0).unwrap(), b"precious");
+        let dir = dst.0.parent().unwrap();
+        let stem = dst.0.file_name().unwrap().to_string_lossy().to_string();
+        let leftovers: Vec<_> = std::fs::read_dir(dir).unwrap().flatten().filter(|e| e.file_name().to_string_lossy().starts_with(&format!("{stem}.partial"))).collect();
+        assert!(leftovers.is_empty(), "{leftovers:?}");
     }
 
     #[test]
