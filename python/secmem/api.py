@@ -28,15 +28,19 @@ def _call(fn, *args, **kwargs):
 
 
 _U64_MAX = (1 << 64) - 1
+_U32_MAX = (1 << 32) - 1
+# The largest `secmem bench --scale`.
+_MAX_BENCH_SCALE = 1000
 
 
-def _uint(name: str, value: Any, minimum: int = 0, optional: bool = False) -> None:
+def _uint(name: str, value: Any, minimum: int = 0, optional: bool = False, maximum: int = _U64_MAX) -> None:
     """Rejects what the engine's unsigned integer arguments cannot take, naming the argument
     (the engine's own conversion error does not say which one)."""
     if value is None and optional:
         return
-    if isinstance(value, bool) or not isinstance(value, int) or not minimum <= value <= _U64_MAX:
-        raise SecmemError(f"{name} must be an integer >= {minimum}, got {value!r}")
+    if isinstance(value, bool) or not isinstance(value, int) or not minimum <= value <= maximum:
+        bound = f">= {minimum}" if maximum == _U64_MAX else f"in {minimum}..={maximum}"
+        raise SecmemError(f"{name} must be an integer {bound}, got {value!r}")
 
 
 def _overrides(params: Optional[Mapping[str, Any]] | Optional[Sequence[str]]) -> List[str]:
@@ -174,8 +178,9 @@ def trace_gen(
     inst_gap: int = 10,
 ) -> int:
     """Writes a seeded synthetic trace; returns the number of records."""
-    for name, v in (("requests", requests), ("footprint_bytes", footprint_bytes), ("seed", seed), ("stride_bytes", stride_bytes), ("inst_gap", inst_gap)):
+    for name, v in (("requests", requests), ("footprint_bytes", footprint_bytes), ("seed", seed), ("stride_bytes", stride_bytes)):
         _uint(name, v)
+    _uint("inst_gap", inst_gap, maximum=_U32_MAX)  # a record's gap field is 32 bits
     return _call(
         _native.trace_gen, pattern, requests, footprint_bytes, read_ratio, seed, _path(out, "out"),
         format, stride_bytes, zipf_theta, inst_gap,
@@ -336,6 +341,9 @@ def bench(scenarios: Optional[Sequence[str]] = None, scale: float = 1.0, isolate
     if isinstance(scale, bool) or not isinstance(scale, (int, float)) or not (math.isfinite(scale) and scale > 0):
         # Checked here, before any scenario's process starts (the engine checks it too).
         raise SecmemError(f"--scale must be a positive number, got {scale:g}" + (" (it must be finite)" if scale == math.inf else ""))
+    if scale > _MAX_BENCH_SCALE:
+        # 10 M requests x 1000 is 10^10 requests, hours per scenario; more is a typo.
+        raise SecmemError(f"--scale must be at most {_MAX_BENCH_SCALE}, got {scale:g}")
     names = list(scenarios) if scenarios else [s["name"] for s in bench_scenarios()]
     known = {s["name"] for s in bench_scenarios()}
     for n in names:

@@ -153,6 +153,11 @@ pub fn parse_override(spec: &str) -> Result<toml::Value, ConfigError> {
         return Err(ConfigError::new(key, format!("override '{spec}' has an empty key")));
     }
     let raw = raw.trim();
+    // TOML integers are signed 64-bit: a larger one would otherwise fall through to a string
+    // and be reported as the wrong type.
+    if raw.parse::<u128>().is_ok_and(|v| v > i64::MAX as u128) {
+        return Err(ConfigError::new(key, format!("{raw} is larger than the largest value a config takes ({})", i64::MAX)));
+    }
     let value = match toml::from_str::<toml::Table>(&format!("v = {raw}")) {
         Ok(mut t) => t.remove("v").expect("parsed table has key v"),
         Err(_) => toml::Value::String(raw.to_string()),
@@ -260,6 +265,14 @@ mod tests {
         let e = load(&["[l1]\nsize_kb = 3"]).unwrap_err();
         assert_eq!(e.field, "l1.size_kb");
         assert!(e.message.contains("size_kib"), "{}", e.message);
+    }
+
+    #[test]
+    fn an_override_past_i64_says_it_is_too_large_not_a_string() {
+        let e = parse_override("workload.stride_bytes=18446744073709551552").unwrap_err();
+        assert_eq!(e.field, "workload.stride_bytes");
+        assert!(e.message.contains("larger than the largest value"), "{e}");
+        assert!(parse_override("workload.stride_bytes=9223372036854775807").is_ok());
     }
 
     #[test]
