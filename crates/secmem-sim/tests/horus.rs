@@ -100,3 +100,34 @@ fn same_seed_same_drain() {
     let c = drain_run(&small(&["run.seed=2"]), DrainScheme::BaseLu, &DrainContent::WorstCase, false).unwrap().to_json();
     assert_ne!(a["memory_reads"], c["memory_reads"], "a different seed places the lines elsewhere");
 }
+
+#[test]
+fn a_config_contradicting_the_drain_scheme_or_the_vault_attack_is_an_error_not_overridden() {
+    // Each used to be overwritten silently: Base-LU with security off still reported 4.7 M MAC
+    // operations, and a vault attack on a non-secure lelantus config "passed".
+    for (scheme, set, field) in [
+        (DrainScheme::BaseLu, "security.enabled=false", "security.enabled"),
+        (DrainScheme::BaseLu, "tree.update=\"eager\"", "tree.update"),
+        (DrainScheme::HorusDlm, "security.enabled=false", "security.enabled"),
+        (DrainScheme::BaseEu, "run.design=\"horus-slm\"", "run.design"),
+    ] {
+        let e = drain_run(&small(&[set]), scheme, &DrainContent::WorstCase, false).unwrap_err().to_string();
+        assert!(e.contains(field) && e.contains("but the config asks for"), "{scheme:?} {set}: {e}");
+    }
+    // The scheme's own values, and the defaults it replaces, are fine.
+    assert!(drain_run(&small(&["tree.update=\"eager\""]), DrainScheme::BaseEu, &DrainContent::WorstCase, false).is_ok());
+    assert!(drain_run(&small(&[]), DrainScheme::NonSecure, &DrainContent::WorstCase, false).is_ok());
+    use secmem_sim::harness::vault_attack::vault_attack_campaign;
+    for (set, field) in [("security.enabled=false", "security.enabled"), ("run.design=\"lelantus\"", "run.design")] {
+        let e = vault_attack_campaign(&small(&[set]), &TraceInput::Workload, true, 1, 1).unwrap_err().to_string();
+        assert!(e.contains(field), "{set}: {e}");
+    }
+}
+
+#[test]
+fn a_recovery_check_with_nothing_written_is_an_error_not_a_pass() {
+    // An empty trace drained and "recovered" with 0 lines checked used to exit 0.
+    let content = DrainContent::Trace { input: TraceInput::Workload, after_records: Some(0) };
+    let e = drain_run(&small(&["run.functional=true"]), DrainScheme::BaseEu, &content, true).unwrap_err().to_string();
+    assert!(e.contains("no line to check"), "{e}");
+}

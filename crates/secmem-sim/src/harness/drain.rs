@@ -253,16 +253,24 @@ pub fn hierarchy_drain_lines(engine: &Engine) -> Vec<DrainLine> {
 /// Runs one drain of `scheme` over `content`; with `recover`, then crashes, recovers and (in
 /// functional mode) checks every line against the oracle.
 pub fn drain_run(cfg: &Config, scheme: DrainScheme, content: &DrainContent, recover: bool) -> Result<DrainOutcome, SimError> {
-    // The scheme decides the design; a different one asked for in the config is a conflict,
-    // not something to override silently.
-    let implied = scheme.apply(cfg).run.design;
-    if cfg.run.design != "baseline" && cfg.run.design != implied {
-        return Err(SimError::Config(ConfigError::new(
-            "run.design",
-            format!("the drain scheme {} runs design '{implied}', but the config asks for '{}'", scheme.as_str(), cfg.run.design),
-        )));
+    // The scheme decides the design, whether memory is secure and (Base-LU/EU) the tree
+    // update; a config that asks for another value than the default is a conflict, not
+    // something to override silently.
+    let forced = scheme.apply(cfg);
+    let default = Config::default();
+    for (field, asked, unset, runs) in [
+        ("run.design", cfg.run.design.clone(), default.run.design.clone(), forced.run.design.clone()),
+        ("security.enabled", cfg.security.enabled.to_string(), default.security.enabled.to_string(), forced.security.enabled.to_string()),
+        ("tree.update", cfg.tree.update.as_str().to_string(), default.tree.update.as_str().to_string(), forced.tree.update.as_str().to_string()),
+    ] {
+        if asked != unset && asked != runs {
+            return Err(SimError::Config(ConfigError::new(
+                field,
+                format!("the drain scheme {} runs {field} = {runs}, but the config asks for {asked}", scheme.as_str()),
+            )));
+        }
     }
-    let cfg = scheme.apply(cfg);
+    let cfg = forced;
     cfg.validate()?;
     let functional = cfg.run.functional;
     let mut engine = Engine::new(&cfg)?;
@@ -349,6 +357,13 @@ pub fn drain_run(cfg: &Config, scheme: DrainScheme, content: &DrainContent, reco
     };
     out.recovery_seconds = Some(rec.cycles as f64 / hz);
     if functional {
+        if oracle.borrow().is_empty() {
+            // A check of no line would pass whatever recovery did.
+            return Err(SimError::Config(ConfigError::new(
+                "workload",
+                "nothing was written before the power loss, so recovery has no line to check against the oracle",
+            )));
+        }
         out.oracle = Some(check_oracle(&mut engine, &rec, &oracle.borrow()));
     }
     out.recovery = Some(rec);

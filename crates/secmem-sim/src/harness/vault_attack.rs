@@ -98,10 +98,19 @@ fn image_of(mc: &SecureMc) -> NvmImage { mc.func.as_ref().expect("functional").i
 pub fn vault_attack_campaign(cfg: &Config, input: &TraceInput, dlm: bool, per_class: u64, seed: u64) -> Result<VaultAttackOutcome, SimError> {
     super::require_some(per_class, "--per-class", "injections")?;
     let levels = if dlm { MacLevels::Double } else { MacLevels::Single };
+    // The campaign runs Horus' drain itself (SLM or DLM by `dlm`) on secure memory: a config
+    // asking otherwise is a conflict, not something to override silently.
+    if !cfg.security.enabled {
+        return Err(SimError::Config(ConfigError::new("security.enabled", "vault attacks need secure memory")));
+    }
+    if cfg.run.design != "baseline" {
+        return Err(SimError::Config(ConfigError::new(
+            "run.design",
+            format!("vault-attack runs Horus' drain itself (--dlm picks DLM, else SLM) over the baseline design; the config asks for '{}'", cfg.run.design),
+        )));
+    }
     let mut fcfg = cfg.clone();
     fcfg.run.functional = true;
-    fcfg.security.enabled = true;
-    fcfg.run.design = "baseline".into();
     fcfg.validate()?;
     let ctx = crate::engine::design_context(&fcfg);
     let mut horus = Horus::new(levels, ctx.hierarchy_lines, ctx.metadata_lines);
