@@ -21,6 +21,8 @@ class SecmemError(ValueError):
 def _call(fn, *args, **kwargs):
     try:
         return fn(*args, **kwargs)
+    except UnicodeEncodeError as e:  # a str the engine cannot take (a non-UTF-8 file name)
+        raise SecmemError(f"{e.object!r} is not valid UTF-8 (the engine takes UTF-8 paths, names and values)") from None
     except ValueError as e:  # the engine raises ValueError with a precise message
         raise SecmemError(str(e)) from None
     except OverflowError as e:  # an integer argument the engine cannot hold (64-bit unsigned)
@@ -43,10 +45,24 @@ def _uint(name: str, value: Any, minimum: int = 0, optional: bool = False, maxim
         raise SecmemError(f"{name} must be an integer {bound}, got {value!r}")
 
 
+def _float(name: str, value: Any) -> float:
+    """A number argument as a float, naming the argument when it is not one or is too large
+    for a float (an int of 400 digits)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise SecmemError(f"{name} must be a number, got {type(value).__name__} {value!r}")
+    try:
+        return float(value)
+    except OverflowError:
+        raise SecmemError(f"{name} is too large for a number: {value!r}") from None
+
+
 def _overrides(params: Optional[Mapping[str, Any]] | Optional[Sequence[str]]) -> List[str]:
     """Accepts {"llc.size_kib": 32768} or ["llc.size_kib=32768"]."""
     if params is None:
         return []
+    if isinstance(params, (str, bytes)):
+        # A lone string would be iterated character by character ("override 'w' is not ...").
+        raise SecmemError(f"params must be a mapping or a list of 'key=value' strings, got the string {params!r}")
     if isinstance(params, Mapping):
         out = []
         for k, v in params.items():
@@ -54,9 +70,22 @@ def _overrides(params: Optional[Mapping[str, Any]] | Optional[Sequence[str]]) ->
                 v = "true" if v else "false"
             elif isinstance(v, str):
                 v = json.dumps(v)  # a TOML basic string
+            elif isinstance(v, float) and not math.isfinite(v):
+                v = "nan" if v != v else ("inf" if v > 0 else "-inf")
+            elif not isinstance(v, (int, float)):
+                # Nested tables, lists, None: no scalar config value; say so rather than pass
+                # their str() on as a string.
+                raise SecmemError(f"params[{k!r}]: a config value is a number, bool or string, got {type(v).__name__} {v!r}")
             out.append(f"{k}={v}")
         return out
-    return [str(p) for p in params]
+    try:
+        items = list(params)
+    except TypeError:
+        raise SecmemError(f"params must be a mapping or a list of 'key=value' strings, got {type(params).__name__}") from None
+    for p in items:
+        if not isinstance(p, str):
+            raise SecmemError(f"params: each override is a 'key=value' string, got {type(p).__name__} {p!r}")
+    return items
 
 
 class Report(dict):
@@ -116,6 +145,8 @@ def _path(p, name: str = "path") -> Optional[str]:
     would take it as the current directory, or fail without saying which argument it was)."""
     if p is None:
         return None
+    if not isinstance(p, (str, bytes, os.PathLike)):
+        raise SecmemError(f"{name} must be a path (str or os.PathLike), got {type(p).__name__} {p!r}")
     s = os.fspath(p)
     if isinstance(s, bytes):
         s = os.fsdecode(s)
@@ -173,11 +204,18 @@ def trace_gen(
     read_ratio: float = 0.5,
     seed: int = 1,
     format: str = "binary",
-    stride_bytes: int = 4096,
-    zipf_theta: float = 0.99,
+    stride_bytes: Optional[int] = None,
+    zipf_theta: Optional[float] = None,
     inst_gap: int = 10,
 ) -> int:
-    """Writes a seeded synthetic trace; returns the number of records."""
+    """Writes a seeded synthetic trace; returns the number of records. ``stride_bytes``
+    (stride, default 4096) and ``zipf_theta`` (zipf, default 0.99) are refused for the other
+    patterns."""
+    if isinstance(pattern, str):
+        _refuse_unused(pattern.strip().lower(), stride_bytes=stride_bytes, zipf_theta=zipf_theta)
+    stride_bytes = 4096 if stride_bytes is None else stride_bytes
+    zipf_theta = 0.99 if zipf_theta is None else _float("zipf_theta", zipf_theta)
+    read_ratio = _float("read_ratio", read_ratio)
     for name, v in (("requests", requests), ("footprint_bytes", footprint_bytes), ("seed", seed), ("stride_bytes", stride_bytes)):
         _uint(name, v)
     _uint("inst_gap", inst_gap, maximum=_U32_MAX)  # a record's gap field is 32 bits
@@ -191,6 +229,34 @@ COW_WORKLOADS = ("forkbench", "redis", "noncopy", "writeamp")
 # The designs a CoW workload compares (baseline = kernel CoW); each is a run.design.
 COW_SCHEMES = ("baseline", "lelantus", "lelantus-cow", "silent-shredder")
 
+SYNTHETIC_PATTERNS = ("sequential", "random", "stride", "zipf")
+
+# `trace gen` options that apply only to some patterns (the rest apply to all: footprint,
+# format, output). An option given for a pattern that does not use it is refused, named, with
+# the patterns it is for: it would otherwise be silently ignored.
+TRACE_GEN_OPTION_PATTERNS = {
+    "requests": SYNTHETIC_PATTERNS,
+    "read_ratio": SYNTHETIC_PATTERNS,
+    "inst_gap": SYNTHETIC_PATTERNS,
+    "stride_bytes": ("stride",),
+    "zipf_theta": ("zipf",),
+    "page_size": COW_WORKLOADS,
+    "with_data": COW_WORKLOADS,
+    "lines_per_page": ("forkbench", "noncopy", "writeamp"),
+    "ops": ("redis",),
+    # Every synthetic pattern draws its reads and writes from the seed; of the CoW workloads
+    # only redis draws anything (its parent's operations).
+    "seed": SYNTHETIC_PATTERNS + ("redis",),
+}
+
+
+def _refuse_unused(pattern: str, **given: Any) -> None:
+    """Refuses, by name, options given (not None) for a pattern or workload that does not use
+    them: they would otherwise be silently ignored."""
+    unused = [f"{n} (only {', '.join(TRACE_GEN_OPTION_PATTERNS[n])})" for n, v in given.items() if v is not None and pattern not in TRACE_GEN_OPTION_PATTERNS[n]]
+    if unused:
+        raise SecmemError(f"pattern {pattern}: options that do not apply to it: {'; '.join(unused)}")
+
 
 def cow_trace(
     workload: str,
@@ -198,15 +264,20 @@ def cow_trace(
     page_size: str = "4k",
     lines_per_page: Optional[int] = None,
     footprint_bytes: int = 16 << 20,
-    ops: int = 20_000,
-    seed: int = 1,
+    ops: Optional[int] = None,
+    seed: Optional[int] = None,
     format: str = "binary",
     with_data: bool = False,
 ) -> int:
     """Writes a copy-on-write workload (one of ``COW_WORKLOADS``) as an OS-level (v2) trace:
     alloc, process-tagged stores and loads, fork and the region-of-interest marker. ``run``
     replays it through the OS model with the counts of :func:`cow_workload`. ``with_data``:
-    stores carry their content (for functional mode). Returns the number of records."""
+    stores carry their content (for functional mode). Returns the number of records.
+    ``lines_per_page`` (not redis), ``ops`` and ``seed`` (redis only; defaults 20000 and 1)
+    are refused for the workloads that do not use them."""
+    _refuse_unused(workload, lines_per_page=lines_per_page, ops=ops, seed=seed)
+    ops = 20_000 if ops is None else ops
+    seed = 1 if seed is None else seed
     _uint("lines_per_page", lines_per_page, optional=True)
     for name, v in (("footprint_bytes", footprint_bytes), ("ops", ops), ("seed", seed)):
         _uint(name, v)
@@ -258,6 +329,8 @@ def attack(
     _uint("per_class", per_class, minimum=1)
     for name, v in (("seed", seed), ("clean_reads", clean_reads)):
         _uint(name, v)
+    if isinstance(classes, (str, bytes)):
+        raise SecmemError(f"classes must be a list of attack class names, got the string {classes!r}")
     cls = list(classes) if classes else None
     return json.loads(
         _call(_native.attack, preset, _path(config, "config"), _overrides(params), _path(trace, "trace"), per_class, seed, cls, clean_reads)
@@ -338,7 +411,10 @@ def bench_scenarios() -> List[Dict[str, str]]:
 def bench(scenarios: Optional[Sequence[str]] = None, scale: float = 1.0, isolate: bool = True) -> Dict[str, Any]:
     """Runs bench scenarios; returns ``{name: {"requests_per_s", "peak_rss_bytes", ...}}``.
     Each scenario runs in its own process (``isolate``) so peak memory is its own."""
-    if isinstance(scale, bool) or not isinstance(scale, (int, float)) or not (math.isfinite(scale) and scale > 0):
+    if isinstance(scale, bool) or not isinstance(scale, (int, float)):
+        raise SecmemError(f"--scale must be a positive number, got {type(scale).__name__} {scale!r}")
+    scale = _float("--scale", scale)
+    if not (math.isfinite(scale) and scale > 0):
         # Checked here, before any scenario's process starts (the engine checks it too).
         raise SecmemError(f"--scale must be a positive number, got {scale:g}" + (" (it must be finite)" if scale == math.inf else ""))
     if scale > _MAX_BENCH_SCALE:
@@ -369,15 +445,20 @@ def cow_workload(
     page_size: str = "4k",
     lines_per_page: Optional[int] = None,
     footprint_bytes: int = 16 << 20,
-    ops: int = 20_000,
+    ops: Optional[int] = None,
     preset: str = "lelantus",
     params=None,
-    seed: int = 1,
+    seed: Optional[int] = None,
 ) -> Dict[str, Any]:
     """A copy-on-write workload (``forkbench``, ``redis``, ``noncopy``, ``writeamp``) through
     the OS model on design ``scheme`` (baseline = kernel CoW, lelantus, lelantus-cow,
     silent-shredder). Returns a dict with ``cycles``, ``memory_writes``, ``memory_reads``,
-    ``write_amplification``, ``os`` and the usual ``stats`` block of the measured phase."""
+    ``write_amplification``, ``os`` and the usual ``stats`` block of the measured phase.
+    ``ops`` and ``seed`` (redis only) and ``lines_per_page`` (not redis) are refused where
+    the workload does not use them."""
+    _refuse_unused(workload, lines_per_page=lines_per_page, ops=ops, seed=seed)
+    ops = 20_000 if ops is None else ops
+    seed = 1 if seed is None else seed
     _uint("lines_per_page", lines_per_page, optional=True)
     for name, v in (("footprint_bytes", footprint_bytes), ("ops", ops), ("seed", seed)):
         _uint(name, v)
@@ -387,14 +468,15 @@ def cow_workload(
             f"known: {', '.join(COW_SCHEMES)}"
         )
     overrides = _overrides(params)
-    for o in overrides:
-        key, eq, value = o.partition("=")
-        if eq and key.strip() == "run.design" and value.strip().strip("\"'") != scheme:
-            # The scheme is the design: an override naming another one would silently win.
-            raise SecmemError(
-                f"config field 'run.design': the CoW workload runs design '{scheme}' (--scheme), "
-                f"but an override asks for {value.strip()} (in -p {o}); choose the design with --scheme"
-            )
+    # The scheme is the design: an override naming another one would silently win. Checked on
+    # the config resolved with the scheme's design under the overrides, so every spelling of
+    # the override (run.design=..., run={design=...}) is caught.
+    asked = config_json(preset=preset, params=[f'run.design="{scheme}"'] + overrides)["run"]["design"]
+    if asked != scheme:
+        raise SecmemError(
+            f"config field 'run.design': the CoW workload runs design '{scheme}' (--scheme), "
+            f"but the overrides ask for '{asked}'; choose the design with --scheme"
+        )
     out = _call(
         _native.cow_workload, workload, scheme, page_size, lines_per_page, footprint_bytes, ops, preset,
         overrides, seed,

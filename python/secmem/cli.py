@@ -122,39 +122,18 @@ def cmd_config_validate(a) -> int:
     return 0
 
 
-SYNTHETIC_PATTERNS = ("sequential", "random", "stride", "zipf")
-
-# `trace gen` options that apply only to some patterns (the rest apply to all: footprint,
-# format, output). An option given for a pattern that does not use it is refused, named, with
-# the patterns it is for: it would otherwise be silently ignored.
-TRACE_GEN_OPTION_PATTERNS = {
-    "requests": SYNTHETIC_PATTERNS,
-    "read_ratio": SYNTHETIC_PATTERNS,
-    "inst_gap": SYNTHETIC_PATTERNS,
-    "stride_bytes": ("stride",),
-    "zipf_theta": ("zipf",),
-    "page_size": api.COW_WORKLOADS,
-    "with_data": api.COW_WORKLOADS,
-    "lines_per_page": ("forkbench", "noncopy", "writeamp"),
-    "ops": ("redis",),
-    # Every synthetic pattern draws its reads and writes from the seed; of the CoW workloads
-    # only redis draws anything (its parent's operations).
-    "seed": SYNTHETIC_PATTERNS + ("redis",),
-}
-
-
 def cmd_trace_gen(a) -> int:
     cow = a.pattern in api.COW_WORKLOADS
     # The engine reads synthetic pattern names trimmed and in any case; CoW names exactly.
     pattern = a.pattern if cow else a.pattern.strip().lower()
-    if not cow and pattern not in SYNTHETIC_PATTERNS:
+    if not cow and pattern not in api.SYNTHETIC_PATTERNS:
         raise api.SecmemError(
-            f"--pattern: unknown pattern '{a.pattern}' (expected one of: {', '.join(SYNTHETIC_PATTERNS)}, "
+            f"--pattern: unknown pattern '{a.pattern}' (expected one of: {', '.join(api.SYNTHETIC_PATTERNS)}, "
             f"or a CoW workload: {', '.join(api.COW_WORKLOADS)})"
         )
     unused = [
         f"--{n.replace('_', '-')} (only {', '.join(pats)})"
-        for n, pats in TRACE_GEN_OPTION_PATTERNS.items()
+        for n, pats in api.TRACE_GEN_OPTION_PATTERNS.items()
         if getattr(a, n) is not None and pattern not in pats
     ]
     if unused:
@@ -166,7 +145,7 @@ def cmd_trace_gen(a) -> int:
     if cow:
         n = api.cow_trace(
             a.pattern, a.output, page_size=pick(a.page_size, "4k"), lines_per_page=a.lines_per_page,
-            footprint_bytes=pick(a.footprint_bytes, 16 << 20), ops=pick(a.ops, 20_000), seed=pick(a.seed, 1),
+            footprint_bytes=pick(a.footprint_bytes, 16 << 20), ops=a.ops, seed=a.seed,
             format=a.format, with_data=bool(a.with_data),
         )
         print(f"wrote {n} records to {a.output}")
@@ -174,8 +153,8 @@ def cmd_trace_gen(a) -> int:
     n = api.trace_gen(
         a.output, pattern=a.pattern, requests=pick(a.requests, 1_000_000),
         footprint_bytes=pick(a.footprint_bytes, 1 << 30),
-        read_ratio=pick(a.read_ratio, 0.5), seed=pick(a.seed, 1), format=a.format, stride_bytes=pick(a.stride_bytes, 4096),
-        zipf_theta=pick(a.zipf_theta, 0.99), inst_gap=pick(a.inst_gap, 10),
+        read_ratio=pick(a.read_ratio, 0.5), seed=pick(a.seed, 1), format=a.format, stride_bytes=a.stride_bytes,
+        zipf_theta=a.zipf_theta, inst_gap=pick(a.inst_gap, 10),
     )
     print(f"wrote {n} records to {a.output}")
     return 0
@@ -327,7 +306,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--requests", type=int, default=None, help="default 1000000")
     p.add_argument("--footprint-bytes", type=int, default=None, help="default 1 GiB (16 MiB for CoW workloads)")
     # Pattern-specific options default to None, so that one given for a pattern that does not
-    # use it (even at its default value) is refused, not ignored: see TRACE_GEN_OPTION_PATTERNS.
+    # use it (even at its default value) is refused, not ignored: see api.TRACE_GEN_OPTION_PATTERNS.
     p.add_argument("--page-size", default=None, help="CoW workloads: 4k or 2m (default 4k)")
     p.add_argument("--lines-per-page", type=int, default=None, help="forkbench, noncopy, writeamp: lines updated per page (default 32 for 4k, 512 for 2m)")
     p.add_argument("--ops", type=int, default=None, help="redis: parent operations during the snapshot (default 20000)")

@@ -252,10 +252,21 @@ def report_md(rows: List[Dict[str, Any]], exp: Dict[str, Any], files: List[str],
     return "\n".join(lines) + "\n"
 
 
+# Config keys the experiments set themselves (counting mode; the LLC size of each sweep and
+# recovery row; the worst-case spacing of the recovery rows): a -p override of one would be
+# replaced in some rows and kept in others, so it is refused.
+CONTROLLED = (("run", "functional"), ("llc", "size_kib"), ("drain", "worst_case_spacing_bytes"))
+
+
 def reproduce(out: str, quick: bool = False, params: Optional[Sequence[str]] = None) -> List[Dict[str, Any]]:
-    os.makedirs(out, exist_ok=True)
     params = list(params or [])
     cfg = api.config_json(preset="horus", params=params)
+    base = api.config_json(preset="horus")
+    for section, key in CONTROLLED:
+        # Compared on the resolved configs, so every spelling of the override is caught.
+        if cfg[section][key] != base[section][key]:
+            raise api.SecmemError(f"reproduce horus sets {section}.{key} itself (each figure's own value); it cannot be overridden with -p")
+    os.makedirs(out, exist_ok=True)
     freq_hz = cfg["core"]["freq_mhz"] * 1e6
     exp = run_experiments(quick, params)
     rows = rows_from(exp, freq_hz)

@@ -71,7 +71,7 @@ class Runner:
             params = ["run.progress=false"] + ([f"pcm.address_mapping={mapping}"] if mapping else []) + list(extra)
             r = api.cow_workload(
                 workload, scheme, page_size=page, lines_per_page=lines, footprint_bytes=self.footprint,
-                ops=self.ops, params=params,
+                ops=self.ops if workload == "redis" else None, params=params,
             )
             r.pop("stats_full", None)
             self.cache[key] = r

@@ -1,5 +1,6 @@
 """Does the Python API return reports, DataFrames and sweeps, deterministically?"""
 
+import re
 import pytest
 
 import secmem
@@ -68,3 +69,36 @@ def test_errors_are_secmem_errors_naming_the_field():
         secmem.run(params={"workload.read_ratio": 1.5})
     with pytest.raises(secmem.SecmemError, match=r"security\.counter_init.*zero.*random"):
         secmem.config_json(params={"security.counter_init": "rand"})
+
+
+def test_api_arguments_of_the_wrong_kind_are_errors_naming_them(tmp_path):
+    # Found by fuzzing: raw OverflowError/TypeError/ValueError, or messages about a character
+    # of a string that was iterated ("override 'w' is not of the form key=value").
+    cases = [
+        (lambda: secmem.bench(scale="1"), "--scale must be a positive number"),
+        (lambda: secmem.bench(scale=None), "--scale must be a positive number"),
+        (lambda: secmem.bench(scale=10**400), "--scale is too large"),
+        (lambda: secmem.trace_gen(str(tmp_path / "t.bin"), read_ratio=10**400), "read_ratio is too large"),
+        (lambda: secmem.run(params="workload.requests=10"), "params must be a mapping or a list"),
+        (lambda: secmem.run(params={"llc": {"size_kib": 1}}), "params['llc']: a config value is"),
+        (lambda: secmem.run(params=[5]), "each override is a 'key=value' string"),
+        (lambda: secmem.attack(classes="tamper-data"), "classes must be a list"),
+        (lambda: secmem.run(out=5), "out must be a path"),
+        (lambda: secmem.run(trace="\udcff.txt"), "is not valid UTF-8"),
+    ]
+    for call, message in cases:
+        with pytest.raises(secmem.SecmemError, match=re.escape(message)):
+            call()
+
+
+def test_api_options_a_pattern_does_not_use_are_refused_not_ignored(tmp_path):
+    from secmem import api
+    for call, name in [
+        (lambda: secmem.trace_gen(str(tmp_path / "t.bin"), pattern="random", stride_bytes=100), "stride_bytes"),
+        (lambda: secmem.trace_gen(str(tmp_path / "t.bin"), pattern="random", zipf_theta=0.5), "zipf_theta"),
+        (lambda: api.cow_trace("redis", str(tmp_path / "r.bin"), lines_per_page=3), "lines_per_page"),
+        (lambda: api.cow_trace("forkbench", str(tmp_path / "f.bin"), ops=99), "ops"),
+        (lambda: api.forkbench("lelantus", seed=5), "seed"),
+    ]:
+        with pytest.raises(secmem.SecmemError, match=f"options that do not apply to it: {name}"):
+            call()

@@ -283,8 +283,9 @@ def test_trace_gen_refuses_options_the_chosen_pattern_does_not_use(cli, tmp_path
 
 
 def test_forkbench_takes_its_design_from_scheme_only_and_only_the_cow_schemes(cli):
-    res = cli("forkbench", "--scheme", "lelantus", "-p", "run.design=baseline")
-    assert res.returncode == 2 and "run.design" in res.stderr and "'lelantus' (--scheme)" in res.stderr, res.stderr
+    for p in ("run.design=baseline", 'run={design="baseline"}'):
+        res = cli("forkbench", "--scheme", "lelantus", "-p", p)
+        assert res.returncode == 2 and "run.design" in res.stderr and "'lelantus' (--scheme)" in res.stderr, (p, res.stderr)
     res = cli("forkbench", "--scheme", "horus-slm")
     assert res.returncode == 2 and "'horus-slm'" in res.stderr and "baseline, lelantus, lelantus-cow, silent-shredder" in res.stderr
     res = cli("forkbench", "--seed", 3)

@@ -72,6 +72,13 @@ def test_reproduce_horus_quick_writes_rows_plots_and_report(cli, tmp_path):
     assert "Where and why we differ" in (out / "report.md").read_text()
 
 
+def test_reproduce_horus_refuses_overrides_of_what_each_figure_sets_itself(cli, tmp_path):
+    # They used to be replaced in some rows and kept in others (a 4 MB LLC in rows labelled 16 MB).
+    for p in ("run.functional=true", "llc.size_kib=4096", "llc={size_kib=4096}", "drain.worst_case_spacing_bytes=4096"):
+        res = cli("reproduce", "horus", "--quick", "--out", "r", "-p", p)
+        assert res.returncode == 2 and "cannot be overridden" in res.stderr, (p, res.stderr)
+
+
 def test_bench_has_the_horus_drain_scenario():
     names = {s["name"] for s in secmem.bench_scenarios()}
     assert "horus-drain-base-lu" in names

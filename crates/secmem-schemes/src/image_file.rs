@@ -95,9 +95,14 @@ pub fn load(path: &Path) -> Result<(ImageMeta, [u8; 64], NvmImage), ImageError> 
     let name = path.display().to_string();
     let at = |o: usize, m: String| ImageError { path: name.clone(), offset: Some(o as u64), message: m };
     let mut buf = Vec::new();
-    std::fs::File::open(path)
-        .and_then(|mut f| f.read_to_end(&mut buf))
-        .map_err(|e| ImageError { path: name.clone(), offset: None, message: format!("cannot read: {e}") })?;
+    let cannot = |e: std::io::Error| ImageError { path: name.clone(), offset: None, message: format!("cannot read: {e}") };
+    let mut f = std::fs::File::open(path).map_err(cannot)?;
+    // An image is a file written by `save`; a device or pipe (`/dev/zero`) would be read
+    // until memory runs out.
+    if !f.metadata().map_err(cannot)?.is_file() {
+        return Err(ImageError { path: name.clone(), offset: None, message: "not a regular file".into() });
+    }
+    f.read_to_end(&mut buf).map_err(cannot)?;
     if buf.len() < 8 || &buf[..8] != MAGIC {
         return Err(at(0, "not a secmem NVM image (bad magic)".into()));
     }
@@ -214,5 +219,12 @@ mod tests {
             assert!(e.message.contains("beyond any device"), "{e}");
         }
         let _ = std::fs::remove_file(&p);
+    }
+
+    #[test]
+    fn a_device_is_not_read_as_an_image() {
+        // /dev/zero used to be read until memory ran out.
+        let e = load(Path::new("/dev/zero")).unwrap_err();
+        assert!(e.message.contains("not a regular file"), "{e}");
     }
 }

@@ -85,6 +85,22 @@ config_section! {
     }
 }
 
+/// Largest config file read: far past any real one, and a bound on what reading an endless
+/// file (`/dev/zero`) takes before the error.
+const MAX_CONFIG_BYTES: u64 = 16 << 20;
+
+fn read_config_file(path: &Path) -> Result<String, ConfigError> {
+    use std::io::Read;
+    let fail = |m: String| ConfigError::new("", format!("{}: {m}", path.display()));
+    let f = std::fs::File::open(path).map_err(|e| fail(format!("cannot read: {e}")))?;
+    let mut bytes = Vec::new();
+    f.take(MAX_CONFIG_BYTES + 1).read_to_end(&mut bytes).map_err(|e| fail(format!("cannot read: {e}")))?;
+    if bytes.len() as u64 > MAX_CONFIG_BYTES {
+        return Err(fail(format!("larger than the {} MiB a config file may be", MAX_CONFIG_BYTES >> 20)));
+    }
+    String::from_utf8(bytes).map_err(|e| fail(format!("not UTF-8 text (byte offset {})", e.utf8_error().valid_up_to())))
+}
+
 impl Config {
     /// Builds a config from a preset name (or none for the defaults), an optional TOML file
     /// and dotted overrides, then validates the combination.
@@ -95,8 +111,7 @@ impl Config {
             merge_layer(&mut tree, &parse_layer(p.toml, &format!("preset '{name}'"))?, "")?;
         }
         if let Some(path) = file {
-            let text = std::fs::read_to_string(path)
-                .map_err(|e| ConfigError::new("", format!("{}: cannot read: {e}", path.display())))?;
+            let text = read_config_file(path)?;
             let layer = parse_layer(&text, &path.display().to_string())?;
             merge_layer(&mut tree, &layer, "").map_err(|e| ConfigError::new(e.field, format!("{} (in {})", e.message, path.display())))?;
         }
@@ -217,6 +232,9 @@ mod tests {
             let e = Config::load(Some("default"), None, &[set.to_string()]).expect_err(set);
             assert_eq!(e.field, field, "{set}: {e}");
         }
+        // An endless file is refused after the size bound, not read until memory runs out.
+        let e = Config::load(None, Some(std::path::Path::new("/dev/zero")), &[]).unwrap_err();
+        assert!(e.message.contains("larger than the 16 MiB"), "{e}");
         // The largest accepted values still load.
         let edge = ["core.ipc=0.001", "core.max_outstanding_misses=4096", "os.page_fault_cycles=4294967296", "pcm.bus_transfer_ns=1000"];
         assert!(Config::load(Some("default"), None, &edge.map(String::from)).is_ok());

@@ -102,6 +102,9 @@ fn campaigns_of_zero_injections_or_crash_points_are_errors_not_passes() {
     assert!(e.contains("--per-class must be at least 1"), "{e}");
     let e = crash_campaign(&cfg("strict", &[]), &TraceInput::Workload, 0, 1).unwrap_err().to_string();
     assert!(e.contains("--points must be at least 1"), "{e}");
+    // And 2^40 injections per class (days of work) is a typo, refused before any run.
+    let e = attack_campaign(&cfg("horus", &[]), &TraceInput::Workload, None, 1 << 40, 10, 1).unwrap_err().to_string();
+    assert!(e.contains("--per-class must be at most 10000000"), "{e}");
 }
 
 fn with_canary(cfg: &Config, set: impl Fn(&mut Canaries)) -> Config {
