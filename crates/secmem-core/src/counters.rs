@@ -83,6 +83,10 @@ impl InitialCounters {
 }
 
 impl CounterBlock {
+    /// Major 0 and every minor 0 (a zero-initialised block never written).
+    #[inline]
+    pub fn is_zero(&self) -> bool { self.major == 0 && self.minors == [0; 64] }
+
     /// The (major, minor) pair a line is currently encrypted with.
     #[inline]
     pub fn counter_of(&self, idx: usize) -> (u64, u8) { (self.major, self.minors[idx]) }
@@ -251,7 +255,7 @@ impl CounterStore {
             }
         } else {
             let b = &self.blocks.0[page];
-            if b.major == 0 && b.minors == [0; 64] {
+            if b.is_zero() {
                 self.touched += 1;
                 self.first_touch(page);
             }
@@ -308,10 +312,40 @@ impl CounterStore {
     }
 
     pub fn set_block(&mut self, page: u64, b: CounterBlock) {
-        if !self.materialised.is_empty() && !self.is_materialised(page) {
-            self.materialise(page as usize, false);
+        if !self.materialised.is_empty() {
+            if !self.is_materialised(page) {
+                self.materialise(page as usize, false);
+            }
+        } else if self.blocks.0[page as usize].is_zero() {
+            // Recorded for `changed_blocks`, which skips regions nothing was stored in.
+            self.first_touch(page as usize);
         }
         self.blocks.0[page as usize] = b;
+    }
+
+    /// Every page whose block holds its own value (bumped or set since boot; under random
+    /// init, materialised), ascending, with the block. Scans only the huge-page regions some
+    /// block was stored in (all of a small store): for a crash in counting mode, which keeps
+    /// them as the persisted counters recovery reads back.
+    pub fn changed_blocks(&self) -> Vec<(u64, CounterBlock)> {
+        let pages = self.blocks.0.len() as u64;
+        if !self.materialised.is_empty() {
+            return (0..pages).filter(|&p| self.is_materialised(p)).map(|p| (p, self.blocks.0[p as usize])).collect();
+        }
+        let per_region = BLOCKS_PER_REGION;
+        let mut out = Vec::new();
+        for r in 0..pages.div_ceil(per_region) {
+            if !self.region_touches.is_empty() && self.region_touches.get(r as usize).is_none_or(|&n| n == 0) {
+                continue;
+            }
+            for p in r * per_region..((r + 1) * per_region).min(pages) {
+                let b = self.blocks.0[p as usize];
+                if !b.is_zero() {
+                    out.push((p, b));
+                }
+            }
+        }
+        out
     }
     /// Pages whose counters were ever bumped from their initial value.
     pub fn pages_touched(&self) -> u64 { self.touched }

@@ -175,6 +175,9 @@ pub struct SecureMc {
     pub func: Option<Box<Functional>>,
     /// Reused buffer of the blocks one tree walk fetched (functional mode).
     chain_buf: Vec<(usize, u64, [u8; 64], u64)>,
+    /// Counting mode, after a crash: the counter blocks that had been stored (what NVM holds
+    /// in functional mode), for recovery to read back and count (`recovery::rebuild_and_verify`).
+    pub crashed_counters: Vec<(u64, secmem_core::counters::CounterBlock)>,
     /// Tree levels (from the counters up, all below the root) whose image lines host
     /// look-aheads prefetch: the levels above have so few blocks that their image lines stay
     /// in the host caches, and prefetching them only costs instructions (see
@@ -338,6 +341,7 @@ impl SecureMc {
             evictions: Vec::with_capacity(16),
             func,
             chain_buf: Vec::with_capacity(MAX_LEVELS),
+            crashed_counters: Vec::new(),
         })
     }
 
@@ -1203,6 +1207,11 @@ impl SecureMc {
             self.counter_cache.clear();
             self.mac_cache.clear();
             self.tree_cache.clear();
+            if self.func.is_none() {
+                // No NVM bytes in counting mode: the changed blocks stand for the persisted
+                // counter blocks recovery reads back.
+                self.crashed_counters = self.counters.changed_blocks();
+            }
             self.counters = CounterStore::with_init(self.p.minor_bits, self.layout.counter_blocks, self.counters.init());
         }
     }

@@ -131,3 +131,16 @@ fn a_recovery_check_with_nothing_written_is_an_error_not_a_pass() {
     let e = drain_run(&small(&["run.functional=true"]), DrainScheme::BaseEu, &content, true).unwrap_err().to_string();
     assert!(e.contains("no line to check"), "{e}");
 }
+
+#[test]
+fn base_eu_recovery_reports_the_same_work_in_counting_and_functional_mode() {
+    // Counting mode used to report no recovery work at all (the crash had reset the counter
+    // store it counted from): 0 blocks, 0 hashes, 0 s.
+    for content in [DrainContent::WorstCase, DrainContent::Trace { input: TraceInput::Workload, after_records: Some(3000) }] {
+        let counting = drain_run(&small(&[]), DrainScheme::BaseEu, &content, true).unwrap();
+        let functional = drain_run(&small(&["run.functional=true"]), DrainScheme::BaseEu, &content, true).unwrap();
+        let (c, f) = (counting.recovery.unwrap(), functional.recovery.unwrap());
+        assert!(f.blocks_read > 0 && f.hashes > f.blocks_read, "{f:?}");
+        assert_eq!((c.blocks_read, c.hashes, c.cycles, c.serial_cycles), (f.blocks_read, f.hashes, f.cycles, f.serial_cycles), "{content:?}");
+    }
+}
