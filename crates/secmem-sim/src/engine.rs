@@ -544,7 +544,17 @@ impl Engine {
         }
     }
 
-    /// All stats now (the clock includes misses still in flight).
+    /// The snapshot a region of interest starts from: all stats now, at the core's own clock.
+    /// Misses still in flight belong to the region that waits for them: taking the clock past
+    /// them (as [`snapshot`](Self::snapshot) does for the end) would hide region work that
+    /// overlaps them, down to fewer cycles than its instructions take at the configured IPC.
+    pub fn roi_start(&self) -> Snapshot {
+        let mut s = self.snapshot();
+        s.cycle = self.now;
+        s
+    }
+
+    /// All stats now (the clock includes misses still in flight: the run ends when they do).
     pub fn snapshot(&self) -> Snapshot {
         let (mc, media) = self.mc.snapshot();
         let end = self.outstanding.iter().copied().fold(self.now, Cycle::max);

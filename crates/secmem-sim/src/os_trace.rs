@@ -78,7 +78,7 @@ impl OsDriver {
     /// A fresh OS (process 0, nothing mapped) over a fresh engine for `cfg`.
     pub fn new(cfg: &Config) -> Result<OsDriver, OsError> {
         let os = Os::new(cfg)?;
-        let warm = Warm { snap: os.engine.snapshot(), extra: os.engine.design.extra_stats(), os: os.stats.clone() };
+        let warm = Warm { snap: os.engine.roi_start(), extra: os.engine.design.extra_stats(), os: os.stats.clone() };
         let mut pids = FxHashMap::default();
         pids.insert(0, 0);
         Ok(OsDriver { os, pids, functional: cfg.run.functional, warm, roi_at: None, stores_in_roi: 0, cycles_by_pid: Default::default(), applied: 0 })
@@ -86,7 +86,7 @@ impl OsDriver {
 
     /// Statistics start now.
     pub fn start_roi(&mut self) {
-        self.warm = Warm { snap: self.os.engine.snapshot(), extra: self.os.engine.design.extra_stats(), os: self.os.stats.clone() };
+        self.warm = Warm { snap: self.os.engine.roi_start(), extra: self.os.engine.design.extra_stats(), os: self.os.stats.clone() };
         self.stores_in_roi = 0;
         self.cycles_by_pid.clear();
     }

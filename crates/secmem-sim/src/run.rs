@@ -144,7 +144,7 @@ pub fn run_records_saving(
     let mut warm = None;
     let mut n: u64 = 0;
     if warmup == 0 {
-        warm = Some(engine.snapshot());
+        warm = Some(engine.roi_start());
     }
     // Records pass through a short look-ahead window so that the host can prefetch the state
     // each will touch while earlier ones are simulated (see Engine::prefetch).
@@ -182,7 +182,7 @@ pub fn run_records_saving(
         engine.step(rec, n).map_err(|error| SimError::Record { trace: trace_name.to_string(), error })?;
         n += 1;
         if n == warmup {
-            warm = Some(engine.snapshot());
+            warm = Some(engine.roi_start());
         }
         if progress && n.is_multiple_of(1 << 20) {
             show_progress(n, total_hint.map(|t| t.min(limit)), start.elapsed().as_secs_f64());
