@@ -273,7 +273,8 @@ impl Lelantus {
 
     /// Plaintext and ready cycle of line `idx` of `page` as this design resolves it: the
     /// page's own line, or the source's when the line is uncopied (following chains).
-    fn resolve_read(&mut self, mc: &mut SecureMc, page: u64, idx: usize, now: Cycle) -> Result<(Cycle, Option<[u8; 64]>), IntegrityError> {
+    /// `class`: `Data`, or `Reencrypt` for the reads of a minor-overflow re-encryption.
+    fn resolve_read(&mut self, mc: &mut SecureMc, page: u64, idx: usize, class: TrafficClass, now: Cycle) -> Result<(Cycle, Option<[u8; 64]>), IntegrityError> {
         let mut cur = page;
         let mut t = now;
         let mut hops = 0u64;
@@ -302,7 +303,7 @@ impl Lelantus {
                     // The data address is known once the (last) counter block is read.
                     let line = cur * LINES_PER_PAGE + idx as u64;
                     let issue = if hops > 0 { t } else { now };
-                    return mc.read_line_under(line, major, minor, at, issue);
+                    return mc.read_line_under(line, major, minor, class, at, issue);
                 }
             }
         }
@@ -355,7 +356,7 @@ impl Lelantus {
             if old.minors[i] == 0 && self.src_of.contains_key(&page) {
                 self.stats.lines_materialized += 1;
             }
-            let (t, p) = self.resolve_read(mc, page, i, at)?;
+            let (t, p) = self.resolve_read(mc, page, i, TrafficClass::Reencrypt, at)?;
             ready = ready.max(t);
             plains.push(Some(p));
         }
@@ -406,7 +407,7 @@ impl Lelantus {
         let mut ready = ctr_at;
         for i in 0..LINES_PER_PAGE as usize {
             if old.minors[i] == 0 {
-                let (t, p) = self.resolve_read(mc, page, i, ctr_at)?;
+                let (t, p) = self.resolve_read(mc, page, i, TrafficClass::Data, ctr_at)?;
                 ready = ready.max(t);
                 reads.push((i, p));
             }
@@ -482,7 +483,7 @@ impl Design for Lelantus {
         if !self.secure || plain_page {
             return mc.read_line(line, now);
         }
-        let r = self.resolve_read(mc, page, line_in_page(line), now)?;
+        let r = self.resolve_read(mc, page, line_in_page(line), TrafficClass::Data, now)?;
         mc.stats.read_latency.record((r.0 - now).0);
         Ok(r)
     }

@@ -67,7 +67,7 @@ impl Design for SilentShredder {
             mc.stats.read_latency.record((done - now).0);
             return Ok((done, mc.is_functional().then_some([0u8; 64])));
         }
-        let r = mc.read_line_under(line, major, minor, ctr_at, now)?;
+        let r = mc.read_line_under(line, major, minor, TrafficClass::Data, ctr_at, now)?;
         mc.stats.read_latency.record((r.0 - now).0);
         Ok(r)
     }
@@ -90,7 +90,7 @@ impl Design for SilentShredder {
             for i in 0..LINES_PER_PAGE as usize {
                 if i != idx && old.minors[i] != 0 {
                     let l = page * LINES_PER_PAGE + i as u64;
-                    let (t, p) = mc.read_line_under(l, old.major, old.minors[i], ctr_at, ctr_at)?;
+                    let (t, p) = mc.read_line_under(l, old.major, old.minors[i], TrafficClass::Reencrypt, ctr_at, ctr_at)?;
                     ready = ready.max(t);
                     plains.push((l, p));
                 }

@@ -395,3 +395,32 @@ fn a_forkbench_footprint_larger_than_memory_is_refused_before_it_runs() {
         assert!(e.contains("footprint_bytes") && e.contains("pcm.capacity_gib = 1"), "{e}");
     }
 }
+
+#[test]
+fn a_minor_overflow_is_counted_as_re_encryption_by_every_design() {
+    // Silent Shredder and Lelantus-CoW booked their re-encryption reads, decryptions,
+    // encryptions and MACs as data traffic (more data MACs than data writes); the baseline
+    // counts one re-encryption read and write, two AES ops and one MAC per re-encrypted line.
+    let body: String = (0..130).map(|_| "W 0x0 64 0\nFL 0x0 64 0\nF 0x0 0 0\n").collect();
+    let path = std::env::temp_dir().join(format!("secmem-overflow-{}.txt", std::process::id()));
+    std::fs::write(&path, format!("# secmem-trace v1\n{body}")).unwrap();
+    for design in ["baseline", "silent-shredder", "lelantus-cow", "lelantus"] {
+        let c = Config::load(
+            Some("default"),
+            None,
+            &[format!("run.design=\"{design}\""), "security.counter_init=\"random\"".into(), "run.progress=false".into()],
+        )
+        .unwrap();
+        let s = secmem_sim::run(&c, &secmem_sim::TraceInput::File(path.clone())).unwrap()["stats"].clone();
+        let n = |v: &serde_json::Value| v.as_u64().unwrap();
+        let sec = &s["security"];
+        let lines = n(&sec["reencrypted_lines"]);
+        assert!(n(&sec["counter_overflows"]) >= 1 && lines > 0, "{design}: {sec}");
+        assert_eq!(n(&s["memory"]["reads"]["reencrypt"]), lines, "{design}: {s}");
+        assert_eq!(n(&s["memory"]["writes"]["reencrypt"]), lines, "{design}");
+        assert_eq!(n(&sec["aes_ops"]["reencrypt"]), 2 * lines, "{design}");
+        assert_eq!(n(&sec["mac_ops"]["reencrypt"]), lines, "{design}");
+        assert_eq!(n(&sec["mac_ops"]["data_write"]), n(&s["memory"]["writes"]["data"]), "{design}: data MACs = data writes");
+    }
+    let _ = std::fs::remove_file(&path);
+}
