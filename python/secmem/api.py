@@ -212,7 +212,7 @@ def trace_gen(
     (stride, default 4096) and ``zipf_theta`` (zipf, default 0.99) are refused for the other
     patterns."""
     if isinstance(pattern, str):
-        _refuse_unused(pattern.strip().lower(), stride_bytes=stride_bytes, zipf_theta=zipf_theta)
+        _refuse_unused(pattern.strip().lower(), {"stride_bytes": stride_bytes, "zipf_theta": zipf_theta})
     stride_bytes = 4096 if stride_bytes is None else stride_bytes
     zipf_theta = 0.99 if zipf_theta is None else _float("zipf_theta", zipf_theta)
     read_ratio = _float("read_ratio", read_ratio)
@@ -250,12 +250,29 @@ TRACE_GEN_OPTION_PATTERNS = {
 }
 
 
-def _refuse_unused(pattern: str, **given: Any) -> None:
-    """Refuses, by name, options given (not None) for a pattern or workload that does not use
-    them: they would otherwise be silently ignored."""
-    unused = [f"{n} (only {', '.join(TRACE_GEN_OPTION_PATTERNS[n])})" for n, v in given.items() if v is not None and pattern not in TRACE_GEN_OPTION_PATTERNS[n]]
+def _refuse_unused(pattern: str, given: Mapping[str, Any], spell=lambda n: n, what: Optional[str] = None) -> None:
+    """Refuses, by name, options in ``given`` (those not None) that ``pattern`` (a pattern or
+    CoW workload) does not use: they would otherwise be silently ignored. ``spell`` turns an
+    option's name into how the caller's user wrote it (``--stride-bytes`` on the CLI)."""
+    unused = [
+        f"{spell(n)} (only {', '.join(TRACE_GEN_OPTION_PATTERNS[n])})"
+        for n, v in given.items()
+        if v is not None and pattern not in TRACE_GEN_OPTION_PATTERNS[n]
+    ]
     if unused:
-        raise SecmemError(f"pattern {pattern}: options that do not apply to it: {'; '.join(unused)}")
+        raise SecmemError(f"{what or 'pattern ' + pattern}: options that do not apply to it: {'; '.join(unused)}")
+
+
+def _cow_options(workload: str, lines_per_page: Optional[int], footprint_bytes: int, ops: Optional[int], seed: Optional[int]) -> tuple:
+    """A CoW workload's spec arguments, checked: options it does not use refused, the others
+    in range; returns ``(ops, seed)`` with their defaults (20000 and 1) filled in."""
+    _refuse_unused(workload, {"lines_per_page": lines_per_page, "ops": ops, "seed": seed})
+    ops = 20_000 if ops is None else ops
+    seed = 1 if seed is None else seed
+    _uint("lines_per_page", lines_per_page, optional=True)
+    for name, v in (("footprint_bytes", footprint_bytes), ("ops", ops), ("seed", seed)):
+        _uint(name, v)
+    return ops, seed
 
 
 def cow_trace(
@@ -275,12 +292,7 @@ def cow_trace(
     stores carry their content (for functional mode). Returns the number of records.
     ``lines_per_page`` (not redis), ``ops`` and ``seed`` (redis only; defaults 20000 and 1)
     are refused for the workloads that do not use them."""
-    _refuse_unused(workload, lines_per_page=lines_per_page, ops=ops, seed=seed)
-    ops = 20_000 if ops is None else ops
-    seed = 1 if seed is None else seed
-    _uint("lines_per_page", lines_per_page, optional=True)
-    for name, v in (("footprint_bytes", footprint_bytes), ("ops", ops), ("seed", seed)):
-        _uint(name, v)
+    ops, seed = _cow_options(workload, lines_per_page, footprint_bytes, ops, seed)
     return _call(
         _native.cow_trace, workload, _path(out, "out"), page_size, lines_per_page, footprint_bytes, ops, seed, format,
         with_data,
@@ -456,12 +468,7 @@ def cow_workload(
     ``write_amplification``, ``os`` and the usual ``stats`` block of the measured phase.
     ``ops`` and ``seed`` (redis only) and ``lines_per_page`` (not redis) are refused where
     the workload does not use them."""
-    _refuse_unused(workload, lines_per_page=lines_per_page, ops=ops, seed=seed)
-    ops = 20_000 if ops is None else ops
-    seed = 1 if seed is None else seed
-    _uint("lines_per_page", lines_per_page, optional=True)
-    for name, v in (("footprint_bytes", footprint_bytes), ("ops", ops), ("seed", seed)):
-        _uint(name, v)
+    ops, seed = _cow_options(workload, lines_per_page, footprint_bytes, ops, seed)
     if scheme not in COW_SCHEMES:
         raise SecmemError(
             f"--scheme: unknown CoW scheme '{scheme}' (the run.design the workload runs on); "

@@ -131,13 +131,10 @@ def cmd_trace_gen(a) -> int:
             f"--pattern: unknown pattern '{a.pattern}' (expected one of: {', '.join(api.SYNTHETIC_PATTERNS)}, "
             f"or a CoW workload: {', '.join(api.COW_WORKLOADS)})"
         )
-    unused = [
-        f"--{n.replace('_', '-')} (only {', '.join(pats)})"
-        for n, pats in api.TRACE_GEN_OPTION_PATTERNS.items()
-        if getattr(a, n) is not None and pattern not in pats
-    ]
-    if unused:
-        raise api.SecmemError(f"trace gen --pattern {a.pattern}: options that do not apply to it: {'; '.join(unused)}")
+    api._refuse_unused(
+        pattern, {n: getattr(a, n) for n in api.TRACE_GEN_OPTION_PATTERNS},
+        spell=lambda n: f"--{n.replace('_', '-')}", what=f"trace gen --pattern {a.pattern}",
+    )
 
     def pick(v, default):
         return default if v is None else v

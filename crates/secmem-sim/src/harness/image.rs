@@ -5,6 +5,7 @@
 use super::crash::fresh_controller;
 use crate::config::Config;
 use crate::run::SimError;
+use secmem_core::addr::{LINES_PER_PAGE, LINE_SHIFT};
 use secmem_core::Cycle;
 use secmem_core::ConfigError;
 use secmem_schemes::image_file;
@@ -67,13 +68,13 @@ pub fn verify_image(cfg: &Config, path: &Path) -> Result<ImageCheck, SimError> {
     // a written line deleted from the image reads back as boot content under its advanced
     // counter, which the secure read must reject (reading only the lines present would
     // pass an image with written lines cut out).
-    let data_lines_end = cfg.data_bytes() >> 6;
+    let data_lines_end = cfg.data_bytes() >> LINE_SHIFT;
     let mut data_lines: Vec<u64> = image.lines_in(0, data_lines_end);
     let l = &mc.layout;
-    let counter_first = l.counter_base >> 6;
+    let counter_first = l.counter_base >> LINE_SHIFT;
     for ctr in image.lines_in(counter_first, counter_first + l.counter_blocks) {
         let page = ctr - counter_first;
-        data_lines.extend(page * 64..page * 64 + 64);
+        data_lines.extend(page * LINES_PER_PAGE..(page + 1) * LINES_PER_PAGE);
     }
     data_lines.sort_unstable();
     data_lines.dedup();
