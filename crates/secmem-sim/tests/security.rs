@@ -69,6 +69,21 @@ fn more_crash_points_than_the_trace_has_is_an_error_not_a_smaller_campaign() {
 }
 
 #[test]
+fn crash_points_are_drawn_from_the_region_of_interest_after_the_warm_up() {
+    let whole = cfg("horus", &["workload.requests=600", "tree.update=eager", "security.metadata_persistence=strict"]);
+    let all = crash_campaign(&whole, &TraceInput::Workload, 1, 1).unwrap().persist_points;
+    let mut warm = whole.clone();
+    warm.run.warmup_requests = 400;
+    let out = crash_campaign(&warm, &TraceInput::Workload, 30, 1).unwrap();
+    // The warm-up's persist points are not candidates, and every point taken recovers.
+    assert!(out.persist_points > 0 && out.persist_points < all, "{} of {all}", out.persist_points);
+    assert_eq!((out.points, out.recovered), (30, 30), "{:#?}", out.examples);
+    warm.run.warmup_requests = 600;
+    let e = crash_campaign(&warm, &TraceInput::Workload, 1, 1).unwrap_err().to_string();
+    assert!(e.contains("run.warmup_requests"), "{e}");
+}
+
+#[test]
 fn lazy_baseline_without_a_drain_fails_closed_after_a_crash() {
     let out = crash_campaign(&cfg("horus", &[]), &TraceInput::Workload, 40, 3).unwrap();
     assert!(out.recovery_failures > 0, "a lazily updated root must not match persisted counters");

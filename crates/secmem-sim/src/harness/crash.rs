@@ -52,7 +52,8 @@ pub struct CrashOutcome {
     pub mean_recovery_counter_blocks: f64,
     pub mean_recovery_hashes: f64,
     pub mean_recovery_cycles: f64,
-    /// Records in the trace and persist points available.
+    /// Records in the trace and persist points available (in the region of interest: at or
+    /// after `run.warmup_requests`).
     pub records: u64,
     pub persist_points: u64,
 }
@@ -89,6 +90,12 @@ pub fn crash_campaign(cfg: &Config, input: &TraceInput, points: u64, seed: u64) 
     fcfg.run.functional = true;
     fcfg.validate()?;
     let records = collect(cfg, input)?;
+    // The warm-up brings caches to a steady state before the region of interest, as in
+    // `run`: crash points are drawn from the region only.
+    let warmup = cfg.run.warmup_requests;
+    if warmup > 0 && warmup >= records.len() as u64 {
+        return Err(crate::run::warmup_covers_all(warmup, records.len() as u64));
+    }
     // Pass 1 (counting mode): which records persist something.
     let mut counting = cfg.clone();
     counting.run.functional = false;
@@ -99,16 +106,20 @@ pub fn crash_campaign(cfg: &Config, input: &TraceInput, points: u64, seed: u64) 
         for (i, r) in records.iter().enumerate() {
             e.step(r, i as u64).map_err(|x| record_error(input, cfg, x))?;
             let now = e.core_stats().memory_writes_issued;
-            if now > last {
+            if now > last && i as u64 >= warmup {
                 persist_records.push(i as u64);
-                last = now;
             }
+            last = now;
         }
     }
     if persist_records.is_empty() {
         return Err(SimError::Config(secmem_core::ConfigError::new(
             "workload",
-            "the trace never writes to memory, so there is no persist point to crash at (use flushes/fences, e.g. workload.persist_writes = true, or a footprint larger than the caches)",
+            if warmup > 0 {
+                "the trace never writes to memory after the warm-up (run.warmup_requests), so there is no persist point to crash at (use flushes/fences, e.g. workload.persist_writes = true, or a footprint larger than the caches)"
+            } else {
+                "the trace never writes to memory, so there is no persist point to crash at (use flushes/fences, e.g. workload.persist_writes = true, or a footprint larger than the caches)"
+            },
         )));
     }
     if points > persist_records.len() as u64 {
