@@ -102,3 +102,13 @@ def test_api_options_a_pattern_does_not_use_are_refused_not_ignored(tmp_path):
     ]:
         with pytest.raises(secmem.SecmemError, match=f"options that do not apply to it: {name}"):
             call()
+
+
+def test_every_public_api_function_is_exported_from_the_package():
+    # The copy-on-write workloads were reachable only as secmem.api.*.
+    import inspect
+    from secmem import api
+
+    public = {n for n, f in inspect.getmembers(api, inspect.isfunction) if not n.startswith("_") and f.__module__ == api.__name__}
+    assert public <= set(secmem.__all__), sorted(public - set(secmem.__all__))
+    assert all(getattr(secmem, n) is getattr(api, n) for n in public)
