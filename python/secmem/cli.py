@@ -63,10 +63,10 @@ def _os_error(e: OSError) -> str:
     return f"{where}: {e.strerror or e}"
 
 
-def _add_params(p: argparse.ArgumentParser) -> None:
+def _add_params(p: argparse.ArgumentParser, help: str = "") -> None:
     p.add_argument(
         "-p", "--param", action="append", default=[], metavar="KEY=VALUE",
-        help="override a config field by its dotted name, e.g. -p llc.size_kib=32768 (repeatable)",
+        help=help or "override a config field by its dotted name, e.g. -p llc.size_kib=32768 (repeatable)",
     )
 
 
@@ -361,7 +361,7 @@ def parser() -> argparse.ArgumentParser:
     p.set_defaults(fn=cmd_bench)
 
     p = sub.add_parser("drain", help="simulate an eADR power-loss drain of the cache hierarchy (Horus), print JSON")
-    p.add_argument("--preset", default="horus")
+    p.add_argument("--preset", default="horus", help="preset name (default: horus)")
     p.add_argument("--config", type=_path_arg)
     p.add_argument("--scheme", required=True, choices=api.DRAIN_SCHEMES)
     content = p.add_mutually_exclusive_group()
@@ -373,7 +373,7 @@ def parser() -> argparse.ArgumentParser:
     p.set_defaults(fn=cmd_drain)
 
     p = sub.add_parser("vault-attack", help="attacks on Horus' vault after a drain (functional mode)")
-    p.add_argument("--preset", default="horus")
+    p.add_argument("--preset", default="horus", help="preset name (default: horus)")
     p.add_argument("--config", type=_path_arg)
     p.add_argument("--scheme", default="horus-slm", choices=("horus-slm", "horus-dlm"))
     p.add_argument("--trace", type=_path_arg)
@@ -390,7 +390,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--page-size", default="4k", help="4k or 2m")
     p.add_argument("--lines-per-page", type=int, default=None, help="lines the child updates per page (default 32 for 4k, 512 for 2m)")
     p.add_argument("--footprint-bytes", type=int, default=16 << 20, help="memory the parent initialises (default 16 MiB)")
-    p.add_argument("--preset", default="lelantus")
+    p.add_argument("--preset", default="lelantus", help="preset name (default: lelantus, the paper's Table III machine at 1 GHz)")
     p.add_argument("--seed", type=int, default=None, help=argparse.SUPPRESS)  # refused: see cmd_forkbench
     p.add_argument("--stats", action="store_true", help="also print the full stats block")
     _add_params(p)
@@ -400,7 +400,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("design", help="paper to reproduce: " + ", ".join(sorted(REPRODUCE)))
     p.add_argument("--quick", action="store_true", help="smaller runs (under 2 minutes)")
     p.add_argument("--out", type=_path_arg, default="reproduce", help="output directory (default: reproduce)")
-    _add_params(p)
+    _add_params(p, help="horus only: override a config field in every run (repeatable); lelantus runs its paper's fixed configurations and refuses -p")
     p.set_defaults(fn=cmd_reproduce)
 
     p = sub.add_parser("_bench-one")  # internal: one scenario in a fresh process

@@ -106,7 +106,7 @@ pub fn vault_attack_campaign(cfg: &Config, input: &TraceInput, dlm: bool, per_cl
     if cfg.run.design != "baseline" {
         return Err(SimError::Config(ConfigError::new(
             "run.design",
-            format!("vault-attack runs Horus' drain itself (--dlm picks DLM, else SLM) over the baseline design; the config asks for '{}'", cfg.run.design),
+            format!("vault-attack runs Horus' drain itself (--scheme horus-slm or horus-dlm) over the baseline design; the config asks for '{}'", cfg.run.design),
         )));
     }
     let mut fcfg = cfg.clone();
