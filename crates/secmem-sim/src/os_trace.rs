@@ -279,9 +279,7 @@ pub fn run_events(cfg: &Config, events: impl Iterator<Item = Result<Event, Trace
     }
     // As for physical traces: a region of interest with nothing in it would report all-zero
     // statistics as if they were a result.
-    if warmup > 0 && n <= warmup {
-        return Err(crate::run::warmup_covers_all(warmup, n));
-    }
+    crate::run::ensure_roi_left(warmup, n)?;
     if d.roi_record().is_some_and(|at| at + 1 == n) {
         return Err(SimError::Record {
             trace: trace_name.to_string(),

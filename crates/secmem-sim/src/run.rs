@@ -107,17 +107,20 @@ pub fn run_records(cfg: &Config, records: RecordIter, total_hint: Option<u64>, t
     run_records_saving(cfg, records, total_hint, trace_name, None)
 }
 
-/// As [`run_records`]; with `image_out`, after the run every dirty line is written back, the
-/// design's metadata is flushed and the NVM image is saved there (functional mode only).
-/// The error for a warm-up of `warmup` records that leaves none of a `records`-record trace
-/// to measure.
-pub(crate) fn warmup_covers_all(warmup: u64, records: u64) -> SimError {
-    SimError::Config(ConfigError::new(
-        "run.warmup_requests",
-        format!("the warm-up ({warmup} records) covers the whole trace ({records} records): no region of interest is left to report"),
-    ))
+/// Refuses a warm-up of `warmup` records that leaves none of a `records`-record trace to
+/// measure: a report of all-zero statistics would look like a result.
+pub(crate) fn ensure_roi_left(warmup: u64, records: u64) -> Result<(), SimError> {
+    if warmup > 0 && warmup >= records {
+        return Err(SimError::Config(ConfigError::new(
+            "run.warmup_requests",
+            format!("the warm-up ({warmup} records) covers the whole trace ({records} records): no region of interest is left to report"),
+        )));
+    }
+    Ok(())
 }
 
+/// As [`run_records`]; with `image_out`, after the run every dirty line is written back, the
+/// design's metadata is flushed and the NVM image is saved there (functional mode only).
 pub fn run_records_saving(
     cfg: &Config,
     records: RecordIter,
@@ -133,13 +136,9 @@ pub fn run_records_saving(
     let warmup = cfg.run.warmup_requests;
     let limit = if cfg.run.max_requests == 0 { u64::MAX } else { cfg.run.max_requests };
     let progress = cfg.run.progress && std::io::stderr().is_terminal();
-    // A warm-up that covers the whole trace leaves no region of interest: a report of all-zero
-    // statistics would look like a result, so it is an error (up front when the length is known).
-    let covers_all = |records: u64| warmup_covers_all(warmup, records);
+    // A warm-up that covers the whole trace is an error, up front when the length is known.
     if let Some(total) = total_hint {
-        if warmup > 0 && warmup >= total.min(limit) {
-            return Err(covers_all(total.min(limit)));
-        }
+        ensure_roi_left(warmup, total.min(limit))?;
     }
     let mut warm = None;
     let mut n: u64 = 0;
@@ -192,9 +191,7 @@ pub fn run_records_saving(
     if progress {
         eprint!("\r\x1b[K");
     }
-    if warmup > 0 && n <= warmup {
-        return Err(covers_all(n));
-    }
+    ensure_roi_left(warmup, n)?;
     let end = engine.snapshot();
     let warm = warm.expect("the warm-up snapshot is taken before the last record");
     let roi = end.since(&warm);

@@ -93,9 +93,7 @@ pub fn crash_campaign(cfg: &Config, input: &TraceInput, points: u64, seed: u64) 
     // The warm-up brings caches to a steady state before the region of interest, as in
     // `run`: crash points are drawn from the region only.
     let warmup = cfg.run.warmup_requests;
-    if warmup > 0 && warmup >= records.len() as u64 {
-        return Err(crate::run::warmup_covers_all(warmup, records.len() as u64));
-    }
+    crate::run::ensure_roi_left(warmup, records.len() as u64)?;
     // Pass 1 (counting mode): which records persist something.
     let mut counting = cfg.clone();
     counting.run.functional = false;
@@ -115,11 +113,10 @@ pub fn crash_campaign(cfg: &Config, input: &TraceInput, points: u64, seed: u64) 
     if persist_records.is_empty() {
         return Err(SimError::Config(secmem_core::ConfigError::new(
             "workload",
-            if warmup > 0 {
-                "the trace never writes to memory after the warm-up (run.warmup_requests), so there is no persist point to crash at (use flushes/fences, e.g. workload.persist_writes = true, or a footprint larger than the caches)"
-            } else {
-                "the trace never writes to memory, so there is no persist point to crash at (use flushes/fences, e.g. workload.persist_writes = true, or a footprint larger than the caches)"
-            },
+            format!(
+                "the trace never writes to memory{}, so there is no persist point to crash at (use flushes/fences, e.g. workload.persist_writes = true, or a footprint larger than the caches)",
+                if warmup > 0 { " after the warm-up (run.warmup_requests)" } else { "" }
+            ),
         )));
     }
     if points > persist_records.len() as u64 {
