@@ -160,7 +160,10 @@ def plots(exp: Dict[str, Any], out: str, freq_hz: float) -> List[str]:
         save(fig, name)
 
     # Figs 14-15: normalised to Base-LU per LLC size.
-    for metric, name, title in (("memory_accesses", "fig14_llc_requests.png", "Fig 14: memory requests / Base-LU"), ("mac_ops", "fig15_llc_macs.png", "Fig 15: MACs / Base-LU")):
+    for metric, name, title, ylabel in (
+        ("memory_accesses", "fig14_llc_requests.png", "Fig 14: memory requests / Base-LU", "memory requests / Base-LU"),
+        ("mac_ops", "fig15_llc_macs.png", "Fig 15: MACs / Base-LU", "MAC operations / Base-LU"),
+    ):
         fig, ax = plt.subplots(figsize=(6, 3.5))
         sizes = sorted(exp["sweep"])
         width = 0.2
@@ -168,6 +171,8 @@ def plots(exp: Dict[str, Any], out: str, freq_hz: float) -> List[str]:
             vals = [exp["sweep"][mb][s][metric] / exp["sweep"][mb]["base-lu"][metric] for mb in sizes]
             ax.bar([j + i * width for j in range(len(sizes))], vals, width, label=LABEL[s])
         ax.set_xticks([j + 1.5 * width for j in range(len(sizes))], [f"{mb} MB" for mb in sizes])
+        ax.set_xlabel("LLC size")
+        ax.set_ylabel(ylabel)
         ax.set_title(title)
         ax.legend(fontsize=7)
         save(fig, name)
@@ -198,6 +203,27 @@ def plots(exp: Dict[str, Any], out: str, freq_hz: float) -> List[str]:
     return files
 
 
+def tree_shape(cfg: Dict[str, Any]) -> Dict[str, int]:
+    """The integrity tree the report's prose describes, from the resolved config: levels from
+    the counter blocks (one per 4 KB page of the device; the data region is a little smaller,
+    which changes no level count but the top one's width) up to the on-chip root, and how many
+    of the top node levels fit in the tree cache together."""
+    arity = cfg["tree"]["arity"]
+    width = (cfg["pcm"]["capacity_gib"] << 30) // 4096
+    widths = []  # node levels above the counter blocks, bottom-up, up to the root's children
+    while width > arity:
+        width = -(-width // arity)
+        widths.append(width)
+    cache_kib = cfg["metadata_cache"]["tree"]["size_kib"]
+    room, cached = cache_kib * 1024 // 64, 0
+    for w in reversed(widths):
+        if w > room:
+            break
+        room -= w
+        cached += 1
+    return {"levels": len(widths) + 2, "cache_kib": cache_kib, "cached_levels": cached, "uncached_levels": len(widths) - cached}
+
+
 def report_md(rows: List[Dict[str, Any]], exp: Dict[str, Any], files: List[str], cfg: Dict[str, Any]) -> str:
     t = exp["table1"]
     lines = [
@@ -215,13 +241,18 @@ def report_md(rows: List[Dict[str, Any]], exp: Dict[str, Any], files: List[str],
     cyc = {s: t[s]["drain_cycles"] for s in SCHEMES}
     lu_reads_per_line = t["base-lu"]["memory_reads"] / t["base-lu"]["flushed_lines"]
     eu_reads_per_line = t["base-eu"]["memory_reads"] / t["base-eu"]["flushed_lines"]
+    tree = tree_shape(cfg)
+    writes_per_line = {s: t[s]["memory_writes"] / t[s]["flushed_lines"] for s in ("horus-slm", "horus-dlm")}
+    lu_energy = t["base-lu"]["energy"]
+    lu_write_energy_share = lu_energy["nvm_write_joules"] / lu_energy["total_joules"]
     lines += [
         "",
         "## Where and why we differ",
         "",
         f"* **Baselines do more memory work than in the paper** (Base-LU {acc['base-lu'] / acc['nonsecure']:.1f}x, "
-        f"Base-EU {acc['base-eu'] / acc['nonsecure']:.1f}x non-secure, vs 10.3x and 9.5x). secmem's 32 GB tree has 9 levels and its "
-        f"256 KB tree cache holds only the top levels, so with sparse lines every counter miss walks 3-4 uncached levels, and "
+        f"Base-EU {acc['base-eu'] / acc['nonsecure']:.1f}x non-secure, vs 10.3x and 9.5x). secmem's {cfg['pcm']['capacity_gib']} GB tree has "
+        f"{tree['levels']} levels (counter blocks to the on-chip root) and its {tree['cache_kib']} KB tree cache holds only the top "
+        f"{tree['cached_levels']}, so with sparse lines every counter miss walks up to {tree['uncached_levels']} uncached levels, and "
         f"under lazy update every dirty eviction fetches and verifies its parent's path again (Horus II-C describes exactly this "
         f"walk). Base-LU reads {lu_reads_per_line:.1f} blocks per drained line, Base-EU {eu_reads_per_line:.1f}. The paper's "
         "gem5 model does not say how its tree cache is shared between levels or whether a parent fetched for an eviction is "
@@ -233,13 +264,14 @@ def report_md(rows: List[Dict[str, Any]], exp: Dict[str, Any], files: List[str],
         "writes over 16 banks, 150 ns reads): Horus-SLM keeps the banks busy nearly all the time, the baselines about three "
         "quarters of it (their dependent metadata reads stall the flush), so their time grows faster than their bank work; "
         "in the paper the baseline drain is evidently less bandwidth-bound.",
-        f"* **Horus is closer to non-secure** ({cyc['horus-slm'] / cyc['nonsecure']:.2f}x vs 1.7x): Horus writes 1.25x (SLM) or "
-        "1.14x (DLM) the lines, sequentially into the vault, so all banks work; the non-secure drain writes sparse lines, which "
+        f"* **Horus is closer to non-secure** ({cyc['horus-slm'] / cyc['nonsecure']:.2f}x vs 1.7x): Horus writes "
+        f"{writes_per_line['horus-slm']:.2f}x (SLM) or {writes_per_line['horus-dlm']:.2f}x (DLM) the lines, sequentially into the "
+        "vault, so all banks work; the non-secure drain writes sparse lines, which "
         "our line-interleaved mapping also spreads over all banks.",
         "* **Energy and battery** use an assumed processor power (`drain.processor_power_w`, "
         f"{cfg['drain']['processor_power_w']:g} W): the paper took it from McPAT and does not print it, so absolute joules and "
-        "volumes are ours. The energy ratios are smaller than the drain-time ratios, because NVM write energy, about a quarter "
-        "of Base-LU's, grows with writes, not time. (The paper's 2.25 J of Horus-SLM processor energy over our "
+        "volumes are ours. The energy ratios are smaller than the drain-time ratios, because NVM write energy "
+        f"({100 * lu_write_energy_share:.0f}% of Base-LU's) grows with writes, not time. (The paper's 2.25 J of Horus-SLM processor energy over our "
         f"Horus-SLM drain time of {t['horus-slm']['drain_seconds'] * 1e3:.1f} ms would mean "
         f"{PAPER_ENERGY['horus-slm']['processor_joules'] / t['horus-slm']['drain_seconds']:.0f} W; its drain evidently took "
         "longer than ours.) NVM energy uses the paper's 531.8 nJ per write and 5.5 nJ per read, and our NVM write energy of "

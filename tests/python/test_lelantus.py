@@ -48,4 +48,11 @@ def test_quick_reproduce_writes_rows_plots_and_report(cli, tmp_path):
     assert by[("fig2", "write amplification, 2 MB, first write")] > 100
     for png in ("fig2.png", "fig9.png", "fig10.png", "fig11.png"):
         assert (tmp_path / "rep" / png).stat().st_size > 1000
-    assert "Where and why we differ" in (tmp_path / "rep" / "report.md").read_text()
+    report = (tmp_path / "rep" / "report.md").read_text()
+    assert "Where and why we differ" in report
+    # The prose quotes this run's numbers, not ones typed in when it was written.
+    assert f"(4 KB: {by[('noncopy', '4 KB speedup, lelantus')]:.2f}x)" in report
+    assert f"({by[('fig11', '4 KB, whole page speedup, lelantus')]:.1f}x at 4 KB, " in report
+    notes = json.loads((tmp_path / "rep" / "series.json").read_text())["notes"]
+    assert notes["copied"] == 4096 and 0 < notes["overflows"] < notes["copied"]
+    assert f"{notes['overflows']:,} of {notes['copied']:,}" in report

@@ -142,6 +142,20 @@ pub fn merge_layer(base: &mut toml::Value, layer: &toml::Value, prefix: &str) ->
     Ok(())
 }
 
+/// The dotted paths of the leaf values (non-table values) a layer sets, appended to `out`.
+/// A config load records, per path, the layer that set it last, so that an error found after
+/// the merge (a bad enum spelling, a value out of range) can say where the value came from.
+pub fn leaf_paths(layer: &toml::Value, prefix: &str, out: &mut Vec<String>) {
+    match layer {
+        toml::Value::Table(t) => {
+            for (key, v) in t {
+                leaf_paths(v, &join(prefix, key), out);
+            }
+        }
+        _ => out.push(prefix.to_string()),
+    }
+}
+
 /// Parses one `dotted.key=value` override into a one-key layer. The value is read as a TOML
 /// value (`32768`, `true`, `1.5`, `"lru"`); a bare word that is not valid TOML is a string.
 pub fn parse_override(spec: &str) -> Result<toml::Value, ConfigError> {

@@ -4,7 +4,8 @@
 use crate::presets;
 use secmem_core::cache::CacheConfig;
 use secmem_core::error::{ensure, ConfigError};
-use secmem_core::schema::{default_tree, finish, merge_layer, parse_layer, parse_override, render_commented};
+use secmem_core::schema::{default_tree, finish, leaf_paths, merge_layer, parse_layer, parse_override, render_commented};
+use std::collections::HashMap;
 use secmem_core::{config_enum, config_section};
 
 config_enum! {
@@ -106,21 +107,37 @@ impl Config {
     /// and dotted overrides, then validates the combination.
     pub fn load(preset: Option<&str>, file: Option<&Path>, overrides: &[String]) -> Result<Config, ConfigError> {
         let mut tree = default_tree::<Config>();
+        // Which layer set each field last: errors found only after the merge (an enum
+        // spelling, a range, a combination) name it, as the merge's own errors do.
+        let mut origin: HashMap<String, String> = HashMap::new();
+        let mut add = |tree: &mut toml::Value, layer: &toml::Value, from: String| -> Result<(), ConfigError> {
+            merge_layer(tree, layer, "").map_err(|e| ConfigError::new(e.field, format!("{} (in {from})", e.message)))?;
+            let mut paths = Vec::new();
+            leaf_paths(layer, "", &mut paths);
+            for p in paths {
+                origin.insert(p, from.clone());
+            }
+            Ok(())
+        };
         if let Some(name) = preset {
             let p = presets::get(name)?;
-            merge_layer(&mut tree, &parse_layer(p.toml, &format!("preset '{name}'"))?, "")?;
+            let from = format!("preset '{name}'");
+            add(&mut tree, &parse_layer(p.toml, &from)?, from)?;
         }
         if let Some(path) = file {
             let text = read_config_file(path)?;
             let layer = parse_layer(&text, &path.display().to_string())?;
-            merge_layer(&mut tree, &layer, "").map_err(|e| ConfigError::new(e.field, format!("{} (in {})", e.message, path.display())))?;
+            add(&mut tree, &layer, path.display().to_string())?;
         }
         for o in overrides {
-            let layer = parse_override(o)?;
-            merge_layer(&mut tree, &layer, "").map_err(|e| ConfigError::new(e.field, format!("{} (in -p {o})", e.message)))?;
+            add(&mut tree, &parse_override(o)?, format!("-p {o}"))?;
         }
-        let cfg: Config = finish(tree)?;
-        cfg.validate()?;
+        let named = |e: ConfigError| match origin.get(&e.field) {
+            Some(from) => ConfigError::new(e.field.clone(), format!("{} (in {from})", e.message)),
+            None => e,
+        };
+        let cfg: Config = finish(tree).map_err(named)?;
+        cfg.validate().map_err(named)?;
         Ok(cfg)
     }
 
@@ -238,5 +255,28 @@ mod tests {
         // The largest accepted values still load.
         let edge = ["core.ipc=0.001", "core.max_outstanding_misses=4096", "os.page_fault_cycles=4294967296", "pcm.bus_transfer_ns=1000"];
         assert!(Config::load(Some("default"), None, &edge.map(String::from)).is_ok());
+    }
+
+    #[test]
+    fn errors_found_after_the_merge_name_the_layer_that_set_the_value() {
+        // A bad spelling or range is only seen once the layers are merged; the message must
+        // still say which file or override to fix, as a wrong type or unknown key does.
+        let dir = std::env::temp_dir().join(format!("secmem-config-origin-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let file = dir.join("bad.toml");
+        std::fs::write(&file, "[tree]\nupdate = \"lazyy\"\n").unwrap();
+        let e = Config::load(Some("horus"), Some(&file), &[]).unwrap_err();
+        assert_eq!(e.field, "tree.update");
+        assert!(e.message.contains(&format!("(in {})", file.display())), "{e}");
+        std::fs::write(&file, "[tree]\narity = 1\n").unwrap();
+        let e = Config::load(None, Some(&file), &[]).unwrap_err();
+        assert!(e.field == "tree.arity" && e.message.contains(&format!("(in {})", file.display())), "{e}");
+        // The last layer to set a field is the one named.
+        let e = Config::load(None, Some(&file), &["tree.arity=0".into()]).unwrap_err();
+        assert!(e.message.ends_with("(in -p tree.arity=0)"), "{e}");
+        std::fs::remove_dir_all(&dir).unwrap();
+        // An enum spelling given with -p names the override.
+        let e = Config::load(None, None, &["tree.update=lazyy".into()]).unwrap_err();
+        assert!(e.message.ends_with("(in -p tree.update=lazyy)"), "{e}");
     }
 }
