@@ -56,7 +56,11 @@ def test_bad_campaign_input_is_a_clear_error(cli):
     res = cli("attack", "--preset", "horus", "--class", "tamper-everything", *ATTACK_SIZE)
     assert res.returncode == 2 and "unknown attack class 'tamper-everything'" in res.stderr and "splice-counter" in res.stderr
     res = cli("crash", "--preset", "horus", "-p", "workload.requests=100")  # nothing reaches memory
-    assert res.returncode == 2 and "no persist point" in res.stderr
+    assert res.returncode == 2 and "no persist point" in res.stderr and "workload.persist_writes" in res.stderr
+    # From a trace file, the message names the file, not the workload fields it did not use.
+    cli("trace", "gen", "--pattern", "random", "--requests", 100, "--footprint-bytes", 65536, "--read-ratio", 0.5, "--seed", 1, "-o", "few.bin", check=True)
+    res = cli("crash", "--preset", "horus", "--trace", "few.bin")
+    assert res.returncode == 2 and "the trace few.bin never writes to memory" in res.stderr and "workload" not in res.stderr, res.stderr
     res = cli("crash", "--preset", "strict", "-p", "pcm.adr=false", *CRASH_SIZE)
     assert res.returncode == 2 and "pcm.adr" in res.stderr
 
