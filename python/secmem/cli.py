@@ -8,13 +8,13 @@
     secmem trace gen --pattern forkbench|redis|noncopy|writeamp --page-size 4k|2m [--lines-per-page N] -o FILE
     secmem trace convert IN OUT [--to binary|text] [--from FORMAT]
     secmem trace info FILE [--format FORMAT]
-    secmem crash --preset strict [--trace FILE] --points N --seed S
-    secmem attack --preset NAME [--trace FILE] --per-class N --seed S
+    secmem crash --preset strict [--trace FILE] --points N --seed S [--out DIR]
+    secmem attack --preset NAME [--trace FILE] --per-class N --seed S [--out DIR]
     secmem image verify FILE [--preset NAME]
     secmem bench [--scenario NAME ...] [--scale X]
-    secmem drain --preset horus --scheme nonsecure|base-lu|base-eu|horus-slm|horus-dlm [-p ...]
-    secmem vault-attack --scheme horus-slm|horus-dlm --per-class N --seed S
-    secmem forkbench --scheme S --page-size 4k|2m --lines-per-page N [-p key=value ...]
+    secmem drain --preset horus --scheme nonsecure|base-lu|base-eu|horus-slm|horus-dlm [-p ...] [--out DIR]
+    secmem vault-attack --scheme horus-slm|horus-dlm --per-class N --seed S [--out DIR]
+    secmem forkbench --scheme S --page-size 4k|2m --lines-per-page N [-p key=value ...] [--out DIR]
     secmem reproduce horus|lelantus [--quick] --out DIR
 
 Errors (bad config, bad trace, bad record) print one line naming the field, file, line or
@@ -51,6 +51,37 @@ def _out_dir(path: str, what: str = "--out") -> None:
         raise api.SecmemError(f"{what} {path}: cannot create the directory: {e.strerror or e}") from None
     if not os.access(path, os.W_OK | os.X_OK):
         raise api.SecmemError(f"{what} {path}: directory is not writable")
+
+
+def _add_out(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--out", type=_path_arg, metavar="DIR",
+        help="also write DIR/result.json (the printed JSON with the resolved config, the command line and the "
+        "version) and DIR/config.toml (the resolved config)",
+    )
+
+
+def _print_and_save(a, out, forced=()) -> None:
+    """Prints a command's JSON result and, with ``--out DIR``, writes it beside the resolved
+    config it ran with: the user's preset, file and -p overrides plus ``forced``, what the
+    command sets itself (functional mode for the campaigns, the design for forkbench)."""
+    print(json.dumps(out, indent=2))
+    if a.out is None:
+        return
+    params = list(a.param) + list(forced)
+    preset, config = a.preset, getattr(a, "config", None)
+    doc = {
+        "command": a.command,
+        "argv": ["secmem"] + list(a.argv),
+        "version": _version(),
+        "config": api.config_json(preset=preset, config=config, params=params),
+        "result": out,
+    }
+    with open(os.path.join(a.out, "result.json"), "w") as f:
+        json.dump(doc, f, indent=2)
+        f.write("\n")
+    with open(os.path.join(a.out, "config.toml"), "w") as f:
+        f.write(api.config_toml(preset=preset, config=config, params=params))
 
 
 def _os_error(e: OSError) -> str:
@@ -168,9 +199,13 @@ def cmd_trace_info(a) -> int:
     return 0
 
 
+# The campaigns run in functional mode whatever the config says.
+FUNCTIONAL = ("run.functional=true",)
+
+
 def cmd_crash(a) -> int:
     out = api.crash(preset=a.preset, trace=a.trace, config=a.config, params=a.param, points=a.points, seed=a.seed)
-    print(json.dumps(out, indent=2))
+    _print_and_save(a, out, FUNCTIONAL)
     return 0 if out["points"] > 0 and out["recovered"] == out["points"] and out["mismatches"] == 0 else 1
 
 
@@ -179,7 +214,7 @@ def cmd_attack(a) -> int:
         preset=a.preset, trace=a.trace, config=a.config, params=a.param, per_class=a.per_class, seed=a.seed,
         classes=a.cls or None, clean_reads=a.clean_reads,
     )
-    print(json.dumps(out, indent=2))
+    _print_and_save(a, out, FUNCTIONAL)
     return 0 if out["all_detected"] else 1
 
 
@@ -200,14 +235,14 @@ def cmd_drain(a) -> int:
         a.scheme, preset=a.preset, config=a.config, params=a.param, trace=a.trace,
         from_workload=a.from_workload, after_records=a.after, recover=a.recover,
     )
-    print(json.dumps(out, indent=2))
+    _print_and_save(a, out)
     oracle = out.get("oracle")
     return 1 if oracle and oracle["mismatches"] else 0
 
 
 def cmd_vault_attack(a) -> int:
     out = api.vault_attack(a.scheme, preset=a.preset, trace=a.trace, config=a.config, params=a.param, per_class=a.per_class, seed=a.seed)
-    print(json.dumps(out, indent=2))
+    _print_and_save(a, out, FUNCTIONAL)
     return 0 if out["all_detected"] else 1
 
 
@@ -237,7 +272,7 @@ def cmd_forkbench(a) -> int:
     )
     if not a.stats:
         out.pop("stats", None)
-    print(json.dumps(out, indent=2))
+    _print_and_save(a, out, [f'run.design="{a.scheme}"'])
     return 0
 
 
@@ -334,6 +369,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--points", type=int, default=2000, help="seeded crash points (default 2000)")
     p.add_argument("--seed", type=int, default=1)
     _add_params(p)
+    _add_out(p)
     p.set_defaults(fn=cmd_crash)
 
     p = sub.add_parser("attack", help="attack injection on the post-run NVM image (functional mode)")
@@ -345,6 +381,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--class", dest="cls", action="append", default=[], help="only this class (repeatable)")
     p.add_argument("--clean-reads", type=int, default=1_000_000, help="verified clean reads checked for false alarms")
     _add_params(p)
+    _add_out(p)
     p.set_defaults(fn=cmd_attack)
 
     im = sub.add_parser("image", help="saved NVM images").add_subparsers(dest="sub", required=True, metavar="SUB")
@@ -370,6 +407,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--after", type=int, help="crash after this many records of the trace or workload (needs --trace or --from-workload)")
     p.add_argument("--recover", action="store_true", help="then crash, recover and (functional mode) check every line")
     _add_params(p)
+    _add_out(p)
     p.set_defaults(fn=cmd_drain)
 
     p = sub.add_parser("vault-attack", help="attacks on Horus' vault after a drain (functional mode)")
@@ -380,6 +418,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--per-class", type=int, default=100)
     p.add_argument("--seed", type=int, default=1)
     _add_params(p)
+    _add_out(p)
     p.set_defaults(fn=cmd_vault_attack)
 
     p = sub.add_parser("forkbench", help="the Lelantus forkbench through the OS model (JSON)")
@@ -394,6 +433,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--seed", type=int, default=None, help=argparse.SUPPRESS)  # refused: see cmd_forkbench
     p.add_argument("--stats", action="store_true", help="also print the full stats block")
     _add_params(p)
+    _add_out(p)
     p.set_defaults(fn=cmd_forkbench)
 
     p = sub.add_parser("reproduce", help="reproduce a paper's figures: DIR/reproduce.json, plots, DIR/report.md")
@@ -416,9 +456,16 @@ def _version() -> str:
     return _native.version()
 
 
+# Commands that print their result as JSON and take --out DIR to save it with its config.
+SAVES_RESULT = ("crash", "attack", "drain", "vault-attack", "forkbench")
+
+
 def main(argv: Optional[List[str]] = None) -> int:
     args = parser().parse_args(argv)
+    args.argv = sys.argv[1:] if argv is None else list(argv)
     try:
+        if getattr(args, "out", None) is not None and args.command in SAVES_RESULT:
+            _out_dir(args.out)  # before the run, so a bad path fails first
         return args.fn(args)
     except api.SecmemError as e:
         print(f"secmem: error: {e}", file=sys.stderr)

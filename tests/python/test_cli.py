@@ -192,7 +192,8 @@ def test_an_output_path_that_cannot_be_a_directory_is_one_error_line_not_a_trace
                  ("run", "-p", "workload.requests=1000", "-p", "run.functional=true", "--save-image", "t.bin/x.img", "--out", "o"),
                  ("trace", "gen", "--requests", 10, "-o", "t.bin/x"), ("trace", "gen", "--pattern", "forkbench", "-o", "t.bin/x"),
                  ("trace", "convert", "t.bin/x", "y"), ("trace", "info", "t.bin/x"), ("image", "verify", "t.bin/x"),
-                 ("config", "validate", "t.bin/x")]:
+                 ("config", "validate", "t.bin/x"), ("crash", "--preset", "strict", "--out", "t.bin"),
+                 ("forkbench", "--out", "t.bin/sub"), ("drain", "--scheme", "nonsecure", "--out", "t.bin")]:
         res = cli(*args)
         assert res.returncode == 2, (args, res.returncode, res.stderr)
         assert "Traceback" not in res.stderr and res.stderr.startswith("secmem: error: "), (args, res.stderr)
@@ -305,3 +306,23 @@ def test_image_verify_refuses_a_config_without_security(cli, tmp_path):
     res = cli("image", "verify", "nvm.img", "--preset", "horus", "-p", "security.enabled=false")
     assert res.returncode == 2 and "security.enabled" in res.stderr and "Traceback" not in res.stderr, res.stderr
     assert json.loads(cli("image", "verify", "nvm.img", "--preset", "horus", check=True).stdout)["ok"]
+
+
+def test_json_commands_save_their_result_beside_the_resolved_config_they_ran_with(cli, tmp_path):
+    # crash, attack, drain, vault-attack and forkbench print JSON; --out DIR keeps it with the
+    # config, as `run` keeps report.json with config.toml.
+    res = cli("crash", "--preset", "strict", "--points", 3, "-p", "workload.requests=3000", "-p", "llc.size_kib=1024",
+              "-p", "l2.size_kib=256", "--out", "c", check=True)
+    saved = json.loads((tmp_path / "c" / "result.json").read_text())
+    assert saved["result"] == json.loads(res.stdout)
+    assert saved["command"] == "crash" and saved["argv"][:2] == ["secmem", "crash"] and saved["version"]
+    # The campaign's own setting (functional mode) is in the saved config, and the user's.
+    assert saved["config"]["run"]["functional"] is True and saved["config"]["llc"]["size_kib"] == 1024
+    toml = (tmp_path / "c" / "config.toml").read_text()
+    assert "functional = true" in toml and "size_kib = 1024" in toml
+    res = cli("forkbench", "--scheme", "baseline", "--footprint-bytes", 1 << 20, "--out", "f", check=True)
+    saved = json.loads((tmp_path / "f" / "result.json").read_text())
+    assert saved["result"] == json.loads(res.stdout) and saved["config"]["run"]["design"] == "baseline"
+    # Without --out nothing is written.
+    cli("forkbench", "--footprint-bytes", 1 << 20, check=True)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["c", "f"]
