@@ -160,8 +160,12 @@ mod tests {
         assert!(d.record(2, 0, 5, 6, 7).is_err());
         assert!(d.record(1, 1, 5, 6, 7).is_err());
         assert!(d.contains(1, 0, 5, 6, 7) && !d.contains(3, 0, 5, 6, 7));
+        assert!(!d.is_empty());
         assert_eq!(d.forget_key(1), 2);
+        // The count follows: key 2's pad is all that is left, then key 1's new one.
+        assert_eq!(d.len(), 1);
         assert!(d.record(1, 0, 5, 6, 7).is_ok());
+        assert_eq!(d.len(), 2);
         d.clear();
         assert!(d.is_empty());
     }

@@ -988,7 +988,7 @@ mod tests {
         bytes[17] = RECORD_FLAG_DATA;
         bytes.extend_from_slice(&[0u8; 64]);
         let e = decode(&bytes).unwrap_err();
-        assert_eq!(e.kind(), ErrorKind::InvalidRecord);
+        assert_eq!((e.kind(), e.offset()), (ErrorKind::InvalidRecord, Some(17)), "at the second record's flag byte");
         assert!(e.message().contains("header says"), "{e}");
     }
 
@@ -1045,7 +1045,7 @@ mod tests {
     /// Run with `cargo test --release -p secmem-trace -- --ignored --nocapture`.
     #[test]
     #[ignore]
-    fn binary_decoding_takes_a_few_ns_per_record_in_release() {
+    fn print_binary_decoding_ns_per_record() {
         let n = 5_000_000u64;
         let mut w = BinaryWriter::new(Vec::with_capacity(16 * n as usize + 16)).unwrap();
         for i in 0..n {
@@ -1058,10 +1058,8 @@ mod tests {
             acc = acc.wrapping_add(r.unwrap().addr);
         }
         let ns = t.elapsed().as_nanos() as f64 / n as f64;
+        // A measurement to read, not a pass/fail threshold (speed is judged by benchmarks).
         println!("binary decode: {ns:.2} ns/record (checksum {acc:x})");
-        if !cfg!(debug_assertions) {
-            assert!(ns < 10.0, "{ns}");
-        }
     }
 
     #[test]
@@ -1078,5 +1076,119 @@ mod tests {
                 let _ = r.count();
             }
         }
+    }
+
+    /// A reader that fails every other call with `Interrupted` (a signal), else reads like `&[u8]`.
+    struct Interrupting<'a>(&'a [u8], bool);
+    impl Read for Interrupting<'_> {
+        fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+            self.1 = !self.1;
+            if self.1 {
+                return Err(io::Error::from(io::ErrorKind::Interrupted));
+            }
+            self.0.read(buf)
+        }
+    }
+
+    /// Reads `ok` bytes, then fails with a real I/O error.
+    struct FailsAfter<'a>(&'a [u8]);
+    impl Read for FailsAfter<'_> {
+        fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+            if self.0.is_empty() {
+                return Err(io::Error::other("disk on fire"));
+            }
+            self.0.read(buf)
+        }
+    }
+
+    #[test]
+    fn an_interrupted_read_is_retried_and_a_real_io_error_ends_the_trace_with_an_error() {
+        let recs = every_op();
+        let bytes = encode(&recs);
+        let got: Vec<Record> = BinaryReader::new(Interrupting(&bytes, false)).unwrap().map(|r| r.unwrap()).collect();
+        assert_eq!(got, recs);
+        // An I/O error after the header is an error at the first record, then the end: not a
+        // clean end of the trace, not a retry loop.
+        let mut r = BinaryReader::new(FailsAfter(&bytes[..HEADER_BYTES])).unwrap();
+        let e = r.next().unwrap().unwrap_err();
+        assert_eq!((e.kind(), e.offset()), (ErrorKind::Io, Some(HEADER_BYTES as u64)), "{e}");
+        assert!(r.next().is_none());
+    }
+
+    #[test]
+    fn iteration_stops_at_the_first_error_even_when_valid_records_follow() {
+        let mut bytes = encode(&[Record::read(0, 0), Record::read(64, 0), Record::read(128, 0)]);
+        bytes[HEADER_BYTES + RECORD_BYTES + 1] = 0x02; // the second record's flags: a reserved bit
+        let got: Vec<_> = BinaryReader::new(&bytes[..]).unwrap().collect();
+        assert_eq!(got.len(), 2, "{got:?}");
+        assert!(got[0].is_ok() && got[1].is_err());
+    }
+
+    #[test]
+    fn writers_refuse_versions_they_cannot_write() {
+        for kind in [TraceKind { version: 1, os_level: true }, TraceKind { version: 3, os_level: false }] {
+            let e = BinaryWriter::with_kind(Vec::new(), "t.bin", false, kind).err().expect("refused");
+            assert_eq!(e.kind(), ErrorKind::UnsupportedVersion, "{kind:?}");
+        }
+    }
+
+    #[test]
+    fn byte_counts_and_reader_offsets_follow_each_record_size() {
+        // A v1 record is 16 B (+64 B of data), an OS record 32 B.
+        let mut w = BinaryWriter::with_kind(Vec::new(), "t.bin", true, TraceKind::V2_OS).unwrap();
+        w.write(&Record { data: Some(data(1)), ..Record::write(0x40, 0) }).unwrap();
+        assert_eq!(w.bytes_written(), 16 + 80);
+        w.write_event(&Event::Load { pid: 1, vaddr: 0x1000, size_bytes: 64, inst_gap: 2 }).unwrap();
+        assert_eq!(w.bytes_written(), 16 + 80 + 32);
+        let bytes = w.finish().unwrap();
+        assert_eq!(bytes.len(), 16 + 80 + 32);
+        let two = encode(&[Record::read(0, 0), Record { data: Some(data(2)), ..Record::write(64, 0) }]);
+        let mut r = BinaryReader::new(&two[..]).unwrap();
+        assert_eq!(r.offset(), 16);
+        r.next().unwrap().unwrap();
+        assert_eq!(r.offset(), 32);
+        r.next().unwrap().unwrap();
+        assert_eq!(r.offset(), 112);
+    }
+
+    /// One OS-level record after a v2 OS header; `poke` edits its 32 bytes.
+    fn os_trace(ev: Event, poke: impl FnOnce(&mut [u8])) -> Vec<u8> {
+        let mut w = BinaryWriter::with_kind(Vec::new(), "t.bin", false, TraceKind::V2_OS).unwrap();
+        w.write_event(&ev).unwrap();
+        let mut bytes = w.finish().unwrap();
+        poke(&mut bytes[HEADER_BYTES..]);
+        bytes
+    }
+
+    fn decode_events(bytes: &[u8]) -> Result<Vec<Event>, TraceError> {
+        let mut r = BinaryReader::with_name(bytes, "t.bin")?;
+        std::iter::from_fn(|| r.next_event()).collect()
+    }
+
+    #[test]
+    fn fields_an_os_record_does_not_use_must_be_zero_and_the_error_names_the_field() {
+        let load = Event::Load { pid: 1, vaddr: 0x1000, size_bytes: 64, inst_gap: 0 };
+        let cases: [(Event, usize, &str); 5] = [
+            (load.clone(), 24, "length"),
+            (load, 20, "pid2"),
+            (Event::Free { pid: 1, vaddr: 0x1000, length: 4096 }, 20, "pid2"),
+            (Event::Fork { parent: 1, child: 2 }, 8, "addr"),
+            (Event::Exit { pid: 1 }, 2, "size_bytes"),
+        ];
+        for (ev, field_at, field) in cases {
+            assert!(decode_events(&os_trace(ev.clone(), |_| {})).is_ok(), "{ev:?} as written");
+            let e = decode_events(&os_trace(ev.clone(), |b| b[field_at] = 1)).unwrap_err();
+            assert_eq!((e.kind(), e.offset()), (ErrorKind::ReservedBits, Some((HEADER_BYTES + field_at) as u64)), "{ev:?}: {e}");
+            assert!(e.message().starts_with(field), "{ev:?}: {e}");
+        }
+    }
+
+    #[test]
+    fn a_fork_child_pid_beyond_the_largest_pid_is_rejected_at_its_field() {
+        let ev = Event::Fork { parent: 1, child: 2 };
+        let e = decode_events(&os_trace(ev, |b| b[20..24].copy_from_slice(&(MAX_PID + 1).to_le_bytes()))).unwrap_err();
+        assert_eq!((e.kind(), e.offset()), (ErrorKind::InvalidRecord, Some(HEADER_BYTES as u64 + 20)), "{e}");
+        // The largest pid itself is a valid child.
+        assert!(decode_events(&os_trace(Event::Fork { parent: 1, child: MAX_PID }, |_| {})).is_ok());
     }
 }

@@ -548,4 +548,12 @@ I  04001111,7
             let _ = LackeyReader::new(&bytes[..]).count();
         }
     }
+
+    #[test]
+    fn dramsim2_style_op_names_are_read_as_reads_and_writes() {
+        // DRAMSim2's trace names (P_MEM_RD, P_FETCH, P_MEM_WR) appear in DRAMSim3 traces too.
+        let got = dramsim3("0x40 P_MEM_RD 1\n0x80 P_FETCH 2\n0xc0 P_MEM_WR 3\n").unwrap();
+        let ops: Vec<Op> = got.iter().map(|r| r.op).collect();
+        assert_eq!(ops, vec![Op::Read, Op::Read, Op::Write]);
+    }
 }

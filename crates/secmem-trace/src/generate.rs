@@ -811,4 +811,16 @@ mod tests {
             assert!(rate > 50e6, "{rate}");
         }
     }
+
+    #[test]
+    fn the_footprint_must_hold_at_least_one_line_and_one_line_is_enough() {
+        for bad in [0, 32, 100] {
+            let e = Generator::new(&GenSpec { footprint_bytes: bad, ..spec(Pattern::Random) }).err().expect("refused");
+            assert!(e.contains("footprint_bytes"), "{bad}: {e}");
+        }
+        for p in Pattern::ALL {
+            let s = GenSpec { footprint_bytes: 64, ..spec(p) };
+            assert!(run(&s).iter().all(|r| r.addr == s.base_addr), "{p:?}");
+        }
+    }
 }

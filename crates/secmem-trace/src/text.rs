@@ -794,4 +794,19 @@ mod tests {
             }
         }
     }
+
+    #[test]
+    fn uppercase_hex_data_decodes_like_lowercase() {
+        let rec = Record { data: Some([0xab; 64]), ..Record::write(0x40, 0) };
+        let text = encode(std::slice::from_ref(&rec));
+        let upper = text.replace(&"ab".repeat(64), &"AB".repeat(64));
+        assert_ne!(upper, text, "the payload is written as lowercase hex");
+        assert_eq!(decode(&upper).unwrap(), vec![rec]);
+        // Mixed case too (each digit on its own), and every digit value.
+        let rec = Record { data: Some(std::array::from_fn(|i| (i as u8) * 4 + 0x0f)), ..Record::write(0x40, 0) };
+        let text = encode(std::slice::from_ref(&rec));
+        let (head, hex) = text.trim_end().rsplit_once(' ').unwrap();
+        let mixed: String = hex.chars().enumerate().map(|(i, c)| if i % 2 == 0 { c.to_ascii_uppercase() } else { c }).collect();
+        assert_eq!(decode(&format!("{head} {mixed}\n")).unwrap(), vec![rec]);
+    }
 }
