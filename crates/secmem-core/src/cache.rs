@@ -822,4 +822,58 @@ mod tests {
         };
         assert_eq!(run(), run());
     }
+
+    #[test]
+    fn cache_stats_since_subtracts_the_warm_up_snapshot_field_by_field() {
+        let end = CacheStats { hits: 100, misses: 40, evictions: 30, dirty_evictions: 12 };
+        let warm = CacheStats { hits: 10, misses: 4, evictions: 3, dirty_evictions: 2 };
+        assert_eq!(end.since(&warm), CacheStats { hits: 90, misses: 36, evictions: 27, dirty_evictions: 10 });
+        assert_eq!(end.since(&warm).hit_rate(), 90.0 / 126.0);
+    }
+
+    #[test]
+    fn capacity_is_sets_times_ways() {
+        let c = tiny(4, 3, Replacement::Lru);
+        assert_eq!((c.sets(), c.ways(), c.capacity_lines()), (3, 4, 12));
+    }
+
+    #[test]
+    fn a_line_sharing_its_fingerprint_with_an_older_way_is_still_found() {
+        // One 8-way set; the second line has the first's one-byte fingerprint, so the probe
+        // must look past a matching fingerprint whose tag differs.
+        let twin = (1..).find(|&l| fingerprint(l) == fingerprint(0)).unwrap();
+        for r in [Replacement::Lru, Replacement::Fifo, Replacement::Random] {
+            let mut c = tiny(8, 1, r);
+            c.fill(0, false);
+            c.fill(twin, true);
+            assert!(c.probe(twin).is_some() && c.probe(0).is_some(), "{r:?}");
+            assert!(c.lookup(twin, false).is_some(), "{r:?}");
+            assert!(c.probe(twin + 1).is_none(), "{r:?}");
+        }
+    }
+
+    #[test]
+    fn random_replacement_picks_victims_over_every_way_not_in_fill_order() {
+        let mut c = tiny(4, 1, Replacement::Random);
+        for l in 0..4 {
+            assert!(c.fill(l, false).1.is_none(), "empty ways are used first");
+        }
+        let mut victims = Vec::new();
+        for l in 4..404 {
+            victims.push(c.fill(l, false).1.expect("a full set evicts").line);
+        }
+        // FIFO would evict 0, 1, 2, ... in turn.
+        assert_ne!(victims[..8], (0..8).collect::<Vec<u64>>()[..]);
+        let mut per_way = [0u32; 4];
+        let mut slot_of = std::collections::HashMap::new();
+        let mut c = tiny(4, 1, Replacement::Random);
+        for l in 0..404u64 {
+            let (slot, v) = c.fill(l, false);
+            if let Some(v) = v {
+                per_way[slot_of[&v.line]] += 1;
+            }
+            slot_of.insert(l, slot);
+        }
+        assert!(per_way.iter().all(|&n| n > 50), "{per_way:?}");
+    }
 }

@@ -283,7 +283,13 @@ impl CounterStore {
     #[cold]
     #[inline(never)]
     fn first_touch(&mut self, page: usize) {
-        let region = page * std::mem::size_of::<CounterBlock>() / crate::hostmem::HUGE_BYTES;
+        // Regions are numbered in whole blocks, as `changed_blocks` scans them: a 72 B block
+        // does not divide 2 MiB, so numbering by byte address drifts from the scan by a
+        // fraction of a block per region and, past about 116,000 pages, filed a page's first
+        // write under the region before the one scanned for it (the page was then missing
+        // from the counters a counting-mode crash keeps). A region may straddle two huge
+        // pages; `collapse_if_resident` collapses the one holding `page`.
+        let region = page / BLOCKS_PER_REGION as usize;
         let Some(n) = self.region_touches.get_mut(region) else { return };
         if *n == COLLAPSED {
             return;
@@ -498,5 +504,32 @@ mod tests {
                 prop_assert!(seen.insert((idx, b.counter_of(idx))), "pad reuse at line {}", idx);
             }
         }
+    }
+
+    #[test]
+    fn changed_blocks_lists_every_written_page_of_a_large_store() {
+        // 2^20 pages: a store in its own huge-page mapping, where only the regions some block
+        // was stored in are scanned. Pages near the start of a late region were once filed
+        // under the region before and skipped.
+        let pages = 1u64 << 20;
+        let mut s = CounterStore::new(7, pages);
+        assert!(s.blocks.0.is_mapped(), "the test needs the sparse, region-scanned store");
+        for p in [291_270, 200_000, pages - 1] {
+            s.bump_line(p * 64);
+        }
+        s.set_block(500_000, CounterBlock { major: 3, ..CounterBlock::default() });
+        let got: Vec<u64> = s.changed_blocks().iter().map(|x| x.0).collect();
+        assert_eq!(got, vec![200_000, 291_270, 500_000, pages - 1]);
+        // Every region's first page, the last page before it, and one in the middle.
+        let mut s = CounterStore::new(7, pages);
+        let mut want = Vec::new();
+        for r in 1..pages / BLOCKS_PER_REGION {
+            for p in [r * BLOCKS_PER_REGION - 1, r * BLOCKS_PER_REGION, r * BLOCKS_PER_REGION + BLOCKS_PER_REGION / 2] {
+                s.bump_line(p * 64);
+                want.push(p);
+            }
+        }
+        want.sort_unstable();
+        assert_eq!(s.changed_blocks().iter().map(|x| x.0).collect::<Vec<_>>(), want);
     }
 }

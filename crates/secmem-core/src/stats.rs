@@ -194,4 +194,19 @@ mod tests {
         assert_eq!(h.since(&snap).max, 12_345);
         assert_eq!(Histogram::default().since(&Histogram::default()).max, 0);
     }
+
+    #[test]
+    fn a_window_after_the_warm_up_reports_its_own_maximum_and_mean() {
+        let mut h = Histogram::default();
+        h.record(1_000_000); // the warm-up's largest
+        h.record(5);
+        let warm = h.clone();
+        h.record(10);
+        h.record(30);
+        let w = h.since(&warm);
+        assert_eq!(w.count, 2);
+        assert_eq!(w.mean(), 20.0);
+        assert_eq!(w.quantile(1.0), 30);
+        assert!(w.summary().max <= 31, "the warm-up's 1e6 must not leak into the window: {}", w.summary().max);
+    }
 }

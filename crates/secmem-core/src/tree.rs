@@ -189,4 +189,15 @@ mod tests {
         assert_eq!(SecureLayout::new(GIB, 8, 0).unwrap_err().field, "security.mac_bits");
         assert_eq!(SecureLayout::new(100, 8, 64).unwrap_err().field, "pcm.capacity_gib");
     }
+
+    #[test]
+    fn parent_at_a_non_power_of_two_arity_is_index_div_arity_one_level_up() {
+        // Arity 3 takes the division path (no shift); configs accept any arity in 2..=64.
+        let l = SecureLayout::new(GIB, 3, 64).unwrap();
+        assert_eq!(l.tree.arity_shift, None);
+        assert_eq!(l.tree.parent(0, 0), (1, 0));
+        assert_eq!(l.tree.parent(0, 8), (1, 2));
+        assert_eq!(l.tree.parent(2, 9), (3, 3));
+        assert_eq!(l.tree.parent(1, 10), (2, 3));
+    }
 }
