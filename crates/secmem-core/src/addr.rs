@@ -7,12 +7,6 @@ pub const PAGE_BYTES: u64 = 4096;
 pub const PAGE_SHIFT: u32 = 12;
 pub const LINES_PER_PAGE: u64 = PAGE_BYTES / LINE_BYTES;
 
-/// Index of the 64 B line containing byte address `addr`.
-#[inline]
-pub fn line_of(addr: u64) -> u64 { addr >> LINE_SHIFT }
-/// Index of the 4 KB page containing byte address `addr`.
-#[inline]
-pub fn page_of(addr: u64) -> u64 { addr >> PAGE_SHIFT }
 /// Page index of a line index.
 #[inline]
 pub fn page_of_line(line: u64) -> u64 { line >> (PAGE_SHIFT - LINE_SHIFT) }

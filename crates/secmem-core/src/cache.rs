@@ -332,7 +332,6 @@ impl SetAssocCache {
     pub fn ways(&self) -> usize { self.ways }
     pub fn sets(&self) -> u64 { self.sets }
     pub fn capacity_lines(&self) -> usize { self.tags.len() }
-    pub fn keeps_data(&self) -> bool { self.data.is_some() }
 
     #[inline]
     fn set_of(&self, line: u64) -> usize {
@@ -592,11 +591,6 @@ impl SetAssocCache {
     pub fn set_dirty(&mut self, slot: usize, dirty: bool) {
         debug_assert!(self.tags[slot] != INVALID);
         if dirty { self.tags[slot] |= DIRTY } else { self.tags[slot] &= !DIRTY }
-    }
-    #[inline]
-    pub fn line_at(&self, slot: usize) -> Option<u64> {
-        let t = self.tags[slot];
-        (t != INVALID).then_some(t & !DIRTY)
     }
 
     pub fn data(&self, slot: usize) -> Option<&[u8; 64]> { self.data.as_ref().map(|d| &d[slot].0) }
@@ -875,5 +869,21 @@ mod tests {
             slot_of.insert(l, slot);
         }
         assert!(per_way.iter().all(|&n| n > 50), "{per_way:?}");
+    }
+
+    #[test]
+    fn victims_and_invalidations_report_clean_lines_clean_and_count_only_dirty_evictions() {
+        let mut c = tiny(2, 1, Replacement::Lru);
+        c.fill(1, false);
+        c.fill(2, true);
+        let v = c.fill(3, false).1.unwrap();
+        assert_eq!((v.line, v.dirty), (1, false));
+        let v = c.fill(4, false).1.unwrap();
+        assert_eq!((v.line, v.dirty), (2, true));
+        assert_eq!((c.stats.evictions, c.stats.dirty_evictions), (2, 1));
+        assert_eq!(c.invalidate(3).map(|x| x.0), Some(false), "a clean line leaves clean");
+        c.lookup(4, true);
+        assert_eq!(c.invalidate(4).map(|x| x.0), Some(true), "a written line leaves dirty");
+        assert_eq!(c.invalidate(4), None);
     }
 }

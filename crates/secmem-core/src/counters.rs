@@ -358,7 +358,6 @@ impl CounterStore {
     /// Random init: pages whose block was materialised (bumped or set at least once); with
     /// zero init, 0 (nothing to materialise). Scans the bitmap: for tests and reports.
     pub fn pages_materialised(&self) -> u64 { self.materialised.iter().map(|w| w.count_ones() as u64).sum() }
-    pub fn pages(&self) -> u64 { self.blocks.0.len() as u64 }
 }
 
 #[cfg(test)]

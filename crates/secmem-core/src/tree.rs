@@ -68,10 +68,6 @@ impl TreeGeometry {
         debug_assert!(level >= 1 && level < self.root_level());
         self.base[level] + index * LINE_BYTES
     }
-    /// Number of stored (in-NVM) tree nodes, counters and root excluded.
-    pub fn stored_nodes(&self) -> u64 {
-        self.nodes[1..self.nodes.len().saturating_sub(1).max(1)].iter().sum()
-    }
 }
 
 impl SecureLayout {
