@@ -803,7 +803,7 @@ mod tests {
         assert_ne!(upper, text, "the payload is written as lowercase hex");
         assert_eq!(decode(&upper).unwrap(), vec![rec]);
         // Mixed case too (each digit on its own), and every digit value.
-        let rec = Record { data: Some(std::array::from_fn(|i| (i as u8) * 4 + 0x0f)), ..Record::write(0x40, 0) };
+        let rec = Record { data: Some(std::array::from_fn(|i| (i as u8).wrapping_mul(4).wrapping_add(0x0f))), ..Record::write(0x40, 0) };
         let text = encode(std::slice::from_ref(&rec));
         let (head, hex) = text.trim_end().rsplit_once(' ').unwrap();
         let mixed: String = hex.chars().enumerate().map(|(i, c)| if i % 2 == 0 { c.to_ascii_uppercase() } else { c }).collect();
