@@ -45,11 +45,11 @@ def _uint(name: str, value: Any, minimum: int = 0, optional: bool = False, maxim
         raise SecmemError(f"{name} must be an integer {bound}, got {value!r}")
 
 
-def _float(name: str, value: Any) -> float:
-    """A number argument as a float, naming the argument when it is not one or is too large
-    for a float (an int of 400 digits)."""
+def _float(name: str, value: Any, what: str = "a number") -> float:
+    """A number argument as a float, naming the argument when it is not one (it "must be
+    ``what``") or is too large for a float (an int of 400 digits)."""
     if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise SecmemError(f"{name} must be a number, got {type(value).__name__} {value!r}")
+        raise SecmemError(f"{name} must be {what}, got {type(value).__name__} {value!r}")
     try:
         return float(value)
     except OverflowError:
@@ -423,9 +423,7 @@ def bench_scenarios() -> List[Dict[str, str]]:
 def bench(scenarios: Optional[Sequence[str]] = None, scale: float = 1.0, isolate: bool = True) -> Dict[str, Any]:
     """Runs bench scenarios; returns ``{name: {"requests_per_s", "peak_rss_bytes", ...}}``.
     Each scenario runs in its own process (``isolate``) so peak memory is its own."""
-    if isinstance(scale, bool) or not isinstance(scale, (int, float)):
-        raise SecmemError(f"--scale must be a positive number, got {type(scale).__name__} {scale!r}")
-    scale = _float("--scale", scale)
+    scale = _float("--scale", scale, what="a positive number")
     if not (math.isfinite(scale) and scale > 0):
         # Checked here, before any scenario's process starts (the engine checks it too).
         raise SecmemError(f"--scale must be a positive number, got {scale:g}" + (" (it must be finite)" if scale == math.inf else ""))

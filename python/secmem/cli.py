@@ -59,6 +59,7 @@ def _add_out(p: argparse.ArgumentParser) -> None:
         help="also write DIR/result.json (the printed JSON with the resolved config, the command line and the "
         "version) and DIR/config.toml (the resolved config)",
     )
+    p.set_defaults(saves_result=True)  # main creates DIR before the run
 
 
 def _print_and_save(a, out, forced=()) -> None:
@@ -456,15 +457,11 @@ def _version() -> str:
     return _native.version()
 
 
-# Commands that print their result as JSON and take --out DIR to save it with its config.
-SAVES_RESULT = ("crash", "attack", "drain", "vault-attack", "forkbench")
-
-
 def main(argv: Optional[List[str]] = None) -> int:
     args = parser().parse_args(argv)
     args.argv = sys.argv[1:] if argv is None else list(argv)
     try:
-        if getattr(args, "out", None) is not None and args.command in SAVES_RESULT:
+        if getattr(args, "saves_result", False) and args.out is not None:
             _out_dir(args.out)  # before the run, so a bad path fails first
         return args.fn(args)
     except api.SecmemError as e:

@@ -207,8 +207,7 @@ def plots(rows: List[Dict[str, Any]], series: Dict[str, Any], out: str) -> List[
 
     bars("fig2.png", lambda r: r["figure"] == "fig2", "Fig. 2: write amplification of kernel CoW", "physical / logical line writes", log=True)
     bars("fig9.png", lambda r: r["figure"] == "fig9" and "speedup" in r["metric"], "Fig. 9: speedup over kernel CoW", "speedup (x)", log=True)
-    fig10(rows, out, plt)
-    made.append(os.path.join(out, "fig10.png"))
+    made.append(fig10(rows, out, plt))
 
     fig, axes = plt.subplots(2, 2, figsize=(10, 7))
     for col, page in enumerate(("4k", "2m")):
@@ -233,11 +232,12 @@ def plots(rows: List[Dict[str, Any]], series: Dict[str, Any], out: str) -> List[
     return made
 
 
-def fig10(rows: List[Dict[str, Any]], out: str, plt) -> None:
+def fig10(rows: List[Dict[str, Any]], out: str, plt) -> str:
     """Fig. 10 as two panels with short group labels: (a) minor-counter overflows per million
     writes (all pages and CoW pages alone, per scheme), (b) Lelantus-CoW's CoW-cache miss rate.
     The paper quotes no bar values here, so there are no paper bars; every bar is labelled
-    with its value, so a zero is visible as a zero rather than as a missing bar."""
+    with its value, so a zero is visible as a zero rather than as a missing bar. Returns the
+    plot's path."""
     ours = {r["metric"]: r["ours"] for r in rows if r["figure"] == "fig10"}
     groups = [(wl, size) for wl in ("forkbench", "redis") for size in ("4 KB", "2 MB")]
     names = [f"{wl}\n{size}" for wl, size in groups]
@@ -264,8 +264,10 @@ def fig10(rows: List[Dict[str, Any]], out: str, plt) -> None:
     b.set_title("(b) Lelantus-CoW CoW-cache misses")
     fig.suptitle("Fig. 10 (secmem; the paper quotes no bar values)")
     fig.tight_layout()
-    fig.savefig(os.path.join(out, "fig10.png"), dpi=110)
+    path = os.path.join(out, "fig10.png")
+    fig.savefig(path, dpi=110)
     plt.close(fig)
+    return path
 
 
 # The measured figures the prose quotes are filled in from this run (see `note_figures`), so

@@ -599,36 +599,38 @@ impl SecureMc {
                 f.image.prefetch_bytes(l);
             }
         }
+        // (level, line key) of each fetched block, bottom-up.
         let mut walk = [(0usize, 0u64); MAX_LEVELS];
         let mut fetched = 0usize;
         let mut ready = now;
         let (mut lvl, mut idx) = (level, index);
+        let mut addr = self.block_addr(lvl, idx);
         loop {
-            let addr = self.block_addr(lvl, idx);
             let class = if lvl == 0 { TrafficClass::Counter } else { TrafficClass::Tree };
             ready = ready.max(self.device_read(addr, class, now));
             if let Some(f) = self.func.as_ref() {
                 let (bytes, memo) = f.block_bytes(lvl, idx, addr >> LINE_SHIFT);
                 chain.push((lvl, idx, bytes, memo));
             }
-            walk[fetched] = (lvl, idx);
+            walk[fetched] = (lvl, addr >> LINE_SHIFT);
             fetched += 1;
             let (plvl, pidx) = self.layout.tree.parent(lvl, idx);
             if plvl >= root {
                 break;
             }
-            let pkey = self.block_addr(plvl, pidx) >> LINE_SHIFT;
+            let paddr = self.block_addr(plvl, pidx);
+            let pkey = paddr >> LINE_SHIFT;
             if self.tree_cache.lookup(pkey, false).is_some() || self.reclaim(MetaKind::Tree, pkey) {
                 break;
             }
             lvl = plvl;
             idx = pidx;
+            addr = paddr;
         }
         self.stats.mac_ops.tree_verify += fetched as u64;
         let verdict = if chain.is_empty() { Ok(()) } else { self.verify_chain(&chain) };
         if verdict.is_ok() {
-            for (i, &(l, x)) in walk[..fetched].iter().enumerate().rev() {
-                let key = self.block_addr(l, x) >> LINE_SHIFT;
+            for (i, &(l, key)) in walk[..fetched].iter().enumerate().rev() {
                 let kind = if l == 0 { MetaKind::Counter } else { MetaKind::Tree };
                 self.fill_meta(kind, key, l == level && dirty, chain.get(i).map(|c| c.2));
             }

@@ -112,20 +112,16 @@ pub fn crash_campaign(cfg: &Config, input: &TraceInput, points: u64, seed: u64) 
     }
     if persist_records.is_empty() {
         // Name what the user can change: the generated workload's fields, or the trace file.
-        let (field, remedy) = match input {
-            TraceInput::Workload => ("workload", "use flushes/fences, e.g. workload.persist_writes = true, or a footprint larger than the caches"),
-            TraceInput::File(_) => ("", "use a trace with flushes or fences, or one that touches more than the caches hold"),
+        let (field, what, remedy) = match input {
+            TraceInput::Workload => {
+                ("workload", "the workload".to_string(), "use flushes/fences, e.g. workload.persist_writes = true, or a footprint larger than the caches")
+            }
+            TraceInput::File(p) => ("", format!("the trace {}", p.display()), "use a trace with flushes or fences, or one that touches more than the caches hold"),
         };
+        let after = if warmup > 0 { " after the warm-up (run.warmup_requests)" } else { "" };
         return Err(SimError::Config(secmem_core::ConfigError::new(
             field,
-            format!(
-                "{} never writes to memory{}, so there is no persist point to crash at ({remedy})",
-                match input {
-                    TraceInput::Workload => "the workload".to_string(),
-                    TraceInput::File(p) => format!("the trace {}", p.display()),
-                },
-                if warmup > 0 { " after the warm-up (run.warmup_requests)" } else { "" }
-            ),
+            format!("{what} never writes to memory{after}, so there is no persist point to crash at ({remedy})"),
         )));
     }
     if points > persist_records.len() as u64 {
