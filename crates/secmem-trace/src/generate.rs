@@ -157,7 +157,7 @@ impl GenSpec {
         if self.pattern == Pattern::Zipf && !(self.zipf_theta > 0.0 && self.zipf_theta.is_finite())
         {
             return Err(format!(
-                "zipf_theta must be > 0 for the zipf pattern, got {}",
+                "zipf_theta must be a finite number > 0 for the zipf pattern, got {}",
                 self.zipf_theta
             ));
         }
@@ -739,7 +739,7 @@ mod tests {
                     zipf_theta: 0.0,
                     ..ok.clone()
                 },
-                "zipf_theta must be > 0 for the zipf pattern, got 0",
+                "zipf_theta must be a finite number > 0 for the zipf pattern, got 0",
             ),
             (
                 GenSpec {
@@ -747,7 +747,8 @@ mod tests {
                     zipf_theta: f64::INFINITY,
                     ..ok.clone()
                 },
-                "zipf_theta",
+                // Not "> 0": infinity is greater than 0, and the message must say why it fails.
+                "zipf_theta must be a finite number > 0 for the zipf pattern, got inf",
             ),
         ];
         for (s, want) in cases {
