@@ -766,6 +766,36 @@ mod tests {
     }
 
     proptest::proptest! {
+        /// `next_victim` is a promise about the next fill: for LRU and FIFO, the line and dirty
+        /// bit it names are exactly what a fill into that set evicts, and None exactly when
+        /// the fill finds an empty way. (Only the host look-ahead uses it today, so a wrong
+        /// answer would change no result and no other test would notice.)
+        #[test]
+        fn next_victim_names_the_line_the_next_fill_evicts(
+            ways in proptest::sample::select(vec![1usize, 2, 3, 4, 8, 16, 32]),
+            sets in 1u64..4,
+            fifo in proptest::bool::ANY,
+            ops in proptest::collection::vec((0u8..4, 0u64..48), 1..400),
+        ) {
+            let r = if fifo { Replacement::Fifo } else { Replacement::Lru };
+            let mut c = SetAssocCache::with_geometry(sets, ways, r);
+            for (op, line) in ops {
+                match op {
+                    0 | 1 => { c.lookup(line, op == 1); }
+                    2 => {
+                        if c.probe(line).is_none() {
+                            let promised = c.next_victim(line);
+                            let (_, victim) = c.fill(line, line % 3 == 0);
+                            proptest::prop_assert_eq!(promised, victim.map(|v| (v.line, v.dirty)));
+                        }
+                    }
+                    _ => { c.invalidate(line); }
+                }
+            }
+        }
+    }
+
+    proptest::proptest! {
         /// The repeat-lookup memo changes nothing: a cache that uses it and one that always
         /// searches (its memo wiped before every operation) agree on every hit, victim, dirty
         /// bit, recency order and count, whatever the policy and the mix of operations.
