@@ -24,11 +24,6 @@ impl Cycle {
     pub fn max(self, other: Cycle) -> Cycle {
         if self.0 >= other.0 { self } else { other }
     }
-
-    #[inline]
-    pub fn saturating_sub(self, other: Cycle) -> Cycle {
-        Cycle(self.0.saturating_sub(other.0))
-    }
 }
 
 impl Add for Cycle {
