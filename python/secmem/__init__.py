@@ -26,12 +26,12 @@ from .api import (
     image_verify,
     presets,
     run,
-    sweep,
     trace_convert,
     trace_gen,
     trace_info,
     vault_attack,
 )
+from .sweeps import sweep
 from ._native import version as _version
 
 __version__ = _version()

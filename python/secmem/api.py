@@ -8,7 +8,7 @@ import math
 import os
 import subprocess
 import sys
-from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence
+from typing import Any, Dict, List, Mapping, Optional, Sequence
 
 from . import _native
 
@@ -171,29 +171,6 @@ def run(
         _path(save_image, "save_image"),
     )
     return Report(json.loads(text))
-
-
-def sweep(
-    param: str,
-    values: Iterable[Any],
-    preset: Optional[str] = None,
-    trace: Optional[str] = None,
-    config: Optional[str] = None,
-    params=None,
-):
-    """Runs once per value of ``param`` (a dotted config key); returns a DataFrame with one
-    row per run (flattened report) and a ``sweep.value`` column."""
-    import pandas as pd
-
-    base = _overrides(params)
-    rows = []
-    for v in values:
-        rep = run(preset=preset, trace=trace, config=config, params=base + _overrides({param: v}))
-        row = rep.flat()
-        row["sweep.param"] = param
-        row["sweep.value"] = v
-        rows.append(row)
-    return pd.DataFrame(rows)
 
 
 def trace_gen(

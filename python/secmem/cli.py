@@ -1,6 +1,7 @@
 """The ``secmem`` command.
 
     secmem run [--preset NAME] [--config FILE] [--trace FILE] [-p key=value ...] [--out DIR]
+    secmem sweep [--preset NAME] [-p key=value ...] --vary KEY=V1,V2,... [--vary ...] [--jobs N] [--out DIR]
     secmem presets
     secmem config show NAME [-p key=value ...]
     secmem config validate FILE [--preset NAME]
@@ -30,6 +31,7 @@ import sys
 from typing import List, Optional
 
 from . import api
+from .sweeps import CliValue, sweep
 
 
 def _path_arg(s: str) -> str:
@@ -247,6 +249,45 @@ def cmd_vault_attack(a) -> int:
     return 0 if out["all_detected"] else 1
 
 
+SWEEP_COLUMNS = ["stats.cycles", "stats.ipc", "stats.memory.reads.total", "stats.memory.writes.total", "stats.energy.nvm_joules"]
+
+
+def _vary_arg(s: str):
+    """argparse type of --vary: KEY=V1,V2,... -> (key, [values as typed])."""
+    key, eq, vals = s.partition("=")
+    key = key.strip()
+    if not eq or not key:
+        raise argparse.ArgumentTypeError(f"{s!r}: expected KEY=V1,V2,... (a dotted config key and its values)")
+    items = [v.strip() for v in vals.split(",")]
+    if any(not v for v in items):
+        raise argparse.ArgumentTypeError(f"{s!r}: an empty value (values are separated by single commas)")
+    return key, [CliValue(v) for v in items]
+
+
+def cmd_sweep(a) -> int:
+    axes = {}
+    for key, vals in a.vary:
+        if key in axes:
+            raise api.SecmemError(f"--vary {key}: given twice (give all its values in one --vary)")
+        axes[key] = vals
+    columns = list(SWEEP_COLUMNS)
+    if a.columns is not None:
+        columns = [c.strip() for c in a.columns.split(",") if c.strip()]
+        if not columns:
+            raise api.SecmemError("--columns: no column named")
+    df = sweep(axes, preset=a.preset, trace=a.trace, config=a.config, params=a.param, out=a.out, jobs=a.jobs)
+    shown = ["sweep.point"] + [f"sweep.{k}" for k in axes]
+    for c in columns:
+        name = c if c in df.columns else f"stats.{c}"
+        if name not in df.columns:
+            raise api.SecmemError(f"--columns: no column {c!r} in the sweep's results (see {a.out}/sweep.csv for every column)")
+        shown.append(name)
+    table = df[shown].rename(columns=lambda c: c.removeprefix("sweep.").removeprefix("stats."))
+    print(table.to_string(index=False))
+    print(f"wrote {a.out}/sweep.csv, {a.out}/sweep.json and {len(df)} runs under {a.out}/points/")
+    return 0
+
+
 def cmd_bench(a) -> int:
     print(json.dumps(api.bench(a.scenario or None, scale=a.scale), indent=2))
     return 0
@@ -315,6 +356,25 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--save-image", type=_path_arg, help="functional mode: save the post-run NVM image to this file")
     _add_params(p)
     p.set_defaults(fn=cmd_run)
+
+    p = sub.add_parser("sweep", help="one run per point of a grid of config values; DIR/sweep.csv")
+    p.add_argument("--preset", help="preset name (see `secmem presets`); default: built-in defaults")
+    p.add_argument("--config", type=_path_arg, help="TOML config file layered over the preset")
+    p.add_argument("--trace", type=_path_arg, help="trace file (any supported format); default: the config's [workload] generator")
+    p.add_argument(
+        "--vary", type=_vary_arg, action="append", required=True, metavar="KEY=V1,V2,...",
+        help="a dotted config key and the values to run it at (repeatable: the points are every combination, "
+        "the last --vary varying fastest); values are written as for -p",
+    )
+    p.add_argument("--jobs", type=int, default=1, help="runs at once, on threads (default 1); results do not depend on it")
+    p.add_argument("--out", type=_path_arg, default="out", help="output directory (default: out): sweep.csv, sweep.json, points/NNN/{report.json,config.toml}")
+    p.add_argument(
+        "--columns", metavar="A,B,...",
+        help="result columns to print (flattened report keys; 'stats.' may be left out); default: "
+        + ",".join(c.removeprefix("stats.") for c in SWEEP_COLUMNS),
+    )
+    _add_params(p, "override a config field for every point, e.g. -p workload.requests=100000 (repeatable)")
+    p.set_defaults(fn=cmd_sweep, saves_result=True)
 
     p = sub.add_parser("presets", help="list presets and the tables they cite")
     p.set_defaults(fn=cmd_presets)

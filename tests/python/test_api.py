@@ -62,6 +62,68 @@ def test_sweep_gives_one_row_per_value():
     assert list(df["config.llc.size_kib"]) == [4096, 16384]
 
 
+def test_a_grid_sweep_runs_every_combination_and_each_row_is_that_run():
+    grid = {"llc.size_kib": [512, 1024], "tree.update": ["lazy", "eager"]}
+    df = secmem.sweep(grid, params=SMALL)
+    # The last key varies fastest.
+    assert list(df["sweep.point"]) == [0, 1, 2, 3]
+    assert list(df["sweep.llc.size_kib"]) == [512, 512, 1024, 1024]
+    assert list(df["sweep.tree.update"]) == ["lazy", "eager", "lazy", "eager"]
+    # A point's row is exactly the run with its overrides (and the points really differ).
+    alone = secmem.run(params={**SMALL, "llc.size_kib": 1024, "tree.update": "eager"}).flat()
+    row = df.iloc[3]
+    for k in ["stats.cycles", "stats.memory.writes.tree", "stats.security.mac_ops.tree_update", "stats.caches.llc.misses"]:
+        assert row[k] == alone[k], k
+    assert len(set(df["stats.security.mac_ops.tree_update"])) > 1
+    assert len(set(df["stats.caches.llc.misses"])) == 2
+
+
+def test_a_sweep_on_several_threads_gives_the_rows_of_a_sweep_on_one():
+    grid = {"llc.size_kib": [512, 1024, 2048], "workload.seed": [1, 2]}
+    one = secmem.sweep(grid, params=SMALL)
+    two = secmem.sweep(grid, params=SMALL, jobs=2)
+    stats = [c for c in one.columns if c.startswith("stats.")]
+    assert one[stats].equals(two[stats])
+    assert list(one["sweep.point"]) == list(two["sweep.point"])
+
+
+def test_a_sweep_with_out_writes_each_points_report_and_config_and_one_csv(tmp_path):
+    import json
+    import pandas as pd
+
+    out = tmp_path / "sw"
+    df = secmem.sweep("llc.size_kib", [512, 1024], params=SMALL, out=str(out))
+    for i, size in enumerate([512, 1024]):
+        point = out / "points" / f"{i:03d}"
+        rep = json.loads((point / "report.json").read_text())
+        assert rep["config"]["llc"]["size_kib"] == size
+        assert rep["stats"]["cycles"] == df["stats.cycles"][i]
+        assert f"size_kib = {size}" in (point / "config.toml").read_text()
+    csv = pd.read_csv(out / "sweep.csv")
+    assert list(csv["sweep.llc.size_kib"]) == [512, 1024]
+    assert list(csv["stats.cycles"]) == list(df["stats.cycles"])
+    doc = json.loads((out / "sweep.json").read_text())
+    assert doc["vary"] == {"llc.size_kib": [512, 1024]}
+    assert [p["dir"] for p in doc["points"]] == ["points/000", "points/001"]
+
+
+def test_a_bad_sweep_point_fails_before_any_run_naming_the_point(tmp_path):
+    out = tmp_path / "sw"
+    with pytest.raises(secmem.SecmemError, match=r"sweep point 2 \(tree.arity=1\): .*tree.arity"):
+        secmem.sweep("tree.arity", [8, 4, 1], params=SMALL, out=str(out))
+    assert not (out / "points").exists()
+    for bad, msg in [
+        (dict(vary="llc.size_kib"), "give the values"),
+        (dict(vary="llc.size_kib", values=[]), "no values"),
+        (dict(vary="llc.size_kib", values="1024"), "are a list"),
+        (dict(vary={"llc.size_kib": [1024]}, values=[1]), "do not give values"),
+        (dict(vary={}), "nothing to vary"),
+        (dict(vary="llc.size_kib", values=[1024], jobs=0), "jobs must be an integer >= 1"),
+    ]:
+        with pytest.raises(secmem.SecmemError, match=msg):
+            secmem.sweep(**bad, params=SMALL)
+
+
 def test_errors_are_secmem_errors_naming_the_field():
     with pytest.raises(secmem.SecmemError, match="tree.arity"):
         secmem.run(params={"tree.arity": 0})

@@ -65,6 +65,37 @@ def test_run_writes_report_and_resolved_config(cli, tmp_path):
     assert (tmp_path / "o" / "config.toml").read_text().count("size_kib = 32768") == 1
 
 
+def test_sweep_prints_a_row_per_point_and_saves_every_run(cli, tmp_path):
+    small = SMALL + ["-p", "llc.size_kib=1024", "-p", "l2.size_kib=256"]
+    res = cli("sweep", *small, "--vary", "tree.update=lazy,eager", "--vary", "tree.arity=4,8",
+              "--columns", "cycles,security.mac_ops.tree_update", "--out", "sw", check=True)
+    lines = res.stdout.splitlines()
+    assert lines[0].split() == ["point", "tree.update", "tree.arity", "cycles", "security.mac_ops.tree_update"]
+    assert [l.split()[:3] for l in lines[1:5]] == [["0", "lazy", "4"], ["1", "lazy", "8"], ["2", "eager", "4"], ["3", "eager", "8"]]
+    # The printed figures are the saved runs' figures.
+    for i, line in enumerate(lines[1:5]):
+        rep = json.loads((tmp_path / "sw" / "points" / f"{i:03d}" / "report.json").read_text())
+        assert int(line.split()[3]) == rep["stats"]["cycles"]
+        assert int(line.split()[4]) == rep["stats"]["security"]["mac_ops"]["tree_update"]
+    assert (tmp_path / "sw" / "sweep.csv").read_text().count("\n") == 5
+
+
+def test_sweep_refuses_bad_vary_and_columns_naming_them(cli, tmp_path):
+    for args, msg in [
+        (["--vary", "tree.arity"], "expected KEY=V1,V2"),
+        (["--vary", "tree.arity=4,,8"], "an empty value"),
+        (["--vary", "tree.arity=4", "--vary", "tree.arity=8"], "--vary tree.arity: given twice"),
+        (["--vary", "tree.arity=4,1"], "sweep point 1 (tree.arity=1)"),
+        (["--vary", "tree.aritty=4"], "tree.aritty"),
+        (["--vary", "tree.arity=4", "--columns", "nope"], "--columns: no column 'nope'"),
+        (["--vary", "tree.arity=4", "--jobs", "0"], "jobs must be an integer >= 1"),
+    ]:
+        res = cli("sweep", *SMALL, *args, "--out", "sw")
+        assert res.returncode == 2, args
+        assert msg in res.stderr, (args, res.stderr)
+        assert "Traceback" not in res.stderr
+
+
 def test_trace_gen_info_convert_and_run(cli, tmp_path):
     cli("trace", "gen", "--pattern", "zipf", "--requests", 5000, "--footprint-bytes", 1 << 24,
         "--read-ratio", 0.7, "--seed", 3, "-o", "t.bin", check=True)

@@ -34,7 +34,8 @@ def test_every_readme_command_runs(cli, tmp_path):
         assert res.returncode == 0, f"{line}\n{res.stdout[-2000:]}\n{res.stderr[-2000:]}"
 
 
-def test_python_example_runs():
+def test_python_example_runs(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # the example writes files (a sweep's out=)
     text, blocks = readme_blocks()
     code = next(b for lang, b in blocks if lang == "python")
     code = code.replace("100_000", "20_000").replace("per_class=100, clean_reads=10_000", "per_class=5, clean_reads=100")

@@ -1,0 +1,167 @@
+"""Parameter sweeps: one run per point of a grid of config values, as one DataFrame.
+
+A sweep varies one or more dotted config keys over given values; its points are the cartesian
+product of the values, in the order given (the last key varies fastest). Every point is an
+ordinary run (same preset, config file, trace and ``-p`` overrides, plus the point's values),
+so a point's row equals what ``secmem run`` with those overrides reports.
+
+* All points are checked before any runs: a bad value fails at once, naming the point.
+* ``jobs`` > 1 runs points on that many threads (the engine releases the GIL); results do not
+  depend on it, and rows stay in point order. Per-run progress bars are off then (they would
+  interleave).
+* With ``out``, the sweep writes ``out/points/NNN/report.json`` and ``config.toml`` (the
+  resolved config) for every point, ``out/sweep.csv`` (one row per point, every stat), and
+  ``out/sweep.json`` (what was varied over what base, and where each point's files are).
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import os
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple, Union
+
+from .api import SecmemError, _overrides, _path, _uint, config_json, run
+
+Vary = Union[str, Mapping[str, Iterable[Any]]]
+
+
+def _grid(vary: Vary, values: Optional[Iterable[Any]]) -> Tuple[List[str], List[Tuple[Any, ...]]]:
+    """(keys, points) of a sweep, each point a tuple of values in key order."""
+    if isinstance(vary, str):
+        if values is None:
+            raise SecmemError(f"sweep: give the values of {vary!r} (or a mapping of keys to values)")
+        axes = {vary: values}
+    elif isinstance(vary, Mapping):
+        if values is not None:
+            raise SecmemError("sweep: with a mapping of keys to values, do not give values as well")
+        axes = dict(vary)
+    else:
+        raise SecmemError(f"sweep: vary is a dotted config key or a mapping of keys to values, got {type(vary).__name__}")
+    if not axes:
+        raise SecmemError("sweep: nothing to vary")
+    keys: List[str] = []
+    lists: List[List[Any]] = []
+    for k, vs in axes.items():
+        if not isinstance(k, str) or not k:
+            raise SecmemError(f"sweep: a key to vary is a dotted config name, got {k!r}")
+        if isinstance(vs, (str, bytes)) or not isinstance(vs, Iterable):
+            raise SecmemError(f"sweep: the values of {k!r} are a list, got {type(vs).__name__} {vs!r}")
+        vs = list(vs)
+        if not vs:
+            raise SecmemError(f"sweep: no values for {k!r}")
+        keys.append(k)
+        lists.append(vs)
+    return keys, list(itertools.product(*lists))
+
+
+def _lookup(cfg: Mapping[str, Any], dotted: str) -> Any:
+    node: Any = cfg
+    for part in dotted.split("."):
+        node = node[part]
+    return node
+
+
+class CliValue(str):
+    """A value as typed on the command line: passed on like ``-p key=value``."""
+
+
+def _point_overrides(keys: Sequence[str], point: Sequence[Any]) -> List[str]:
+    # Strings given as they are: a CLI value ("random", "64") is parsed as -p parses it; a
+    # Python value is typed (a str becomes a TOML string) by _overrides.
+    out: List[str] = []
+    for k, v in zip(keys, point):
+        out += [f"{k}={v}"] if isinstance(v, CliValue) else _overrides({k: v})
+    return out
+
+
+def _distinct(xs: Iterable[Any]) -> List[Any]:
+    out: List[Any] = []
+    for x in xs:
+        if x not in out:
+            out.append(x)
+    return out
+
+
+def describe(keys: Sequence[str], point: Sequence[Any]) -> str:
+    return ", ".join(f"{k}={v}" for k, v in zip(keys, point))
+
+
+def sweep(
+    vary: Vary,
+    values: Optional[Iterable[Any]] = None,
+    preset: Optional[str] = None,
+    trace: Optional[str] = None,
+    config: Optional[str] = None,
+    params=None,
+    out: Optional[str] = None,
+    jobs: int = 1,
+):
+    """Runs once per point of a sweep; returns a DataFrame with one row per point.
+
+    ``sweep("llc.size_kib", [4096, 16384], ...)`` varies one key;
+    ``sweep({"llc.size_kib": [4096, 16384], "tree.update": ["lazy", "eager"]}, ...)`` runs the
+    four combinations. Each row is the point's flattened report plus ``sweep.point`` (its
+    index) and ``sweep.<key>`` (the resolved value of each varied key); the one-key form also
+    has ``sweep.param`` and ``sweep.value`` (the value as given). See the module text for
+    ``out`` and ``jobs``."""
+    import pandas as pd
+
+    keys, points = _grid(vary, values)
+    _uint("jobs", jobs, minimum=1)
+    base = _overrides(params)
+    if jobs > 1:
+        base = base + ["run.progress=false"]
+    per_point = [base + _point_overrides(keys, p) for p in points]
+    # Every point's config, before anything runs: a bad value costs no run.
+    resolved = []
+    for i, (point, ov) in enumerate(zip(points, per_point)):
+        try:
+            resolved.append(config_json(preset=preset, config=config, params=ov))
+        except SecmemError as e:
+            raise SecmemError(f"sweep point {i} ({describe(keys, point)}): {e}") from None
+    dirs: List[Optional[str]] = [None] * len(points)
+    if out is not None:
+        try:
+            os.makedirs(_path(out, "out"), exist_ok=True)
+        except OSError as e:
+            raise SecmemError(f"out {out}: cannot create the directory: {e.strerror or e}") from None
+        width = max(3, len(str(len(points) - 1)))
+        dirs = [os.path.join(_path(out, "out"), "points", f"{i:0{width}d}") for i in range(len(points))]
+
+    def one(i: int) -> Dict[str, Any]:
+        try:
+            rep = run(preset=preset, trace=trace, config=config, params=per_point[i], out=dirs[i])
+        except SecmemError as e:
+            raise SecmemError(f"sweep point {i} ({describe(keys, points[i])}): {e}") from None
+        row: Dict[str, Any] = {"sweep.point": i}
+        for k in keys:
+            row[f"sweep.{k}"] = _lookup(rep.config, k)
+        if isinstance(vary, str):
+            row["sweep.param"] = vary
+            row["sweep.value"] = points[i][0]
+        row.update(rep.flat())
+        return row
+
+    if jobs == 1:
+        rows = [one(i) for i in range(len(points))]
+    else:
+        with ThreadPoolExecutor(max_workers=jobs) as pool:
+            rows = list(pool.map(one, range(len(points))))
+    df = pd.DataFrame(rows)
+    if out is not None:
+        df.to_csv(os.path.join(out, "sweep.csv"), index=False)
+        doc = {
+            # Each key's values as resolved (a CLI "64" is 64), in the order given.
+            "vary": {k: _distinct(_lookup(c, k) for c in resolved) for k in keys},
+            "base": {"preset": preset, "config": config, "trace": trace, "params": _overrides(params)},
+            "points": [
+                {"point": i, "values": {k: _lookup(resolved[i], k) for k in keys}, "dir": os.path.relpath(d, out)}
+                for i, d in enumerate(dirs)
+            ],
+        }
+        with open(os.path.join(out, "sweep.json"), "w") as f:
+            json.dump(doc, f, indent=2)
+            f.write("\n")
+    return df
