@@ -31,6 +31,7 @@ from .api import (
     trace_info,
     vault_attack,
 )
+from .sweeps import plot as plot_sweep
 from .sweeps import sweep
 from ._native import version as _version
 
@@ -53,6 +54,7 @@ __all__ = [
     "flatten",
     "forkbench",
     "image_verify",
+    "plot_sweep",
     "presets",
     "run",
     "sweep",

@@ -32,6 +32,7 @@ from typing import List, Optional
 
 from . import api
 from .sweeps import CliValue, sweep
+from .sweeps import plot as plot_sweep
 
 
 def _path_arg(s: str) -> str:
@@ -276,15 +277,21 @@ def cmd_sweep(a) -> int:
         if not columns:
             raise api.SecmemError("--columns: no column named")
     df = sweep(axes, preset=a.preset, trace=a.trace, config=a.config, params=a.param, out=a.out, jobs=a.jobs)
-    shown = ["sweep.point"] + [f"sweep.{k}" for k in axes]
-    for c in columns:
+    saved = f"{a.out}/sweep.csv, {a.out}/sweep.json and {len(df)} runs under {a.out}/points/"
+
+    def column(c: str, flag: str) -> str:
         name = c if c in df.columns else f"stats.{c}"
         if name not in df.columns:
-            raise api.SecmemError(f"--columns: no column {c!r} in the sweep's results (see {a.out}/sweep.csv for every column)")
-        shown.append(name)
+            raise api.SecmemError(f"{flag}: no column {c!r} in the sweep's results (every column is in {a.out}/sweep.csv; saved {saved})")
+        return name
+
+    shown = ["sweep.point"] + [f"sweep.{k}" for k in axes] + [column(c, "--columns") for c in columns]
+    plotted = [column(c, "--plot") for c in a.plot]
     table = df[shown].rename(columns=lambda c: c.removeprefix("sweep.").removeprefix("stats."))
     print(table.to_string(index=False))
-    print(f"wrote {a.out}/sweep.csv, {a.out}/sweep.json and {len(df)} runs under {a.out}/points/")
+    print(f"wrote {saved}")
+    for y in plotted:
+        print(f"wrote {plot_sweep(df, y, path=os.path.join(a.out, y.removeprefix('stats.') + '.png'))}")
     return 0
 
 
@@ -372,6 +379,10 @@ def parser() -> argparse.ArgumentParser:
         "--columns", metavar="A,B,...",
         help="result columns to print (flattened report keys; 'stats.' may be left out); default: "
         + ",".join(c.removeprefix("stats.") for c in SWEEP_COLUMNS),
+    )
+    p.add_argument(
+        "--plot", action="append", default=[], metavar="COLUMN",
+        help="also draw COLUMN against the first --vary key, a line per combination of the others, to DIR/COLUMN.png (repeatable)",
     )
     _add_params(p, "override a config field for every point, e.g. -p workload.requests=100000 (repeatable)")
     p.set_defaults(fn=cmd_sweep, saves_result=True)

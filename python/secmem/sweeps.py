@@ -165,3 +165,49 @@ def sweep(
             json.dump(doc, f, indent=2)
             f.write("\n")
     return df
+
+
+def varied_keys(df) -> List[str]:
+    """The config keys a sweep's DataFrame varies, in the order given to ``sweep``."""
+    return [c[len("sweep."):] for c in df.columns if c.startswith("sweep.") and c not in ("sweep.point", "sweep.param", "sweep.value")]
+
+
+def plot(df, y: str, x: Optional[str] = None, path: str = "sweep.png") -> str:
+    """Draws column ``y`` of a sweep's results (a flattened report key; ``stats.`` may be left
+    out) against varied key ``x`` (default: the first one), one line per combination of the
+    other varied keys, and saves it to ``path``. Returns ``path``."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    keys = varied_keys(df)
+    if not keys:
+        raise SecmemError("plot: the DataFrame is not a sweep's (no sweep.<key> columns)")
+    col = y if y in df.columns else f"stats.{y}"
+    if col not in df.columns:
+        raise SecmemError(f"plot: no column {y!r} in the sweep's results")
+    x = keys[0] if x is None else x
+    if x not in keys:
+        raise SecmemError(f"plot: {x!r} is not a varied key; the sweep varies {', '.join(keys)}")
+    others = [k for k in keys if k != x]
+    fig, ax = plt.subplots(figsize=(6, 4))
+    groups = df.groupby([f"sweep.{k}" for k in others], sort=False) if others else [((), df)]
+    numeric_x = all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in df[f"sweep.{x}"])
+    for name, g in groups:
+        name = name if isinstance(name, tuple) else (name,)
+        label = ", ".join(f"{k}={v}" for k, v in zip(others, name)) or None
+        xs = list(g[f"sweep.{x}"]) if numeric_x else [str(v) for v in g[f"sweep.{x}"]]
+        ax.plot(xs, list(g[col]), marker="o", label=label)
+    xv = [v for v in df[f"sweep.{x}"]]
+    if numeric_x and min(xv) > 0 and max(xv) >= 16 * min(xv):
+        ax.set_xscale("log", base=2)  # sizes and counts are swept in powers of two
+    ax.set_xlabel(x)
+    ax.set_ylabel(col.removeprefix("stats."))
+    if others:
+        ax.legend(fontsize="small")
+    ax.grid(True, alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return path

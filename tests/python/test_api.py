@@ -107,6 +107,19 @@ def test_a_sweep_with_out_writes_each_points_report_and_config_and_one_csv(tmp_p
     assert [p["dir"] for p in doc["points"]] == ["points/000", "points/001"]
 
 
+def test_plot_sweep_draws_a_column_against_a_varied_key_and_names_what_is_missing(tmp_path):
+    df = secmem.sweep({"llc.size_kib": [512, 2048], "tree.update": ["lazy", "eager"]}, params=SMALL)
+    path = secmem.plot_sweep(df, "cycles", path=str(tmp_path / "c.png"))
+    assert open(path, "rb").read(4) == b"\x89PNG"
+    secmem.plot_sweep(df, "stats.ipc", x="tree.update", path=str(tmp_path / "i.png"))
+    with pytest.raises(secmem.SecmemError, match="no column 'nope'"):
+        secmem.plot_sweep(df, "nope")
+    with pytest.raises(secmem.SecmemError, match="not a varied key; the sweep varies llc.size_kib, tree.update"):
+        secmem.plot_sweep(df, "cycles", x="tree.arity")
+    with pytest.raises(secmem.SecmemError, match="not a sweep"):
+        secmem.plot_sweep(secmem.run(params=SMALL).frame(), "cycles")
+
+
 def test_a_bad_sweep_point_fails_before_any_run_naming_the_point(tmp_path):
     out = tmp_path / "sw"
     with pytest.raises(secmem.SecmemError, match=r"sweep point 2 \(tree.arity=1\): .*tree.arity"):

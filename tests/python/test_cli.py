@@ -78,6 +78,11 @@ def test_sweep_prints_a_row_per_point_and_saves_every_run(cli, tmp_path):
         assert int(line.split()[3]) == rep["stats"]["cycles"]
         assert int(line.split()[4]) == rep["stats"]["security"]["mac_ops"]["tree_update"]
     assert (tmp_path / "sw" / "sweep.csv").read_text().count("\n") == 5
+    # --plot draws each named column against the first --vary key.
+    res = cli("sweep", *small, "--vary", "tree.update=lazy,eager", "--vary", "tree.arity=4,8", "--plot", "cycles",
+              "--plot", "memory.writes.tree", "--out", "sw", check=True)
+    for name in ["cycles.png", "memory.writes.tree.png"]:
+        assert (tmp_path / "sw" / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n", name
 
 
 def test_sweep_refuses_bad_vary_and_columns_naming_them(cli, tmp_path):
@@ -88,6 +93,7 @@ def test_sweep_refuses_bad_vary_and_columns_naming_them(cli, tmp_path):
         (["--vary", "tree.arity=4,1"], "sweep point 1 (tree.arity=1)"),
         (["--vary", "tree.aritty=4"], "tree.aritty"),
         (["--vary", "tree.arity=4", "--columns", "nope"], "--columns: no column 'nope'"),
+        (["--vary", "tree.arity=4", "--plot", "nope"], "--plot: no column 'nope'"),
         (["--vary", "tree.arity=4", "--jobs", "0"], "jobs must be an integer >= 1"),
     ]:
         res = cli("sweep", *SMALL, *args, "--out", "sw")
