@@ -113,12 +113,13 @@ def sweep(
     base = _overrides(params)
     if jobs > 1:
         base = base + ["run.progress=false"]
-    per_point = [base + _point_overrides(keys, p) for p in points]
     # Every point's config, before anything runs: a bad value costs no run.
+    per_point: List[List[str]] = []
     resolved = []
-    for i, (point, ov) in enumerate(zip(points, per_point)):
+    for i, point in enumerate(points):
         try:
-            resolved.append(config_json(preset=preset, config=config, params=ov))
+            per_point.append(base + _point_overrides(keys, point))
+            resolved.append(config_json(preset=preset, config=config, params=per_point[-1]))
         except SecmemError as e:
             raise SecmemError(f"sweep point {i} ({describe(keys, point)}): {e}") from None
     dirs: List[Optional[str]] = [None] * len(points)

@@ -132,6 +132,7 @@ def test_a_bad_sweep_point_fails_before_any_run_naming_the_point(tmp_path):
         (dict(vary={"llc.size_kib": [1024]}, values=[1]), "do not give values"),
         (dict(vary={}), "nothing to vary"),
         (dict(vary="llc.size_kib", values=[1024], jobs=0), "jobs must be an integer >= 1"),
+        (dict(vary="llc.size_kib", values=[1024, None]), r"sweep point 1 \(llc.size_kib=None\): .*NoneType"),
     ]:
         with pytest.raises(secmem.SecmemError, match=msg):
             secmem.sweep(**bad, params=SMALL)
