@@ -323,6 +323,19 @@ mod tests {
     }
 
     #[test]
+    fn a_block_whose_words_cancel_out_is_not_taken_for_boot_content() {
+        // Two equal non-zero words XOR to zero: only a block of zeros is at its boot content
+        // (else it would share the entry 0 with the zeros, which could replace it unnoticed).
+        let f = Functional::new(3, 64);
+        let mut b = [0u8; 64];
+        b[3] = 0x5a;
+        b[8 + 3] = 0x5a;
+        for level in [0, 1, 2] {
+            assert_ne!(f.child_entry(level, 5, &b), 0, "level {level}");
+        }
+    }
+
+    #[test]
     fn buffered_event_log_is_the_hash_of_the_whole_stream() {
         let mut log = EventLog::new();
         let mut all = Vec::new();

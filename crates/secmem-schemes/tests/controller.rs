@@ -111,6 +111,16 @@ fn read_with_counter_miss_waits_for_counter_then_aes() {
 }
 
 #[test]
+fn write_with_counter_miss_is_persistent_after_counter_pad_mac_and_the_device_write() {
+    let mut m = mc(TreeUpdate::Lazy);
+    let done = m.write_line(0, None, Cycle(0)).unwrap();
+    // counter + parent fetched (100) and verified (160); pad (40) and XOR (1); MAC (160);
+    // then the data write (300). The MAC block's fetch (100) is hidden behind the pad.
+    assert_eq!(done, Cycle(100 + 160 + 40 + 1 + 160 + 300));
+    assert_eq!((m.stats.write_latency.count, m.stats.write_latency.max), (1, 761));
+}
+
+#[test]
 fn non_secure_mode_sends_only_data_traffic() {
     let mut m = mc_with(TreeUpdate::Lazy, 64, MetadataPersistence::WriteBack, false);
     m.write_line(0, None, Cycle(0)).unwrap();
