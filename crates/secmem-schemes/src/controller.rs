@@ -1195,11 +1195,19 @@ impl SecureMc {
     /// verified copy use it, and every counter block fetched later is still verified against
     /// the tree before use.
     pub fn load_counter_view_from_image(&mut self) {
+        let bits = self.p.minor_bits;
+        self.load_counter_view_with(|bytes| CounterBlock::decode(bytes, bits));
+    }
+
+    /// As [`load_counter_view_from_image`](Self::load_counter_view_from_image), for a design
+    /// whose counter blocks have a format of their own: `decode` turns a persisted block's
+    /// bytes into its counters. Host work only: no simulated reads (a recovery that calls it
+    /// has read and verified those blocks already).
+    pub fn load_counter_view_with(&mut self, decode: impl Fn(&[u8; 64]) -> CounterBlock) {
         let Some(f) = self.func.as_ref() else { return };
         let first = self.layout.counter_base >> LINE_SHIFT;
         for line in f.image.lines_in(first, first + self.layout.counter_blocks) {
-            let block = CounterBlock::decode(&f.image.get(line), self.p.minor_bits);
-            self.counters.set_block(line - first, block);
+            self.counters.set_block(line - first, decode(&f.image.get(line)));
         }
     }
 

@@ -190,6 +190,19 @@ impl Lelantus {
         }
     }
 
+    /// The counters in a counter block's bytes, in this design's format (the inverse of
+    /// [`encode`](Self::encode)): a Resized copy's block has the CoW flag in its major and
+    /// 6-bit minors; every other block is a baseline block.
+    fn decode(enc: Encoding, bytes: &[u8; 64]) -> CounterBlock {
+        let first = u64::from_le_bytes(bytes[..8].try_into().unwrap());
+        if enc == Encoding::Resized && first & COW_FLAG != 0 {
+            let mut b = CounterBlock::decode(bytes, RESIZED_COW_MINOR_BITS);
+            b.major = first & !COW_FLAG;
+            return b;
+        }
+        CounterBlock::decode(bytes, REGULAR_MINOR_BITS)
+    }
+
     /// Stores `page`'s counters (and CoW fields) in the controller's view and cached payload.
     /// The block is (re)made available first: fetching a source's counters on the way may
     /// have evicted it. Returns when it is on chip.
@@ -542,6 +555,19 @@ impl Design for Lelantus {
             }
         }
         Ok(done.max(mc.flush_metadata(now)?))
+    }
+
+    /// The baseline's rebuild and root check, whose counter view decodes every persisted block
+    /// as a baseline block; then the view again in this design's format. Without it, a
+    /// Resized copy's counters came back with the CoW flag as part of the major (2^63 + the
+    /// major) and its 6-bit minors read as 7-bit ones: the next write of the page was
+    /// encrypted under that counter, and its read, which decodes the verified block bytes,
+    /// failed the MAC check on a run with no attack.
+    fn recover(&mut self, mc: &mut SecureMc, now: Cycle) -> Result<crate::recovery::RecoveryReport, crate::recovery::RecoveryError> {
+        let report = crate::recovery::rebuild_and_verify(mc, now)?;
+        let enc = self.enc;
+        mc.load_counter_view_with(|bytes| Lelantus::decode(enc, bytes));
+        Ok(report)
     }
 
     fn crash(&mut self, mc: &mut SecureMc, keep_metadata_caches: bool) {
