@@ -205,3 +205,131 @@ impl From<Box<pcm::PcmMedia>> for Media {
 impl From<Box<dyn MemoryPort>> for Media {
     fn from(dev: Box<dyn MemoryPort>) -> Media { Media::Other(dev) }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::pcm::{PcmConfig, PcmMedia};
+
+    #[test]
+    fn traffic_classes_are_named_and_indexed_in_report_order() {
+        // The names are the report's keys and `as usize` indexes the per-class arrays.
+        let names: Vec<&str> = TrafficClass::ALL.iter().map(|c| c.as_str()).collect();
+        assert_eq!(names, ["data", "counter", "mac", "tree", "reencrypt", "design"]);
+        for (i, c) in TrafficClass::ALL.into_iter().enumerate() {
+            assert_eq!(c as usize, i);
+        }
+    }
+
+    #[test]
+    fn stats_since_subtracts_every_field_of_the_warm_up_snapshot() {
+        // Every field nonzero and different in both snapshots, so a field skipped, added or
+        // divided instead of subtracted comes out wrong. The end is start + 100 x start
+        // (energy: 20.25 + 2000.5, exact in f64), so the difference is 100 x start.
+        let start = MediaStats {
+            reads_by_class: [1, 2, 3, 4, 5, 6],
+            writes_by_class: [7, 8, 9, 10, 11, 12],
+            wpq_read_hits: 13,
+            wpq_full_stalls: 14,
+            wpq_coalesced: 15,
+            read_queue_full_stalls: 16,
+            bank_conflict_cycles: 17,
+            array_reads: 18,
+            array_writes: 19,
+            energy_nj: 20.25,
+        };
+        let end = MediaStats {
+            reads_by_class: [101, 202, 303, 404, 505, 606],
+            writes_by_class: [707, 808, 909, 1010, 1111, 1212],
+            wpq_read_hits: 1313,
+            wpq_full_stalls: 1414,
+            wpq_coalesced: 1515,
+            read_queue_full_stalls: 1616,
+            bank_conflict_cycles: 1717,
+            array_reads: 1818,
+            array_writes: 1919,
+            energy_nj: 2020.75,
+        };
+        let delta = MediaStats {
+            reads_by_class: [100, 200, 300, 400, 500, 600],
+            writes_by_class: [700, 800, 900, 1000, 1100, 1200],
+            wpq_read_hits: 1300,
+            wpq_full_stalls: 1400,
+            wpq_coalesced: 1500,
+            read_queue_full_stalls: 1600,
+            bank_conflict_cycles: 1700,
+            array_reads: 1800,
+            array_writes: 1900,
+            energy_nj: 2000.5,
+        };
+        assert_eq!(end.since(&start), delta);
+        assert_eq!(end.since(&end), MediaStats::default());
+    }
+
+    #[test]
+    fn media_passes_every_call_through_to_the_pcm_device_it_holds() {
+        // Default PCM at 4 GHz: 600-cycle array reads, 2000-cycle array writes, 20-cycle
+        // bursts; line k is on channel k % 2, bank (k / 2) % 8.
+        let mut m = Media::from(PcmMedia::new(&PcmConfig::default(), 4000));
+        // Line 5 (channel 1, bank 2), idle: array read, then its burst.
+        assert_eq!(m.read(5 * 64, TrafficClass::Data, Cycle(1000)), Cycle(1000 + 600 + 20));
+        // ADR: persistent when accepted; the watermark policy leaves it queued.
+        assert_eq!(m.write(3 * 64, TrafficClass::Tree, Cycle(1000)), Cycle(1000));
+        // Line 6 (channel 0, bank 3), idle, on the other bus: the same 1620.
+        let req = MemRequest { addr: 6 * 64, kind: AccessKind::Read, class: TrafficClass::Mac, issue: Cycle(1000) };
+        assert_eq!(m.access(req), Cycle(1620));
+        // The queued write (line 3: channel 1, bank 1, both idle at 2000) is issued at 2000:
+        // its burst, then the array write.
+        assert_eq!(m.drain(Cycle(2000)), Cycle(2000 + 20 + 2000));
+        assert_eq!(m.capacity_bytes(), 32 << 30);
+        let s = m.stats();
+        let (data, mac, tree) = (TrafficClass::Data as usize, TrafficClass::Mac as usize, TrafficClass::Tree as usize);
+        assert_eq!((s.reads_by_class[data], s.reads_by_class[mac], s.writes_by_class[tree]), (1, 1, 1));
+        assert_eq!((s.array_reads, s.array_writes), (2, 1));
+        // A boxed PCM device is unboxed onto the direct path.
+        let boxed = Media::from(Box::new(PcmMedia::new(&PcmConfig::default(), 4000)));
+        assert!(matches!(boxed, Media::Pcm(_)));
+    }
+
+    /// A stand-in device: a read is back 7 cycles after issue, a write persistent after 11, a
+    /// drain done 13 cycles after it is asked; it counts requests per class.
+    struct Fixed {
+        stats: MediaStats,
+    }
+
+    impl MemoryPort for Fixed {
+        fn access(&mut self, req: MemRequest) -> Cycle {
+            match req.kind {
+                AccessKind::Read => {
+                    self.stats.reads_by_class[req.class as usize] += 1;
+                    Cycle(req.issue.0 + 7)
+                }
+                AccessKind::Write => {
+                    self.stats.writes_by_class[req.class as usize] += 1;
+                    Cycle(req.issue.0 + 11)
+                }
+            }
+        }
+        fn drain(&mut self, now: Cycle) -> Cycle { Cycle(now.0 + 13) }
+        fn capacity_bytes(&self) -> u64 { 1 << 20 }
+        fn stats(&self) -> &MediaStats { &self.stats }
+    }
+
+    #[test]
+    fn media_passes_every_call_with_its_kind_through_to_a_boxed_device() {
+        let dev: Box<dyn MemoryPort> = Box::new(Fixed { stats: MediaStats::default() });
+        let mut m = Media::from(dev);
+        assert!(matches!(m, Media::Other(_)));
+        // +7 is a read, +11 a write: `read` and `write` send the kind they are named for.
+        assert_eq!(m.read(64, TrafficClass::Counter, Cycle(100)), Cycle(107));
+        assert_eq!(m.write(128, TrafficClass::Design, Cycle(100)), Cycle(111));
+        let req = MemRequest { addr: 192, kind: AccessKind::Write, class: TrafficClass::Mac, issue: Cycle(200) };
+        assert_eq!(m.access(req), Cycle(211));
+        assert_eq!(m.drain(Cycle(300)), Cycle(313));
+        assert_eq!(m.capacity_bytes(), 1 << 20);
+        let s = m.stats();
+        let (counter, design, mac) = (TrafficClass::Counter as usize, TrafficClass::Design as usize, TrafficClass::Mac as usize);
+        assert_eq!((s.reads_by_class[counter], s.writes_by_class[design], s.writes_by_class[mac]), (1, 1, 1));
+        assert_eq!((s.reads(), s.writes()), (1, 2));
+    }
+}

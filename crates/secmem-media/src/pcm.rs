@@ -1440,6 +1440,30 @@ mod tests {
     }
 
     #[test]
+    fn validate_limits_the_product_of_channels_and_banks_per_channel() {
+        // 64 x 128 = 8192 banks, over the 4096 limit, though neither count is out of range
+        // alone and their sum (192) is far below it.
+        let c = PcmConfig { channels: 64, banks_per_channel: 128, ..PcmConfig::default() };
+        assert_eq!(c.validate("pcm").unwrap_err().field, "pcm.banks_per_channel");
+        // Exactly 4096 banks, however split, is allowed (4096 + 1 would not be).
+        for (channels, banks_per_channel) in [(4096, 1), (1, 4096), (64, 64)] {
+            let c = PcmConfig { channels, banks_per_channel, ..PcmConfig::default() };
+            assert_eq!(c.validate("pcm"), Ok(()), "{channels} x {banks_per_channel}");
+        }
+    }
+
+    #[test]
+    fn config_returns_the_configuration_the_device_was_built_with() {
+        let cfg = PcmConfig {
+            write_queue_entries: 32,
+            drain_policy: DrainPolicy::Eager,
+            address_mapping: AddressMapping::PageInterleave,
+            ..PcmConfig::default()
+        };
+        assert_eq!(dev(cfg.clone()).config(), &cfg);
+    }
+
+    #[test]
     fn config_spellings_round_trip_through_toml() {
         let text = "drain_policy = \"eager\"\naddress_mapping = \"page-interleave\"\nadr = false\n";
         let mut tree = secmem_core::schema::default_tree::<PcmConfig>();
@@ -1537,6 +1561,34 @@ mod tests {
         assert_eq!(cal.book(62, 10), 70);
         cal.prune(1 << 30);
         assert_eq!(cal.book((1 << 30) + 5, 20), (1 << 30) + 5);
+    }
+
+    #[test]
+    fn a_long_burst_ending_at_the_window_end_keeps_the_first_words_bookings() {
+        // A 4-word window: cycles 0..256, ring slots 0..4. Bursts over 64 cycles (bus
+        // transfers over 16 ns at 4 GHz) take the word-by-word search.
+        let mut cal = BusCalendar::new(4);
+        assert_eq!(cal.book(0, 20), 0);
+        // [156, 256) ends exactly at the window end. Word 4 (cycles 256..320) would share
+        // word 0's ring slot: booking this burst must not touch it.
+        assert_eq!(cal.book(156, 100), 156);
+        // Word 0 still holds [0, 20): the next 20-cycle burst goes right after it.
+        assert_eq!(cal.book(0, 20), 20);
+    }
+
+    #[test]
+    fn a_long_burst_starts_right_after_the_booked_run_whatever_is_booked_further_ahead() {
+        // 100-cycle bursts in the full window (2^20 cycles, nothing pruned).
+        let mut cal = BusCalendar::new(BUS_WINDOW_WORDS);
+        assert_eq!(cal.book(0, 100), 0);
+        // Far ahead, other bursts (say, behind busy banks): [8194, 8294) and
+        // [262144, 262244), in words 128-129 and 4096-4097 (where a search that took word
+        // 64 c for cycle c, instead of c / 64, would look from cycles 2 and 64).
+        assert_eq!(cal.book(8194, 100), 8194);
+        assert_eq!(cal.book(262_144, 100), 262_144);
+        // Ready at 1, inside [0, 100): the first free window starts where that run ends,
+        // at 100 ([100, 200) is free); the bookings far ahead have nothing to do with it.
+        assert_eq!(cal.book(1, 100), 100);
     }
 
     fn arb_config() -> impl Strategy<Value = PcmConfig> {
