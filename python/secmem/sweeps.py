@@ -138,7 +138,7 @@ def sweep(
             raise SecmemError(f"sweep point {i} ({describe(keys, points[i])}): {e}") from None
         row: Dict[str, Any] = {"sweep.point": i}
         for k in keys:
-            row[f"sweep.{k}"] = _lookup(rep.config, k)
+            row[f"sweep.{k}"] = _lookup(resolved[i], k)
         if isinstance(vary, str):
             row["sweep.param"] = vary
             row["sweep.value"] = points[i][0]
@@ -156,7 +156,7 @@ def sweep(
         doc = {
             # Each key's values as resolved (a CLI "64" is 64), in the order given.
             "vary": {k: _distinct(_lookup(c, k) for c in resolved) for k in keys},
-            "base": {"preset": preset, "config": config, "trace": trace, "params": _overrides(params)},
+            "base": {"preset": preset, "config": _path(config, "config"), "trace": _path(trace, "trace"), "params": _overrides(params)},
             "points": [
                 {"point": i, "values": {k: _lookup(resolved[i], k) for k in keys}, "dir": os.path.relpath(d, out)}
                 for i, d in enumerate(dirs)

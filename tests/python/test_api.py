@@ -92,7 +92,10 @@ def test_a_sweep_with_out_writes_each_points_report_and_config_and_one_csv(tmp_p
     import pandas as pd
 
     out = tmp_path / "sw"
-    df = secmem.sweep("llc.size_kib", [512, 1024], params=SMALL, out=str(out))
+    cfg = tmp_path / "c.toml"
+    cfg.write_text("[tree]\narity = 8\n")
+    # Paths may be path objects, as everywhere in the API.
+    df = secmem.sweep("llc.size_kib", [512, 1024], config=cfg, params=SMALL, out=out)
     for i, size in enumerate([512, 1024]):
         point = out / "points" / f"{i:03d}"
         rep = json.loads((point / "report.json").read_text())
@@ -104,6 +107,7 @@ def test_a_sweep_with_out_writes_each_points_report_and_config_and_one_csv(tmp_p
     assert list(csv["stats.cycles"]) == list(df["stats.cycles"])
     doc = json.loads((out / "sweep.json").read_text())
     assert doc["vary"] == {"llc.size_kib": [512, 1024]}
+    assert doc["base"]["config"] == str(cfg)
     assert [p["dir"] for p in doc["points"]] == ["points/000", "points/001"]
 
 
