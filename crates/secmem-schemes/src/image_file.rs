@@ -166,7 +166,23 @@ mod tests {
         (ImageMeta { mac_bits: 64, minor_bits: 7, arity: 8, data_bytes: 1 << 20, key_seed: 5, random_counters: true }, [1; 64], img)
     }
 
-    fn tmp(name: &str) -> std::path::PathBuf { std::env::temp_dir().join(format!("secmem-img-{}-{name}", std::process::id())) }
+    /// A scratch file in the temp directory, removed when dropped (also when the test fails).
+    struct Tmp(std::path::PathBuf);
+
+    impl std::ops::Deref for Tmp {
+        type Target = std::path::Path;
+        fn deref(&self) -> &std::path::Path { &self.0 }
+    }
+
+    impl AsRef<std::path::Path> for Tmp {
+        fn as_ref(&self) -> &std::path::Path { &self.0 }
+    }
+
+    impl Drop for Tmp {
+        fn drop(&mut self) { let _ = std::fs::remove_file(&self.0); }
+    }
+
+    fn tmp(name: &str) -> Tmp { Tmp(std::env::temp_dir().join(format!("secmem-img-{}-{name}", std::process::id()))) }
 
     #[test]
     fn an_image_round_trips() {
@@ -218,7 +234,6 @@ mod tests {
             assert_eq!(e.offset, Some(HEADER as u64), "{far:#x}: {e}");
             assert!(e.message.contains("beyond any device"), "{e}");
         }
-        let _ = std::fs::remove_file(&p);
     }
 
     #[test]
