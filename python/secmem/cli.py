@@ -33,6 +33,7 @@ from typing import List, Optional
 from . import api
 from .sweeps import CliValue, sweep
 from .sweeps import plot as plot_sweep
+from .sweeps import result_column
 
 
 def _path_arg(s: str) -> str:
@@ -103,6 +104,13 @@ def _add_params(p: argparse.ArgumentParser, help: str = "") -> None:
         "-p", "--param", action="append", default=[], metavar="KEY=VALUE",
         help=help or "override a config field by its dotted name, e.g. -p llc.size_kib=32768 (repeatable)",
     )
+
+
+def _add_run_inputs(p: argparse.ArgumentParser) -> None:
+    """--preset, --config and --trace, as `run` takes them (and `sweep`, whose points are runs)."""
+    p.add_argument("--preset", help="preset name (see `secmem presets`); default: built-in defaults")
+    p.add_argument("--config", type=_path_arg, help="TOML config file layered over the preset")
+    p.add_argument("--trace", type=_path_arg, help="trace file (any supported format); default: the config's [workload] generator")
 
 
 def _summary(rep: api.Report) -> str:
@@ -280,8 +288,8 @@ def cmd_sweep(a) -> int:
     saved = f"{a.out}/sweep.csv, {a.out}/sweep.json and {len(df)} runs under {a.out}/points/"
 
     def column(c: str, flag: str) -> str:
-        name = c if c in df.columns else f"stats.{c}"
-        if name not in df.columns:
+        name = result_column(df, c)
+        if name is None:
             raise api.SecmemError(f"{flag}: no column {c!r} in the sweep's results (every column is in {a.out}/sweep.csv; saved {saved})")
         return name
 
@@ -355,9 +363,7 @@ def parser() -> argparse.ArgumentParser:
     sub = top.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     p = sub.add_parser("run", help="run one simulation and write DIR/report.json")
-    p.add_argument("--preset", help="preset name (see `secmem presets`); default: built-in defaults")
-    p.add_argument("--config", type=_path_arg, help="TOML config file layered over the preset")
-    p.add_argument("--trace", type=_path_arg, help="trace file (any supported format); default: the config's [workload] generator")
+    _add_run_inputs(p)
     p.add_argument("--out", type=_path_arg, default="out", help="output directory (default: out)")
     p.add_argument("--json", action="store_true", help="print the whole report as JSON")
     p.add_argument("--save-image", type=_path_arg, help="functional mode: save the post-run NVM image to this file")
@@ -365,9 +371,7 @@ def parser() -> argparse.ArgumentParser:
     p.set_defaults(fn=cmd_run)
 
     p = sub.add_parser("sweep", help="one run per point of a grid of config values; DIR/sweep.csv")
-    p.add_argument("--preset", help="preset name (see `secmem presets`); default: built-in defaults")
-    p.add_argument("--config", type=_path_arg, help="TOML config file layered over the preset")
-    p.add_argument("--trace", type=_path_arg, help="trace file (any supported format); default: the config's [workload] generator")
+    _add_run_inputs(p)
     p.add_argument(
         "--vary", type=_vary_arg, action="append", required=True, metavar="KEY=V1,V2,...",
         help="a dotted config key and the values to run it at (repeatable: the points are every combination, "

@@ -88,6 +88,19 @@ def describe(keys: Sequence[str], point: Sequence[Any]) -> str:
     return ", ".join(f"{k}={v}" for k, v in zip(keys, point))
 
 
+def _at_point(i: int, keys: Sequence[str], point: Sequence[Any], e: SecmemError) -> SecmemError:
+    return SecmemError(f"sweep point {i} ({describe(keys, point)}): {e}")
+
+
+def result_column(df, name: str) -> Optional[str]:
+    """The column of a sweep's results that ``name`` means (a flattened report key; ``stats.``
+    may be left out), or None."""
+    for c in (name, f"stats.{name}"):
+        if c in df.columns:
+            return c
+    return None
+
+
 def sweep(
     vary: Vary,
     values: Optional[Iterable[Any]] = None,
@@ -121,21 +134,22 @@ def sweep(
             per_point.append(base + _point_overrides(keys, point))
             resolved.append(config_json(preset=preset, config=config, params=per_point[-1]))
         except SecmemError as e:
-            raise SecmemError(f"sweep point {i} ({describe(keys, point)}): {e}") from None
+            raise _at_point(i, keys, point, e) from None
     dirs: List[Optional[str]] = [None] * len(points)
+    out = _path(out, "out")
     if out is not None:
         try:
-            os.makedirs(_path(out, "out"), exist_ok=True)
+            os.makedirs(out, exist_ok=True)
         except OSError as e:
             raise SecmemError(f"out {out}: cannot create the directory: {e.strerror or e}") from None
         width = max(3, len(str(len(points) - 1)))
-        dirs = [os.path.join(_path(out, "out"), "points", f"{i:0{width}d}") for i in range(len(points))]
+        dirs = [os.path.join(out, "points", f"{i:0{width}d}") for i in range(len(points))]
 
     def one(i: int) -> Dict[str, Any]:
         try:
             rep = run(preset=preset, trace=trace, config=config, params=per_point[i], out=dirs[i])
         except SecmemError as e:
-            raise SecmemError(f"sweep point {i} ({describe(keys, points[i])}): {e}") from None
+            raise _at_point(i, keys, points[i], e) from None
         row: Dict[str, Any] = {"sweep.point": i}
         for k in keys:
             row[f"sweep.{k}"] = _lookup(resolved[i], k)
@@ -185,8 +199,8 @@ def plot(df, y: str, x: Optional[str] = None, path: str = "sweep.png") -> str:
     keys = varied_keys(df)
     if not keys:
         raise SecmemError("plot: the DataFrame is not a sweep's (no sweep.<key> columns)")
-    col = y if y in df.columns else f"stats.{y}"
-    if col not in df.columns:
+    col = result_column(df, y)
+    if col is None:
         raise SecmemError(f"plot: no column {y!r} in the sweep's results")
     x = keys[0] if x is None else x
     if x not in keys:
@@ -194,14 +208,14 @@ def plot(df, y: str, x: Optional[str] = None, path: str = "sweep.png") -> str:
     others = [k for k in keys if k != x]
     fig, ax = plt.subplots(figsize=(6, 4))
     groups = df.groupby([f"sweep.{k}" for k in others], sort=False) if others else [((), df)]
-    numeric_x = all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in df[f"sweep.{x}"])
+    xcol = f"sweep.{x}"
+    numeric_x = all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in df[xcol])
     for name, g in groups:
         name = name if isinstance(name, tuple) else (name,)
         label = ", ".join(f"{k}={v}" for k, v in zip(others, name)) or None
-        xs = list(g[f"sweep.{x}"]) if numeric_x else [str(v) for v in g[f"sweep.{x}"]]
+        xs = list(g[xcol]) if numeric_x else [str(v) for v in g[xcol]]
         ax.plot(xs, list(g[col]), marker="o", label=label)
-    xv = [v for v in df[f"sweep.{x}"]]
-    if numeric_x and min(xv) > 0 and max(xv) >= 16 * min(xv):
+    if numeric_x and min(df[xcol]) > 0 and max(df[xcol]) >= 16 * min(df[xcol]):
         ax.set_xscale("log", base=2)  # sizes and counts are swept in powers of two
     ax.set_xlabel(x)
     ax.set_ylabel(col.removeprefix("stats."))
