@@ -2,26 +2,38 @@
 //! examples can predict exact counts and cycles.
 
 use secmem_core::Cycle;
-use secmem_media::{AccessKind, MediaStats, MemRequest, MemoryPort};
+use secmem_media::{AccessKind, MediaStats, MemRequest, MemoryPort, TrafficClass};
+use std::cell::RefCell;
+use std::rc::Rc;
+
+/// Every request a device saw, in order, as (byte address, read or write, traffic class).
+/// Shared, so a test keeps it after boxing the device into a controller.
+pub type AccessLog = Rc<RefCell<Vec<(u64, AccessKind, TrafficClass)>>>;
 
 pub struct FixedLatencyMedia {
     pub read: Cycle,
     pub write: Cycle,
     pub capacity: u64,
     pub stats: MediaStats,
-    /// Every request seen, in order.
-    pub log: Vec<MemRequest>,
+    pub log: AccessLog,
 }
 
 impl FixedLatencyMedia {
     pub fn new(read: u64, write: u64, capacity: u64) -> Self {
-        FixedLatencyMedia { read: Cycle(read), write: Cycle(write), capacity, stats: MediaStats::default(), log: Vec::new() }
+        FixedLatencyMedia { read: Cycle(read), write: Cycle(write), capacity, stats: MediaStats::default(), log: AccessLog::default() }
+    }
+
+    /// A device and a handle on its request log.
+    pub fn recording(read: u64, write: u64, capacity: u64) -> (Self, AccessLog) {
+        let m = Self::new(read, write, capacity);
+        let log = m.log.clone();
+        (m, log)
     }
 }
 
 impl MemoryPort for FixedLatencyMedia {
     fn access(&mut self, req: MemRequest) -> Cycle {
-        self.log.push(req);
+        self.log.borrow_mut().push((req.addr, req.kind, req.class));
         match req.kind {
             AccessKind::Read => {
                 self.stats.reads_by_class[req.class as usize] += 1;

@@ -4,42 +4,16 @@
 use proptest::prelude::*;
 use secmem_core::cache::CacheConfig;
 use secmem_core::Cycle;
-use secmem_media::{AccessKind, MediaStats, MemRequest, MemoryPort};
+use secmem_media::AccessKind;
 use secmem_schemes::config::*;
 use secmem_schemes::eadr::{DrainClock, DrainLine, DrainStats};
 use secmem_schemes::horus::{ChvLayout, Horus, MacLevels};
+use secmem_schemes::testing::{AccessLog, FixedLatencyMedia};
 use secmem_schemes::{Design, SecureMc};
-use std::cell::RefCell;
-use std::rc::Rc;
 
-/// A fixed-latency device that shares its request log with the test.
-struct Recorder {
-    log: Rc<RefCell<Vec<(u64, AccessKind)>>>,
-    stats: MediaStats,
-}
-
-impl MemoryPort for Recorder {
-    fn access(&mut self, req: MemRequest) -> Cycle {
-        self.log.borrow_mut().push((req.addr, req.kind));
-        match req.kind {
-            AccessKind::Read => {
-                self.stats.reads_by_class[req.class as usize] += 1;
-                req.issue + Cycle(100)
-            }
-            AccessKind::Write => {
-                self.stats.writes_by_class[req.class as usize] += 1;
-                req.issue + Cycle(300)
-            }
-        }
-    }
-    fn drain(&mut self, now: Cycle) -> Cycle { now }
-    fn capacity_bytes(&self) -> u64 { 1 << 30 }
-    fn stats(&self) -> &MediaStats { &self.stats }
-}
-
-fn controller(functional: bool) -> (SecureMc, Rc<RefCell<Vec<(u64, AccessKind)>>>) {
-    let log = Rc::new(RefCell::new(Vec::new()));
-    let media = Box::new(Recorder { log: log.clone(), stats: MediaStats::default() });
+fn controller(functional: bool) -> (SecureMc, AccessLog) {
+    let (media, log) = FixedLatencyMedia::recording(100, 300, 1 << 30);
+    let media = Box::new(media);
     let sec = SecurityConfig::default();
     let tree = TreeConfig { arity: 8, update: TreeUpdate::Lazy };
     let caches = MetadataCachesConfig { counter: CacheConfig::new(4, 4, 2), mac: CacheConfig::new(4, 4, 2), tree: CacheConfig::new(4, 4, 2) };

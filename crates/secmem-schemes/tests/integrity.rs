@@ -2,47 +2,20 @@
 //! reach: attacks on the boot-content shortcut of data reads, recovery's naming of the first
 //! bad node and its work report, and where the controller's device accesses go.
 
-use std::cell::RefCell;
-use std::rc::Rc;
-
 use secmem_core::cache::CacheConfig;
 use secmem_core::Cycle;
-use secmem_media::{AccessKind, MediaStats, MemRequest, MemoryPort, TrafficClass};
+use secmem_media::{AccessKind, MemoryPort, TrafficClass};
 use secmem_schemes::config::*;
 use secmem_schemes::controller::set_bits;
 use secmem_schemes::functional::NvmImage;
 use secmem_schemes::recovery::rebuild_and_verify;
+use secmem_schemes::testing::{AccessLog, FixedLatencyMedia};
 use secmem_schemes::{IntegrityError, SecureMc};
 
 /// 64 pages at arity 8: counters (64) -> level 1 (8 nodes) -> root.
 const MEM: u64 = 64 * 4096;
 
-/// A device with fixed latencies that records every access in a log the test keeps.
-struct Recording {
-    log: Rc<RefCell<Vec<(u64, AccessKind, TrafficClass)>>>,
-    stats: MediaStats,
-}
-
-impl MemoryPort for Recording {
-    fn access(&mut self, req: MemRequest) -> Cycle {
-        self.log.borrow_mut().push((req.addr, req.kind, req.class));
-        match req.kind {
-            AccessKind::Read => {
-                self.stats.reads_by_class[req.class as usize] += 1;
-                req.issue + Cycle(100)
-            }
-            AccessKind::Write => {
-                self.stats.writes_by_class[req.class as usize] += 1;
-                req.issue + Cycle(300)
-            }
-        }
-    }
-    fn drain(&mut self, now: Cycle) -> Cycle { now }
-    fn capacity_bytes(&self) -> u64 { 1 << 30 }
-    fn stats(&self) -> &MediaStats { &self.stats }
-}
-
-type Log = Rc<RefCell<Vec<(u64, AccessKind, TrafficClass)>>>;
+type Log = AccessLog;
 
 fn build(functional: bool, update: TreeUpdate, persist: MetadataPersistence, cache_kib: u64) -> (SecureMc, Log) {
     build_arity(functional, update, persist, cache_kib, 8)
@@ -55,8 +28,8 @@ fn build_arity(functional: bool, update: TreeUpdate, persist: MetadataPersistenc
         mac: CacheConfig::new(cache_kib, 16, 2),
         tree: CacheConfig::new(cache_kib, 16, 2),
     };
-    let log: Log = Rc::new(RefCell::new(Vec::new()));
-    let media = Box::new(Recording { log: log.clone(), stats: MediaStats::default() });
+    let (media, log) = FixedLatencyMedia::recording(100, 300, 1 << 30);
+    let media = Box::new(media);
     let tree = TreeConfig { arity, update };
     let m = if functional {
         SecureMc::new_functional(&sec, &tree, &caches, MEM, media, 42)
