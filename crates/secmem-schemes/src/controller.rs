@@ -1196,18 +1196,19 @@ impl SecureMc {
     /// the tree before use.
     pub fn load_counter_view_from_image(&mut self) {
         let bits = self.p.minor_bits;
-        self.load_counter_view_with(|bytes| CounterBlock::decode(bytes, bits));
+        self.load_counter_view_with(|_, bytes| CounterBlock::decode(bytes, bits));
     }
 
     /// As [`load_counter_view_from_image`](Self::load_counter_view_from_image), for a design
-    /// whose counter blocks have a format of their own: `decode` turns a persisted block's
-    /// bytes into its counters. Host work only: no simulated reads (a recovery that calls it
+    /// whose counter blocks have a format of their own: `decode(page, bytes)` turns a persisted
+    /// block's bytes into its counters (a design may note what else the block holds), page by
+    /// page in ascending order. Host work only: no simulated reads (a recovery that calls it
     /// has read and verified those blocks already).
-    pub fn load_counter_view_with(&mut self, decode: impl Fn(&[u8; 64]) -> CounterBlock) {
+    pub fn load_counter_view_with(&mut self, mut decode: impl FnMut(u64, &[u8; 64]) -> CounterBlock) {
         let Some(f) = self.func.as_ref() else { return };
         let first = self.layout.counter_base >> LINE_SHIFT;
         for line in f.image.lines_in(first, first + self.layout.counter_blocks) {
-            self.counters.set_block(line - first, decode(&f.image.get(line)));
+            self.counters.set_block(line - first, decode(line - first, &f.image.get(line)));
         }
     }
 

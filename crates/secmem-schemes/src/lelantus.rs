@@ -203,6 +203,12 @@ impl Lelantus {
         CounterBlock::decode(bytes, REGULAR_MINOR_BITS)
     }
 
+    /// The source page a Resized copy's counter block records (None for any other block).
+    fn resized_source(enc: Encoding, bytes: &[u8; 64]) -> Option<u64> {
+        let first = u64::from_le_bytes(bytes[..8].try_into().unwrap());
+        (enc == Encoding::Resized && first & COW_FLAG != 0).then(|| u64::from_le_bytes(bytes[56..64].try_into().unwrap()))
+    }
+
     /// Stores `page`'s counters (and CoW fields) in the controller's view and cached payload.
     /// The block is (re)made available first: fetching a source's counters on the way may
     /// have evicted it. Returns when it is on chip.
@@ -274,6 +280,23 @@ impl Lelantus {
             self.write_record_line(mc, v.line, now)?;
         }
         Ok((t, src))
+    }
+
+    /// Looks `page`'s record up to change it (its source was just set or dropped in
+    /// `src_of`). With strict persistence the record line is written through at once, as the
+    /// counter block beside it is: a copy whose counter block persisted but whose record did
+    /// not would read its uncopied lines as the destination's own after a crash.
+    fn update_record(&mut self, mc: &mut SecureMc, page: u64, now: Cycle) -> Result<Cycle, IntegrityError> {
+        let (t, _) = self.record(mc, page, true, now)?;
+        if !mc.p.strict {
+            return Ok(t);
+        }
+        let line = self.record_line(page);
+        let cache = self.cow_cache.as_mut().expect("Lelantus-CoW has a CoW cache");
+        if let Some(slot) = cache.probe(line) {
+            cache.set_dirty(slot, false);
+        }
+        self.write_record_line(mc, line, t)
     }
 
     fn write_record_line(&mut self, mc: &mut SecureMc, line: u64, now: Cycle) -> Result<Cycle, IntegrityError> {
@@ -402,7 +425,7 @@ impl Lelantus {
                 let block = mc.counters.block(page);
                 self.store_block(mc, page, block, now)?
             }
-            Encoding::Supplementary => self.record(mc, page, true, now)?.0,
+            Encoding::Supplementary => self.update_record(mc, page, now)?,
         };
         Ok(t)
     }
@@ -432,6 +455,11 @@ impl Lelantus {
         }
         let ctr_at = self.store_block(mc, page, block, now)?;
         let mut done = ready;
+        if reads.is_empty() {
+            // Every line was written since the copy: only the CoW fields changed, and no write
+            // follows to rehash and persist the block (see `page_free`).
+            done = done.max(mc.counter_block_updated(page, ctr_at)?);
+        }
         for (i, p) in reads {
             self.stats.lines_materialized += 1;
             let line = page * LINES_PER_PAGE + i as u64;
@@ -462,7 +490,7 @@ impl Lelantus {
         let ctr_at = self.store_block(mc, dst, CounterBlock { major: old.major + 1, minors: [0; 64] }, now)?;
         let mut t = ctr_at.max(src_at);
         if self.enc == Encoding::Supplementary {
-            t = t.max(self.record(mc, dst, true, now)?.0);
+            t = t.max(self.update_record(mc, dst, now)?);
         }
         mc.counter_block_updated(dst, t)
     }
@@ -476,7 +504,18 @@ impl Lelantus {
         for d in copies {
             done = done.max(self.materialize(mc, d, now)?);
         }
-        done = done.max(self.drop_cow(mc, page, now)?);
+        let was_copy = self.src_of.contains_key(&page);
+        let ctr_at = self.drop_cow(mc, page, now)?;
+        done = done.max(ctr_at);
+        if was_copy && self.enc == Encoding::Resized {
+            // The counter block lost its CoW fields and nothing writes the page after this (a
+            // materialisation or re-encryption rewrites the page, and its writes update the
+            // tree): with eager update its tree path, with strict persistence its NVM copy,
+            // are brought up to date here, as page_copy does. Without it the changed block
+            // went to NVM unhashed when evicted, and the next fetch or a recovery after a
+            // crash failed its tree check on a run with no attack.
+            done = done.max(mc.counter_block_updated(page, ctr_at)?);
+        }
         Ok(done)
     }
 }
@@ -557,26 +596,75 @@ impl Design for Lelantus {
         Ok(done.max(mc.flush_metadata(now)?))
     }
 
-    /// The baseline's rebuild and root check, whose counter view decodes every persisted block
-    /// as a baseline block; then the view again in this design's format. Without it, a
-    /// Resized copy's counters came back with the CoW flag as part of the major (2^63 + the
-    /// major) and its 6-bit minors read as 7-bit ones: the next write of the page was
-    /// encrypted under that counter, and its read, which decodes the verified block bytes,
-    /// failed the MAC check on a run with no attack.
+    /// The baseline's rebuild and root check, then what only this design's format holds:
+    ///
+    /// * the counter view decoded in this design's layout (the baseline decodes every block as
+    ///   a baseline block: a Resized copy's counters came back with the CoW flag as part of the
+    ///   major and its 6-bit minors read as 7-bit ones, so the next write of the page was
+    ///   encrypted under a counter its read, which decodes the verified bytes, did not use);
+    /// * the copy records (which page reads uncopied lines from which): from the verified
+    ///   counter blocks under Resized, from the record lines (read through the verified read
+    ///   path) under Supplementary. Without them every uncopied line read as the destination's
+    ///   own never-written line after a crash.
+    ///
+    /// Functional mode only rebuilds the records: in counting mode there are no bytes, and the
+    /// records kept by `crash` stand for those the persisted blocks hold (as the controller's
+    /// `crashed_counters` stand for the persisted counters).
     fn recover(&mut self, mc: &mut SecureMc, now: Cycle) -> Result<crate::recovery::RecoveryReport, crate::recovery::RecoveryError> {
-        let report = crate::recovery::rebuild_and_verify(mc, now)?;
+        self.setup(mc);
+        let mut report = crate::recovery::rebuild_and_verify(mc, now)?;
+        if !mc.is_functional() {
+            return Ok(report);
+        }
         let enc = self.enc;
-        mc.load_counter_view_with(|bytes| Lelantus::decode(enc, bytes));
+        let mut copies: Vec<(u64, u64)> = Vec::new();
+        mc.load_counter_view_with(|page, bytes| {
+            if let Some(src) = Lelantus::resized_source(enc, bytes) {
+                copies.push((page, src));
+            }
+            Lelantus::decode(enc, bytes)
+        });
+        if enc == Encoding::Supplementary {
+            let end = mc.layout.data_bytes >> 6;
+            let written = mc.func.as_ref().expect("functional").image.lines_in(self.record_base, end);
+            let mut t = now;
+            for line in written {
+                let (at, plain) = mc.read_line(line, now).map_err(|e| crate::recovery::RecoveryError {
+                    first_bad: format!("CoW record line {line:#x}"),
+                    message: format!("a Lelantus-CoW record line failed verification: {e}"),
+                })?;
+                t = t.max(at);
+                let plain = plain.expect("functional reads return plaintext");
+                let first = (line - self.record_base) * RECORDS_PER_LINE;
+                for (i, rec) in plain.chunks_exact(8).enumerate() {
+                    let v = u64::from_le_bytes(rec.try_into().expect("8 bytes"));
+                    if v & RECORD_VALID != 0 {
+                        copies.push((first + i as u64, v & !RECORD_VALID));
+                    }
+                }
+            }
+            report.cycles = report.cycles.max((t - now).0);
+        }
+        copies.sort_unstable();
+        for (page, src) in copies {
+            self.src_of.insert(page, src);
+            self.children.entry(src).or_default().push(page);
+        }
         Ok(report)
     }
 
     fn crash(&mut self, mc: &mut SecureMc, keep_metadata_caches: bool) {
         // The CoW cache is part of the (battery-backed) counter cache: it survives exactly when
-        // the counter cache does. The architectural CoW map is the counter blocks' content.
+        // the counter cache does. The copy records are the counter blocks' (or record lines')
+        // content: with the caches lost, functional mode rebuilds them from NVM in `recover`.
         mc.crash(keep_metadata_caches);
         if !keep_metadata_caches {
             if let Some(c) = self.cow_cache.as_mut() {
                 c.clear();
+            }
+            if mc.is_functional() {
+                self.src_of.clear();
+                self.children.clear();
             }
         }
     }

@@ -421,3 +421,49 @@ fn a_resized_lelantus_copy_can_be_written_after_a_crash_and_recovery() {
     d.write(&mut m, b * 64 + 5, Some(&content(b * 64 + 5, 2)), Cycle(1 << 31)).unwrap();
     assert_eq!(d.read(&mut m, b * 64 + 5, Cycle(1 << 32)).unwrap().1.unwrap(), content(b * 64 + 5, 2));
 }
+
+#[test]
+fn a_freed_lelantus_copy_leaves_nvm_consistent_with_the_root() {
+    // Found by the OS-level crash campaign's review: page_free of a lazy copy rewrote its
+    // counter block without its CoW fields but neither rehashed its tree path (eager) nor
+    // wrote it through (strict). Once written back, NVM disagreed with the root register.
+    use secmem_schemes::design::Design;
+    use secmem_schemes::lelantus::{Encoding, Lelantus};
+    use secmem_schemes::PageCommand;
+    let (a, b) = (10u64, 20u64);
+    let (mut m, _) = build(true, TreeUpdate::Eager, MetadataPersistence::Strict, 64);
+    let mut d = Lelantus::new(Encoding::Resized);
+    for i in 0..64u64 {
+        d.write(&mut m, a * 64 + i, Some(&content(a * 64 + i, 1)), Cycle(i * 1000)).unwrap();
+    }
+    d.page_command(&mut m, PageCommand::Copy { src: a, dst: b }, Cycle(100_000)).unwrap();
+    d.write(&mut m, b * 64 + 5, Some(&content(b * 64 + 5, 2)), Cycle(200_000)).unwrap();
+    d.page_command(&mut m, PageCommand::Free { page: b }, Cycle(300_000)).unwrap();
+    d.finish(&mut m, Cycle(400_000)).unwrap();
+    d.crash(&mut m, false);
+    d.recover(&mut m, Cycle(1 << 30)).unwrap();
+}
+
+#[test]
+fn materialising_a_fully_written_lelantus_copy_leaves_nvm_consistent_with_the_root() {
+    // page_phyc of a copy whose every line was written since has no line to copy: it only
+    // clears the CoW fields, and must still rehash and persist the block.
+    use secmem_schemes::design::Design;
+    use secmem_schemes::lelantus::{Encoding, Lelantus};
+    use secmem_schemes::PageCommand;
+    let (a, b) = (10u64, 20u64);
+    let (mut m, _) = build(true, TreeUpdate::Eager, MetadataPersistence::Strict, 64);
+    let mut d = Lelantus::new(Encoding::Resized);
+    d.write(&mut m, a * 64, Some(&content(a * 64, 1)), Cycle(0)).unwrap();
+    d.page_command(&mut m, PageCommand::Copy { src: a, dst: b }, Cycle(100_000)).unwrap();
+    for i in 0..64u64 {
+        d.write(&mut m, b * 64 + i, Some(&content(b * 64 + i, 2)), Cycle(200_000 + i * 1000)).unwrap();
+    }
+    d.page_command(&mut m, PageCommand::Materialize { page: b }, Cycle(300_000)).unwrap();
+    d.finish(&mut m, Cycle(400_000)).unwrap();
+    d.crash(&mut m, false);
+    d.recover(&mut m, Cycle(1 << 30)).unwrap();
+    assert_eq!(d.source_of(b), None, "a materialised page is no copy after recovery");
+    assert_eq!(d.read(&mut m, b * 64 + 7, Cycle(1 << 31)).unwrap().1.unwrap(), content(b * 64 + 7, 2));
+}
+

@@ -47,6 +47,10 @@ pub(crate) fn test_canaries() -> secmem_schemes::Canaries {
 /// Observer of every write that reaches memory: (line, plaintext).
 pub type PersistHook = Box<dyn FnMut(u64, &[u8; 64])>;
 
+/// Observer of every page command a design carried out (oracles use it: a copy, zero fill or
+/// free changes what lines read as without any data write reaching memory).
+pub type PageCommandHook = Box<dyn FnMut(secmem_schemes::PageCommand)>;
+
 /// Core-side counters.
 #[derive(Clone, Debug, Default, PartialEq, Serialize)]
 pub struct CoreStats {
@@ -142,6 +146,8 @@ pub struct Engine {
     failure: Option<IntegrityError>,
     /// Called with (line, plaintext) for every write that reaches memory (oracles use it).
     pub on_persist: Option<PersistHook>,
+    /// Called with every page command the design accepted, when it was accepted.
+    pub on_page_command: Option<PageCommandHook>,
     /// Records are memory-controller requests (no cache hierarchy).
     memory_level: bool,
     /// Page of the record last given to `prefetch_late` / `prefetch` (host look-ahead only).
@@ -222,6 +228,7 @@ impl Engine {
             store_seq: 0,
             failure: None,
             on_persist: None,
+            on_page_command: None,
             memory_level: cfg.run.trace_level == TraceLevel::Memory,
             prefetch_page: std::cell::Cell::new(u64::MAX),
             prefetch_page_early: std::cell::Cell::new(u64::MAX),
@@ -620,6 +627,9 @@ impl Engine {
         match self.design.page_command(&mut self.mc, cmd, self.now) {
             Ok(done) => {
                 self.last_persist = self.last_persist.max(done);
+                if let Some(hook) = self.on_page_command.as_mut() {
+                    hook(cmd);
+                }
                 Ok(true)
             }
             Err(secmem_schemes::PageCommandError::Unsupported(_)) => Ok(false),

@@ -10,14 +10,23 @@
 //! every line the oracle knows through the full secure read path. A point recovers when
 //! recovery succeeds and every line equals the oracle.
 //!
+//! An OS-level trace (format v2: process loads and stores, `alloc`, `fork`, `free`, `exit`)
+//! runs through the OS model, so the design's page commands (Lelantus' page_copy, page_phyc
+//! and page_free, Silent Shredder's zero fill) happen between crash points. The oracle follows
+//! them as the memory the kernel sees: a copy makes the destination read as the source did, a
+//! zero fill as zeros, and a freed page's content is undefined (it is not checked until
+//! something is written or copied there again). A record that carried out a page command is
+//! a persist point too.
+//!
 //! The harness knows nothing of the baseline: a design's own recovery (BMF's persistent
-//! roots, Lelantus' battery-backed counter cache) plugs in through `Design::crash` /
-//! `Design::recover` on the surviving image. What it does not have yet is a hook that runs on
-//! the *live* state at the moment of power loss (an eADR drain of the cache hierarchy, as
-//! Horus needs); that arrives with the Horus issue.
+//! roots, Lelantus' copy records in its counter blocks) plugs in through `Design::crash` /
+//! `Design::recover` on the surviving image. A hook that runs on the *live* state at the
+//! moment of power loss (an eADR drain of the cache hierarchy, as Horus needs) is the drain
+//! harness's (`super::drain`).
 
 use crate::config::Config;
-use crate::engine::{build_controller, build_design, build_media, Engine};
+use crate::engine::{build_controller, build_design, build_media, Engine, RecordError};
+use crate::os_trace::OsDriver;
 use crate::run::{open_records, SimError, TraceInput};
 use rand::seq::SliceRandom;
 use rand::SeedableRng;
@@ -25,8 +34,10 @@ use rustc_hash::FxHashMap;
 use secmem_core::Cycle;
 use secmem_media::Media;
 use secmem_schemes::functional::NvmImage;
-use secmem_schemes::SecureMc;
-use secmem_trace::Record;
+use secmem_core::addr::LINES_PER_PAGE;
+use secmem_core::ConfigError;
+use secmem_schemes::{PageCommand, SecureMc};
+use secmem_trace::{Event, Record};
 use serde::Serialize;
 use std::cell::RefCell;
 use std::rc::Rc;
@@ -76,6 +87,143 @@ pub(crate) fn fresh_controller(cfg: &Config) -> Result<SecureMc, SimError> {
     Ok(build_controller(&fcfg)?)
 }
 
+/// What a campaign replays: a physical trace's records, or an OS-level trace's events.
+enum Replay {
+    Records(Vec<Record>),
+    Events(Vec<Event>),
+}
+
+impl Replay {
+    /// The records of `input`; an OS-level trace file (version 2 with the OS flag) as events.
+    fn load(cfg: &Config, input: &TraceInput) -> Result<Replay, SimError> {
+        if let TraceInput::File(p) = input {
+            let stream = secmem_trace::open_events(p)?;
+            if stream.kind.os_level {
+                if cfg.run.trace_level != crate::config::TraceLevel::Core {
+                    return Err(SimError::Config(ConfigError::new(
+                        "run.trace_level",
+                        "an OS-level trace drives the OS model through the cache hierarchy: it needs run.trace_level = \"core\"",
+                    )));
+                }
+                let limit = if cfg.run.max_requests == 0 { usize::MAX } else { cfg.run.max_requests as usize };
+                let events = stream.events.take(limit).collect::<Result<Vec<_>, _>>()?;
+                if cfg.run.warmup_requests > 0 {
+                    if let Some(at) = events.iter().position(|e| *e == Event::RoiBegin) {
+                        return Err(SimError::Record {
+                            trace: input.describe(cfg),
+                            error: RecordError {
+                                index: at as u64,
+                                message: format!("the trace marks its region of interest and run.warmup_requests = {} sets another; use one", cfg.run.warmup_requests),
+                                integrity: None,
+                            },
+                        });
+                    }
+                }
+                return Ok(Replay::Events(events));
+            }
+        }
+        Ok(Replay::Records(collect(cfg, input)?))
+    }
+
+    fn len(&self) -> usize {
+        match self {
+            Replay::Records(r) => r.len(),
+            Replay::Events(e) => e.len(),
+        }
+    }
+
+    /// The first record of the region of interest: after the trace's ROI record if it has
+    /// one (`load` refuses one together with a warm-up), else after the warm-up.
+    fn roi_start(&self, warmup: u64) -> u64 {
+        match self {
+            Replay::Events(e) => e.iter().position(|x| *x == Event::RoiBegin).map_or(warmup, |at| at as u64 + 1),
+            Replay::Records(_) => warmup,
+        }
+    }
+}
+
+/// The run a campaign steps through: records go straight to the engine, events through the OS
+/// model (faults, page commands, frees) and from there to the engine.
+enum Live {
+    Phys(Box<Engine>),
+    Os(Box<OsDriver>),
+}
+
+impl Live {
+    fn new(cfg: &Config, replay: &Replay) -> Result<Live, SimError> {
+        Ok(match replay {
+            Replay::Records(_) => Live::Phys(Box::new(Engine::new(cfg)?)),
+            // As `run` reports it: the OS model's only setup error is a memory too small for it.
+            Replay::Events(_) => Live::Os(Box::new(OsDriver::new(cfg).map_err(|e| SimError::Config(ConfigError::new("pcm.capacity_gib", e.0)))?)),
+        })
+    }
+
+    fn engine(&mut self) -> &mut Engine {
+        match self {
+            Live::Phys(e) => e,
+            Live::Os(d) => &mut d.os.engine,
+        }
+    }
+
+    /// Writes and page commands that reached memory so far: a record that adds to it is a
+    /// persist point.
+    fn persisted(&self) -> u64 {
+        match self {
+            Live::Phys(e) => e.core_stats().memory_writes_issued,
+            Live::Os(d) => d.os.engine.core_stats().memory_writes_issued + d.os.stats.page_commands,
+        }
+    }
+
+    /// Applies record `i` of `replay`; errors name the trace and the record.
+    fn step(&mut self, replay: &Replay, i: usize, cfg: &Config, input: &TraceInput) -> Result<(), SimError> {
+        match (self, replay) {
+            (Live::Phys(e), Replay::Records(r)) => e.step(&r[i], i as u64).map_err(|x| record_error(input, cfg, x)),
+            (Live::Os(d), Replay::Events(ev)) => d.apply(&ev[i]).map_err(|e| {
+                record_error(input, cfg, RecordError { index: i as u64, message: format!("{}: {e}", ev[i]), integrity: None })
+            }),
+            _ => unreachable!("a live run is built for its replay"),
+        }
+    }
+}
+
+/// The plaintext every line reads as, from what reached memory: a persisted write sets a
+/// line; a page command sets or drops a page's lines as the kernel that issued it sees them.
+#[derive(Default)]
+struct Oracle {
+    lines: FxHashMap<u64, [u8; 64]>,
+}
+
+impl Oracle {
+    fn persisted(&mut self, line: u64, data: &[u8; 64]) { self.lines.insert(line, *data); }
+
+    fn page_command(&mut self, cmd: PageCommand) {
+        let lines = |page: u64| page * LINES_PER_PAGE..(page + 1) * LINES_PER_PAGE;
+        match cmd {
+            // The destination reads as the source does now (a never-written line reads as
+            // zeros): the kernel wrote the source's dirty lines back before the command.
+            PageCommand::Copy { src, dst } => {
+                for (s, d) in lines(src).zip(lines(dst)) {
+                    let v = self.lines.get(&s).copied().unwrap_or([0; 64]);
+                    self.lines.insert(d, v);
+                }
+            }
+            PageCommand::Zero { page } => {
+                for l in lines(page) {
+                    self.lines.insert(l, [0; 64]);
+                }
+            }
+            // Freed memory holds nothing anyone may read until it is written or copied again.
+            PageCommand::Free { page } => {
+                for l in lines(page) {
+                    self.lines.remove(&l);
+                }
+            }
+            // A lazy copy made real reads as it did.
+            PageCommand::Materialize { .. } => {}
+        }
+    }
+}
+
 pub fn crash_campaign(cfg: &Config, input: &TraceInput, points: u64, seed: u64) -> Result<CrashOutcome, SimError> {
     super::require_some(points, "--points", "crashes")?;
     if !cfg.pcm.adr {
@@ -89,22 +237,23 @@ pub fn crash_campaign(cfg: &Config, input: &TraceInput, points: u64, seed: u64) 
     let mut fcfg = cfg.clone();
     fcfg.run.functional = true;
     fcfg.validate()?;
-    let records = collect(cfg, input)?;
+    let replay = Replay::load(cfg, input)?;
     // The warm-up brings caches to a steady state before the region of interest, as in
     // `run`: crash points are drawn from the region only.
     let warmup = cfg.run.warmup_requests;
-    crate::run::ensure_roi_left(warmup, records.len() as u64)?;
+    crate::run::ensure_roi_left(warmup, replay.len() as u64)?;
+    let roi_start = replay.roi_start(warmup);
     // Pass 1 (counting mode): which records persist something.
     let mut counting = cfg.clone();
     counting.run.functional = false;
     let mut persist_records: Vec<u64> = Vec::new();
     {
-        let mut e = Engine::new(&counting)?;
+        let mut live = Live::new(&counting, &replay)?;
         let mut last = 0u64;
-        for (i, r) in records.iter().enumerate() {
-            e.step(r, i as u64).map_err(|x| record_error(input, cfg, x))?;
-            let now = e.core_stats().memory_writes_issued;
-            if now > last && i as u64 >= warmup {
+        for i in 0..replay.len() {
+            live.step(&replay, i, cfg, input)?;
+            let now = live.persisted();
+            if now > last && i as u64 >= roi_start {
                 persist_records.push(i as u64);
             }
             last = now;
@@ -135,36 +284,40 @@ pub fn crash_campaign(cfg: &Config, input: &TraceInput, points: u64, seed: u64) 
             ),
         )));
     }
-    let mut out = CrashOutcome { records: records.len() as u64, persist_points: persist_records.len() as u64, ..Default::default() };
+    let mut out = CrashOutcome { records: replay.len() as u64, persist_points: persist_records.len() as u64, ..Default::default() };
     let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(seed);
     persist_records.shuffle(&mut rng);
     persist_records.truncate(points as usize);
     persist_records.sort_unstable();
 
     // Pass 2 (functional): crash at each chosen point and recover.
-    let mut engine = Engine::new(&fcfg)?;
-    let oracle: Rc<RefCell<FxHashMap<u64, [u8; 64]>>> = Rc::default();
-    let o2 = oracle.clone();
-    engine.on_persist = Some(Box::new(move |line, data| {
-        o2.borrow_mut().insert(line, *data);
-    }));
+    let mut live = Live::new(&fcfg, &replay)?;
+    let oracle: Rc<RefCell<Oracle>> = Rc::default();
+    {
+        let engine = live.engine();
+        let o = oracle.clone();
+        engine.on_persist = Some(Box::new(move |line, data| o.borrow_mut().persisted(line, data)));
+        let o = oracle.clone();
+        engine.on_page_command = Some(Box::new(move |cmd| o.borrow_mut().page_command(cmd)));
+    }
     let mut recovery = fresh_controller(&fcfg)?;
     let mut design = build_design(&fcfg)?;
     let mut next = 0usize;
     let (mut sum_blocks, mut sum_hashes, mut sum_cycles) = (0f64, 0f64, 0f64);
-    for (i, r) in records.iter().enumerate() {
+    for i in 0..replay.len() {
         if next >= persist_records.len() {
             break;
         }
-        engine.step(r, i as u64).map_err(|x| record_error(input, cfg, x))?;
+        live.step(&replay, i, cfg, input)?;
         if persist_records[next] != i as u64 {
             continue;
         }
         next += 1;
         out.points += 1;
         // What survives: the NVM image and the root register.
-        let live = engine.mc.func.as_ref().expect("functional");
-        let (image, root): (NvmImage, [u8; 64]) = (live.image.clone(), live.root);
+        let live_mc = &live.engine().mc;
+        let f = live_mc.func.as_ref().expect("functional");
+        let (image, root): (NvmImage, [u8; 64]) = (f.image.clone(), f.root);
         {
             let f = recovery.func.as_mut().expect("functional");
             f.image = image;
@@ -191,7 +344,7 @@ pub fn crash_campaign(cfg: &Config, input: &TraceInput, points: u64, seed: u64) 
         let mut bad = 0u64;
         if ok {
             let oracle = oracle.borrow();
-            let mut lines: Vec<(&u64, &[u8; 64])> = oracle.iter().collect();
+            let mut lines: Vec<(&u64, &[u8; 64])> = oracle.lines.iter().collect();
             lines.sort_unstable_by_key(|x| *x.0);
             for (&line, want) in lines {
                 out.lines_checked += 1;

@@ -1,0 +1,181 @@
+//! Crash injection over OS-level traces: processes allocate, fork, store, free and exit, so
+//! the designs' page commands (Lelantus' page_copy / page_phyc / page_free, Silent Shredder's
+//! zero fill) and the kernel's own copies happen between crash points. After every crash the
+//! design recovers from what survives (the NVM image and the root register: no battery-backed
+//! cache) and every line the oracle knows must read back as the kernel last left it.
+
+use rand::{Rng, SeedableRng};
+use rand_chacha::ChaCha8Rng;
+use secmem_sim::harness::{crash_campaign, CrashOutcome};
+use secmem_sim::{Config, TraceInput};
+use secmem_trace::{Event, Format, PageSize, TraceKind};
+use std::path::{Path, PathBuf};
+
+/// A small functional system (caches of a few KiB, so data and metadata are evicted all the
+/// time), recoverable: eager tree update with strict metadata persistence.
+fn cfg(design: &str, extra: &[&str]) -> Config {
+    let mut o: Vec<String> = [
+        "run.progress=false",
+        "pcm.capacity_gib=1",
+        "l1.size_kib=4", "l1.ways=2", "l2.size_kib=8", "l2.ways=2", "llc.size_kib=16", "llc.ways=4",
+        "metadata_cache.counter.size_kib=64", "metadata_cache.mac.size_kib=4", "metadata_cache.tree.size_kib=4",
+        "tree.update=eager", "security.metadata_persistence=strict", "run.functional=true", "run.check_pad_reuse=true",
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect();
+    o.push(format!("run.design=\"{design}\""));
+    o.extend(extra.iter().map(|s| s.to_string()));
+    Config::load(Some("lelantus"), None, &o).unwrap()
+}
+
+/// A trace file removed when dropped (also when the test fails).
+struct TmpTrace(PathBuf);
+impl Drop for TmpTrace {
+    fn drop(&mut self) { let _ = std::fs::remove_file(&self.0); }
+}
+
+fn write_trace(name: &str, events: &[Event]) -> TmpTrace {
+    let path = std::env::temp_dir().join(format!("secmem-crash-os-{}-{name}.trace", std::process::id()));
+    let f = std::fs::File::create(&path).unwrap();
+    let mut w = secmem_trace::EventWriter::new(f, path.display().to_string(), Format::Binary, TraceKind::V2_OS).unwrap();
+    for e in events {
+        w.write(e).unwrap();
+    }
+    w.finish().unwrap();
+    TmpTrace(path)
+}
+
+const BASE_VADDR: u64 = 1 << 32;
+
+/// A seeded process churn: allocations of a few 4 KB pages, forks, stores with unique data,
+/// loads, frees of whole allocations, exits and the odd `wbnoinvd`. Every request is valid
+/// for the OS model (the generator tracks each process's mappings).
+fn churn(seed: u64, steps: usize) -> Vec<Event> {
+    let mut rng = ChaCha8Rng::seed_from_u64(seed);
+    // Live pids and, per pid, its allocations (vaddr, pages).
+    let mut procs: Vec<(u32, Vec<(u64, u64)>)> = vec![(0, Vec::new())];
+    let (mut next_pid, mut next_region, mut tag) = (1u32, 0u64, 0u64);
+    let mut out = Vec::new();
+    let alloc = |pid: u32, next_region: &mut u64, maps: &mut Vec<(u64, u64)>, out: &mut Vec<Event>, pages: u64| {
+        // Regions 64 KB apart: no two allocations ever overlap, in any process.
+        let vaddr = BASE_VADDR + *next_region * 65536;
+        *next_region += 1;
+        out.push(Event::Alloc { pid, vaddr, length: pages * 4096, page: PageSize::Small });
+        maps.push((vaddr, pages));
+    };
+    alloc(0, &mut next_region, &mut procs[0].1, &mut out, 4);
+    for _ in 0..steps {
+        let p = rng.gen_range(0..procs.len());
+        let roll = rng.gen_range(0..100);
+        let pid = procs[p].0;
+        if procs[p].1.is_empty() || roll < 4 {
+            let pages = rng.gen_range(1..=12);
+            alloc(pid, &mut next_region, &mut procs[p].1, &mut out, pages);
+        } else if roll < 70 {
+            let (vaddr, pages) = procs[p].1[rng.gen_range(0..procs[p].1.len())];
+            let va = vaddr + rng.gen_range(0..pages * 64) * 64;
+            tag += 1;
+            let data: [u8; 64] = std::array::from_fn(|i| (tag.rotate_left(8 * (i as u32 % 8)) as u8) ^ i as u8);
+            out.push(Event::Store { pid, vaddr: va, size_bytes: 64, inst_gap: 10, data: Some(data) });
+        } else if roll < 85 {
+            let (vaddr, pages) = procs[p].1[rng.gen_range(0..procs[p].1.len())];
+            out.push(Event::Load { pid, vaddr: vaddr + rng.gen_range(0..pages * 64) * 64, size_bytes: 64, inst_gap: 10 });
+        } else if roll < 90 && procs.len() < 4 {
+            let child = next_pid;
+            next_pid += 1;
+            out.push(Event::Fork { parent: pid, child });
+            let maps = procs[p].1.clone();
+            procs.push((child, maps));
+        } else if roll < 95 {
+            let i = rng.gen_range(0..procs[p].1.len());
+            let (vaddr, pages) = procs[p].1.remove(i);
+            out.push(Event::Free { pid, vaddr, length: pages * 4096 });
+        } else if roll < 98 && pid != 0 {
+            out.push(Event::Exit { pid });
+            procs.remove(p);
+        } else {
+            out.push(Event::WbNoInvd);
+        }
+    }
+    out
+}
+
+fn campaign(design: &str, trace: &Path, points: u64, extra: &[&str]) -> CrashOutcome {
+    crash_campaign(&cfg(design, extra), &TraceInput::File(trace.to_path_buf()), points, 7).unwrap()
+}
+
+#[test]
+fn the_churn_trace_issues_every_page_command_lelantus_has() {
+    // What the campaigns below crash around: copies, reclamations and frees, not only stores.
+    let t = write_trace("commands", &churn(1, 3000));
+    let c = cfg("lelantus", &[]);
+    let rep = secmem_sim::run::run(&c, &TraceInput::File(t.0.clone())).unwrap();
+    let d = &rep["stats"]["design"];
+    for k in ["page_copies", "page_phyc", "page_frees", "redirected_reads"] {
+        assert!(d[k].as_f64().unwrap() > 0.0, "{k}: {d}");
+    }
+}
+
+#[test]
+fn lelantus_recovers_copies_reclamations_and_frees_from_nvm_at_every_crash_point() {
+    let t = write_trace("lelantus", &churn(1, 3000));
+    // A counter cache of 32 blocks: blocks a page command changed are evicted before the page
+    // is written again (a free's block before the frame is reused).
+    let out = campaign("lelantus", &t.0, 150, &["metadata_cache.counter.size_kib=2"]);
+    assert_eq!((out.recovered, out.mismatches), (150, 0), "{:#?}", out.examples);
+    assert!(out.lines_checked > 10_000, "{}", out.lines_checked);
+}
+
+#[test]
+fn lelantus_cow_recovers_its_copy_records_from_nvm_at_every_crash_point() {
+    let t = write_trace("lelantus-cow", &churn(2, 3000));
+    let out = campaign("lelantus-cow", &t.0, 150, &["metadata_cache.counter.size_kib=2"]);
+    assert_eq!((out.recovered, out.mismatches), (150, 0), "{:#?}", out.examples);
+}
+
+#[test]
+fn kernel_copies_and_silent_shredder_zero_fills_recover_at_every_crash_point() {
+    let t = write_trace("kernel", &churn(3, 2000));
+    for d in ["baseline", "silent-shredder"] {
+        let out = campaign(d, &t.0, 100, &[]);
+        assert_eq!((out.recovered, out.mismatches), (100, 0), "{d}: {:#?}", out.examples);
+    }
+}
+
+
+#[test]
+fn crash_points_of_an_os_trace_come_after_its_roi_record() {
+    // The forkbench marks its region of interest after the parent's initialisation and the
+    // fork: its crash points are the child's CoW faults, as `run` measures them.
+    use secmem_sim::cow_workloads::{write_trace as write_cow, CowSpec, CowWorkload};
+    let path = std::env::temp_dir().join(format!("secmem-crash-os-{}-forkbench.trace", std::process::id()));
+    let t = TmpTrace(path);
+    let spec = CowSpec { workload: CowWorkload::Forkbench, page_size: secmem_sim::os::PageSize::Small, footprint_bytes: 64 * 4096, lines_per_page: 4, ops: 0, seed: 1 };
+    write_cow(&spec, &t.0, Format::Binary, true).unwrap();
+    let out = campaign("lelantus", &t.0, 40, &["metadata_cache.counter.size_kib=2"]);
+    assert_eq!((out.recovered, out.mismatches), (40, 0), "{:#?}", out.examples);
+    // 64 pages x 4 child stores after the ROI record; the initialisation before it has more
+    // than 64 x 64 records, none of them a candidate.
+    assert!(out.persist_points > 0 && out.persist_points <= 64 * 4, "{} of {} records", out.persist_points, out.records);
+    let mut c = cfg("lelantus", &[]);
+    c.run.warmup_requests = 10;
+    let e = crash_campaign(&c, &TraceInput::File(t.0.clone()), 1, 1).unwrap_err().to_string();
+    assert!(e.contains("region of interest") && e.contains("run.warmup_requests"), "{e}");
+}
+
+#[test]
+fn an_os_trace_is_refused_at_memory_level_naming_the_field() {
+    let t = write_trace("memory-level", &churn(1, 50));
+    let e = crash_campaign(&cfg("lelantus", &["run.trace_level=\"memory\""]), &TraceInput::File(t.0.clone()), 1, 1).unwrap_err().to_string();
+    assert!(e.contains("run.trace_level"), "{e}");
+}
+
+#[test]
+fn a_bad_os_record_is_an_error_naming_the_record() {
+    let mut ev = churn(1, 50);
+    ev.push(Event::Store { pid: 9, vaddr: BASE_VADDR, size_bytes: 64, inst_gap: 1, data: Some([1; 64]) });
+    let t = write_trace("bad-record", &ev);
+    let e = crash_campaign(&cfg("lelantus", &[]), &TraceInput::File(t.0.clone()), 1, 1).unwrap_err().to_string();
+    assert!(e.contains(&format!("record {}", ev.len() - 1)) && e.contains("unknown pid 9"), "{e}");
+}
