@@ -52,6 +52,30 @@ def test_crash_of_the_lazy_baseline_fails_closed_with_a_non_zero_exit(cli):
     assert any("data MAC mismatch" in e for e in out["examples"])
 
 
+def test_a_crash_campaign_over_an_os_level_trace_crashes_between_lelantus_page_commands(cli):
+    # The forkbench's child CoW faults are page_copy commands: the campaign crashes between
+    # them, Lelantus recovers its copy records from NVM, and every line matches the oracle.
+    cli("trace", "gen", "--pattern", "forkbench", "--footprint-bytes", 262144, "--lines-per-page", 4,
+        "--with-data", "-o", "fork.bin", check=True)
+    strict = ["-p", "tree.update=eager", "-p", "security.metadata_persistence=strict",
+              "-p", "metadata_cache.counter.size_kib=16"]
+    for design in ("lelantus", "lelantus-cow"):
+        res = cli("crash", "--preset", "lelantus", "--trace", "fork.bin", "--points", 50, "-p", f"run.design={design}", *strict)
+        out = json.loads(res.stdout)
+        assert res.returncode == 0, (design, out["examples"])
+        assert out["points"] == out["recovered"] == 50 and out["silent_corruptions"] == 0
+        # Crash points come after the trace's ROI record: among the child's 64 x 4 stores
+        # (each page's first is a CoW fault, whose page_copy persists; the stores stay cached).
+        assert 50 <= out["persist_points"] <= 256 < out["records"]
+    # With the preset's write-back metadata (the paper assumes a battery-backed counter cache)
+    # a copy's counter block is still on chip at the crash: NVM and the root agree on the
+    # state before the copy, so recovery succeeds and the copy is silently undone (the
+    # destination reads as its old, authentic content). The campaign says so and fails.
+    res = cli("crash", "--preset", "lelantus", "--trace", "fork.bin", "--points", 20, "-p", "run.design=lelantus")
+    out = json.loads(res.stdout)
+    assert res.returncode == 1 and out["recovered"] == 0 and out["silent_corruptions"] > 0
+
+
 def test_bad_campaign_input_is_a_clear_error(cli):
     res = cli("attack", "--preset", "horus", "--class", "tamper-everything", *ATTACK_SIZE)
     assert res.returncode == 2 and "unknown attack class 'tamper-everything'" in res.stderr and "splice-counter" in res.stderr
