@@ -16,7 +16,8 @@ config_enum! {
     /// When security metadata reaches NVM.
     pub enum MetadataPersistence {
         WriteBack => "write-back": "metadata is written to NVM only when evicted from its cache (recovery-oblivious)",
-        Strict => "strict": "every counter, MAC and tree-node update is written through to NVM before the data write completes (recoverable, with eager update)"
+        Strict => "strict": "every counter, MAC and tree-node update is written through to NVM before the data write completes (recoverable, with eager update)",
+        BatteryBacked => "battery-backed": "as write-back while running, but the metadata caches survive power loss with the counters and the design's other on-chip state (battery-backed or non-volatile, as Lelantus section V-A assumes for its counter cache): nothing is rebuilt from NVM after a crash"
     }
 }
 
@@ -38,7 +39,7 @@ config_section! {
         mac_latency_cycles: u64 = 160 => "Latency of one MAC computation over a data line, CPU cycles (Horus Table I single hash: 160)";
         hash_latency_cycles: u64 = 160 => "Latency of one integrity-tree node hash, CPU cycles (Horus Table I: 160)";
         verify_on_critical_path: bool = false => "Reads also wait for the data MAC check; false overlaps it with data use (speculative, as in BMF and Horus). A fetched counter is always verified against the tree before its pad is used";
-        metadata_persistence: MetadataPersistence = MetadataPersistence::WriteBack => "write-back (recovery-oblivious) or strict (write-through metadata, recoverable)";
+        metadata_persistence: MetadataPersistence = MetadataPersistence::WriteBack => "write-back (recovery-oblivious), strict (write-through metadata, recoverable from NVM) or battery-backed (write-back metadata caches that survive power loss)";
         counter_init: CounterInit = CounterInit::Zero => "Value of every counter block at boot: zero, or random (major 0, minors uniformly random in their range, derived from run.seed and the page, so a line's first overflow comes after 2^bits - 1 - init writes; Lelantus section V-A initialises counters randomly to model overflow)";
     }
 }

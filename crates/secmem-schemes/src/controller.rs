@@ -1212,6 +1212,22 @@ impl SecureMc {
         }
     }
 
+    /// After a crash with battery-backed metadata (`security.metadata_persistence =
+    /// "battery-backed"`): takes over what `live` kept powered through it, its metadata caches
+    /// (payloads included) and its counter view. Called on a recovery controller that already
+    /// holds the surviving NVM image and root register.
+    pub fn keep_battery_backed_state_of(&mut self, live: &SecureMc) {
+        self.counter_cache = live.counter_cache.clone();
+        self.mac_cache = live.mac_cache.clone();
+        self.tree_cache = live.tree_cache.clone();
+        // Block by block: the store's host memory is reserved for the whole device.
+        self.counters = CounterStore::with_init(self.p.minor_bits, self.layout.counter_blocks, live.counters.init());
+        for (page, block) in live.counters.changed_blocks() {
+            self.counters.set_block(page, block);
+        }
+        self.evictions.clear();
+    }
+
     /// Power loss: every volatile structure of the controller is lost — the metadata caches
     /// (unless `keep_metadata_caches`, for battery-backed or non-volatile ones) and the
     /// counter store (the architectural view is rebuilt from NVM by recovery). The NVM image

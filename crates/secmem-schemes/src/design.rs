@@ -105,6 +105,11 @@ pub trait Design {
         crate::recovery::rebuild_and_verify(mc, now)
     }
 
+    /// A copy of the design, on-chip state included: what survives power loss when that state
+    /// is battery-backed (`security.metadata_persistence = "battery-backed"`); the crash
+    /// harness recovers on the copy while the live run goes on.
+    fn clone_box(&self) -> Box<dyn Design>;
+
     /// Design-specific counters for the report (flat name -> value).
     fn extra_stats(&self) -> Vec<(&'static str, f64)> { Vec::new() }
 
@@ -133,7 +138,7 @@ pub trait Design {
 /// own paths, unchanged. Its eADR drain is the Horus paper's baseline: Base-EU with eager tree
 /// update, Base-LU with lazy update (the metadata caches saved under a small tree whose root
 /// stays on chip), a plain in-place flush when not secure.
-#[derive(Default)]
+#[derive(Clone, Default)]
 pub struct Baseline {
     /// Base-LU's on-chip registers after a drain (None: nothing saved).
     saved: Option<MetadataSaveRegisters>,
@@ -141,6 +146,8 @@ pub struct Baseline {
 
 impl Design for Baseline {
     fn name(&self) -> &'static str { "baseline" }
+
+    fn clone_box(&self) -> Box<dyn Design> { Box::new(self.clone()) }
 
     fn drain(&mut self, mc: &mut SecureMc, lines: &[DrainLine], clock: &mut DrainClock, stats: &mut DrainStats) -> Result<(), IntegrityError> {
         eadr::drain_in_place(mc, lines, clock, &mut |mc, line, data, t| mc.write_line(line, data, t))?;

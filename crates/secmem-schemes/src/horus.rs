@@ -95,6 +95,7 @@ pub struct DrainRegisters {
     pub metadata_blocks: u64,
 }
 
+#[derive(Clone)]
 pub struct Horus {
     pub levels: MacLevels,
     pub regs: DrainRegisters,
@@ -146,6 +147,8 @@ impl Design for Horus {
             MacLevels::Double => "horus-dlm",
         }
     }
+
+    fn clone_box(&self) -> Box<dyn Design> { Box::new(self.clone()) }
 
     fn drain(&mut self, mc: &mut SecureMc, lines: &[DrainLine], clock: &mut DrainClock, stats: &mut DrainStats) -> Result<(), IntegrityError> {
         let chv = self.layout(mc);

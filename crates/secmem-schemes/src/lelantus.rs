@@ -101,6 +101,7 @@ pub struct LelantusStats {
     pub record_writes: u64,
 }
 
+#[derive(Clone)]
 pub struct Lelantus {
     enc: Encoding,
     /// Architectural CoW state: destination page -> recorded source page (the counter block's
@@ -527,6 +528,8 @@ impl Design for Lelantus {
             Encoding::Supplementary => "lelantus-cow",
         }
     }
+
+    fn clone_box(&self) -> Box<dyn Design> { Box::new(self.clone()) }
 
     fn read(&mut self, mc: &mut SecureMc, line: u64, now: Cycle) -> Result<(Cycle, Option<[u8; 64]>), IntegrityError> {
         self.setup(mc);

@@ -24,7 +24,7 @@ use secmem_core::counters::CounterBlock;
 use secmem_core::Cycle;
 use secmem_media::TrafficClass;
 
-#[derive(Default)]
+#[derive(Clone, Default)]
 pub struct SilentShredder {
     /// Pages zeroed by a counter update.
     pub zeroed_pages: u64,
@@ -52,6 +52,8 @@ impl SilentShredder {
 
 impl Design for SilentShredder {
     fn name(&self) -> &'static str { "silent-shredder" }
+
+    fn clone_box(&self) -> Box<dyn Design> { Box::new(self.clone()) }
 
     fn read(&mut self, mc: &mut SecureMc, line: u64, now: Cycle) -> Result<(Cycle, Option<[u8; 64]>), IntegrityError> {
         if !mc.p.secure {

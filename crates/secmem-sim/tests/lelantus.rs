@@ -211,7 +211,7 @@ fn under_random_counter_init_counting_and_functional_mode_give_the_same_counts_o
 // ---------------------------------------------------------------- crashes
 
 /// Power fails: the cache hierarchy's dirty lines are lost (no eADR), the counter cache
-/// survives (Lelantus assumes a battery-backed counter cache, section IV-F), the NVM image
+/// survives (Lelantus assumes a battery-backed counter cache, section V-A), the NVM image
 /// and on-chip registers survive; the OS's page tables are taken as persistent.
 fn crash(os: &mut Os) {
     let c = os.engine.cfg.clone();
