@@ -280,7 +280,7 @@ pub fn crash_campaign(cfg: &Config, input: &TraceInput, points: u64, seed: u64) 
         return Err(SimError::Config(secmem_core::ConfigError::new(
             "--points",
             format!(
-                "{points} crash points asked for, but the trace has only {} persist points (records during which a write reached memory)",
+                "{points} crash points asked for, but the trace has only {} persist points (records during which a write or a page command reached memory)",
                 persist_records.len()
             ),
         )));
