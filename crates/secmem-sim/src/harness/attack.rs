@@ -21,21 +21,19 @@
 //! * `splice-data-mac` — swap two written lines' ciphertexts and MACs [data-mac, first line];
 //! * `splice-counter` — swap two written pages' counter blocks [counter, first block].
 
-use super::crash::{collect, record_error};
+use super::replay::{Live, Oracle, Replay};
 use crate::config::Config;
 use crate::engine::Engine;
 use crate::run::{SimError, TraceInput};
 use rand::{Rng, SeedableRng};
-use rustc_hash::{FxHashMap, FxHashSet};
+use rustc_hash::FxHashMap;
 use secmem_core::addr::{page_of_line, LINE_SHIFT};
 use secmem_core::Cycle;
 use secmem_schemes::controller::{get_bits, set_bits};
 use secmem_schemes::functional::NvmImage;
 use secmem_schemes::{Design, IntegrityError, SecureMc};
 use serde::Serialize;
-use std::cell::RefCell;
 use std::collections::BTreeMap;
-use std::rc::Rc;
 
 #[derive(Clone, Debug, Default, Serialize, PartialEq)]
 pub struct ClassOutcome {
@@ -99,9 +97,12 @@ struct Injection {
 struct World {
     image_now: NvmImage,
     image_old: NvmImage,
+    /// Lines holding their own last write, ascending (injection targets).
     written: Vec<u64>,
     changed: Vec<u64>,
     pages: Vec<u64>,
+    /// Every line the oracle knows, ascending (clean reads).
+    readable: Vec<u64>,
     oracle: FxHashMap<u64, [u8; 64]>,
 }
 
@@ -136,59 +137,54 @@ pub fn attack_campaign(
             )));
         }
     }
-    let records = collect(&fcfg, input)?;
-    let mut engine = Engine::new(&fcfg)?;
-    let oracle: Rc<RefCell<FxHashMap<u64, [u8; 64]>>> = Rc::default();
-    let written_late: Rc<RefCell<FxHashSet<u64>>> = Rc::default();
-    let mid = records.len() / 2;
-    let late = Rc::new(RefCell::new(false));
-    {
-        let (o, w, l) = (oracle.clone(), written_late.clone(), late.clone());
-        engine.on_persist = Some(Box::new(move |line, data| {
-            o.borrow_mut().insert(line, *data);
-            if *l.borrow() {
-                w.borrow_mut().insert(line);
-            }
-        }));
-    }
+    // A physical trace, or an OS-level one through the OS model (page commands included).
+    let replay = Replay::load(&fcfg, input)?;
+    let mut live = Live::new(&fcfg, &replay)?;
+    let oracle = Oracle::attach(live.engine());
+    let mid = replay.len() / 2;
     let mut image_old = NvmImage::default();
-    for (i, r) in records.iter().enumerate() {
+    for i in 0..replay.len() {
         if i == mid {
-            image_old = engine.mc.func.as_ref().unwrap().image.clone();
-            *late.borrow_mut() = true;
+            image_old = live.engine().mc.func.as_ref().unwrap().image.clone();
+            oracle.borrow_mut().mark();
         }
-        engine.step(r, i as u64).map_err(|x| record_error(input, cfg, x))?;
+        live.step(&replay, i, cfg, input)?;
     }
     let integrity = |e: IntegrityError| SimError::Integrity { trace: input.describe(cfg), message: e.to_string() };
+    let engine = live.engine();
     engine.flush_hierarchy().map_err(integrity)?;
     engine.finish_design().map_err(integrity)?;
-    let Engine { mut mc, mut design, .. } = engine;
-    design.crash(&mut mc, false);
+    let Engine { mc, design, .. } = engine;
+    design.crash(mc, false);
     design
-        .recover(&mut mc, Cycle::ZERO)
+        .recover(mc, Cycle::ZERO)
         .map_err(|e| SimError::Integrity { trace: input.describe(cfg), message: format!("post-run recovery: {e}") })?;
 
-    let oracle = Rc::try_unwrap(oracle).map(|c| c.into_inner()).unwrap_or_else(|rc| rc.borrow().clone());
-    let mut written: Vec<u64> = oracle.keys().copied().collect();
+    let oracle = std::mem::take(&mut *oracle.borrow_mut());
+    // Targets: lines holding their own last write (a page command's destination reads another
+    // page's bytes, so tampering with its own would test nothing). Clean reads: every line.
+    let mut written: Vec<u64> = oracle.own.iter().copied().collect();
     written.sort_unstable();
     if written.is_empty() {
         return Err(SimError::Config(secmem_core::ConfigError::new("workload", "the trace wrote nothing to memory: no target to attack")));
     }
-    let late_set = written_late.borrow();
+    let late_set = oracle.since_mark.unwrap_or_default();
     let mut changed: Vec<u64> = written.iter().copied().filter(|l| late_set.contains(l)).collect();
     changed.sort_unstable();
     let mut pages: Vec<u64> = written.iter().map(|&l| page_of_line(l)).collect();
     pages.dedup();
-    let world = World { image_now: mc.func.as_ref().unwrap().image.clone(), image_old, written, changed, pages, oracle };
+    let mut readable: Vec<u64> = oracle.lines.keys().copied().collect();
+    readable.sort_unstable();
+    let world = World { image_now: mc.func.as_ref().unwrap().image.clone(), image_old, written, changed, pages, readable, oracle: oracle.lines };
 
     let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(seed);
     let mut out = AttackOutcome::default();
     for name in &names {
         let mut co = ClassOutcome::default();
         for _ in 0..per_class {
-            let Some(inj) = prepare(name, &world, &mc, &mut rng) else { continue };
+            let Some(inj) = prepare(name, &world, mc, &mut rng) else { continue };
             co.injected += 1;
-            run_injection(&mut mc, design.as_mut(), &world, inj, &mut co, &mut out.examples, name);
+            run_injection(mc, design.as_mut(), &world, inj, &mut co, &mut out.examples, name);
         }
         if co.injected == 0 {
             out.untested_classes.push(name.clone());
@@ -201,9 +197,9 @@ pub fn attack_campaign(
         if i % 4096 == 0 {
             mc.drop_metadata_caches(); // re-verify from NVM now and then, not only from cache
         }
-        let line = world.written[rng.gen_range(0..world.written.len())];
+        let line = world.readable[rng.gen_range(0..world.readable.len())];
         out.clean_reads += 1;
-        match design.read(&mut mc, line, Cycle::ZERO) {
+        match design.read(mc, line, Cycle::ZERO) {
             Ok((_, Some(p))) if p == world.oracle[&line] => {}
             other => {
                 out.false_alarms += 1;

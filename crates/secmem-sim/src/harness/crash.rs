@@ -25,23 +25,18 @@
 //! harness's (`super::drain`).
 
 use crate::config::Config;
-use crate::engine::{build_controller, build_design, build_media, Engine, RecordError};
-use crate::os_trace::OsDriver;
+use super::replay::{Live, Oracle, Replay};
+use crate::engine::{build_controller, build_design, build_media};
 use crate::run::{open_records, SimError, TraceInput};
 use rand::seq::SliceRandom;
 use rand::SeedableRng;
-use rustc_hash::FxHashMap;
 use secmem_core::Cycle;
 use secmem_media::Media;
 use secmem_schemes::functional::NvmImage;
-use secmem_core::addr::LINES_PER_PAGE;
-use secmem_core::ConfigError;
 use secmem_schemes::config::MetadataPersistence;
-use secmem_schemes::{Design, PageCommand, SecureMc};
-use secmem_trace::{Event, Record};
+use secmem_schemes::{Design, SecureMc};
+use secmem_trace::Record;
 use serde::Serialize;
-use std::cell::RefCell;
-use std::rc::Rc;
 
 #[derive(Clone, Debug, Default, Serialize)]
 pub struct CrashOutcome {
@@ -86,143 +81,6 @@ pub(crate) fn fresh_controller(cfg: &Config) -> Result<SecureMc, SimError> {
     let mut fcfg = cfg.clone();
     fcfg.run.functional = true;
     Ok(build_controller(&fcfg)?)
-}
-
-/// What a campaign replays: a physical trace's records, or an OS-level trace's events.
-enum Replay {
-    Records(Vec<Record>),
-    Events(Vec<Event>),
-}
-
-impl Replay {
-    /// The records of `input`; an OS-level trace file (version 2 with the OS flag) as events.
-    fn load(cfg: &Config, input: &TraceInput) -> Result<Replay, SimError> {
-        if let TraceInput::File(p) = input {
-            let stream = secmem_trace::open_events(p)?;
-            if stream.kind.os_level {
-                if cfg.run.trace_level != crate::config::TraceLevel::Core {
-                    return Err(SimError::Config(ConfigError::new(
-                        "run.trace_level",
-                        "an OS-level trace drives the OS model through the cache hierarchy: it needs run.trace_level = \"core\"",
-                    )));
-                }
-                let limit = if cfg.run.max_requests == 0 { usize::MAX } else { cfg.run.max_requests as usize };
-                let events = stream.events.take(limit).collect::<Result<Vec<_>, _>>()?;
-                if cfg.run.warmup_requests > 0 {
-                    if let Some(at) = events.iter().position(|e| *e == Event::RoiBegin) {
-                        return Err(SimError::Record {
-                            trace: input.describe(cfg),
-                            error: RecordError {
-                                index: at as u64,
-                                message: format!("the trace marks its region of interest and run.warmup_requests = {} sets another; use one", cfg.run.warmup_requests),
-                                integrity: None,
-                            },
-                        });
-                    }
-                }
-                return Ok(Replay::Events(events));
-            }
-        }
-        Ok(Replay::Records(collect(cfg, input)?))
-    }
-
-    fn len(&self) -> usize {
-        match self {
-            Replay::Records(r) => r.len(),
-            Replay::Events(e) => e.len(),
-        }
-    }
-
-    /// The first record of the region of interest: after the trace's ROI record if it has
-    /// one (`load` refuses one together with a warm-up), else after the warm-up.
-    fn roi_start(&self, warmup: u64) -> u64 {
-        match self {
-            Replay::Events(e) => e.iter().position(|x| *x == Event::RoiBegin).map_or(warmup, |at| at as u64 + 1),
-            Replay::Records(_) => warmup,
-        }
-    }
-}
-
-/// The run a campaign steps through: records go straight to the engine, events through the OS
-/// model (faults, page commands, frees) and from there to the engine.
-enum Live {
-    Phys(Box<Engine>),
-    Os(Box<OsDriver>),
-}
-
-impl Live {
-    fn new(cfg: &Config, replay: &Replay) -> Result<Live, SimError> {
-        Ok(match replay {
-            Replay::Records(_) => Live::Phys(Box::new(Engine::new(cfg)?)),
-            // As `run` reports it: the OS model's only setup error is a memory too small for it.
-            Replay::Events(_) => Live::Os(Box::new(OsDriver::new(cfg).map_err(|e| SimError::Config(ConfigError::new("pcm.capacity_gib", e.0)))?)),
-        })
-    }
-
-    fn engine(&mut self) -> &mut Engine {
-        match self {
-            Live::Phys(e) => e,
-            Live::Os(d) => &mut d.os.engine,
-        }
-    }
-
-    /// Writes and page commands that reached memory so far: a record that adds to it is a
-    /// persist point.
-    fn persisted(&self) -> u64 {
-        match self {
-            Live::Phys(e) => e.core_stats().memory_writes_issued,
-            Live::Os(d) => d.os.engine.core_stats().memory_writes_issued + d.os.stats.page_commands,
-        }
-    }
-
-    /// Applies record `i` of `replay`; errors name the trace and the record.
-    fn step(&mut self, replay: &Replay, i: usize, cfg: &Config, input: &TraceInput) -> Result<(), SimError> {
-        match (self, replay) {
-            (Live::Phys(e), Replay::Records(r)) => e.step(&r[i], i as u64).map_err(|x| record_error(input, cfg, x)),
-            (Live::Os(d), Replay::Events(ev)) => d.apply(&ev[i]).map_err(|e| {
-                record_error(input, cfg, RecordError { index: i as u64, message: format!("{}: {e}", ev[i]), integrity: None })
-            }),
-            _ => unreachable!("a live run is built for its replay"),
-        }
-    }
-}
-
-/// The plaintext every line reads as, from what reached memory: a persisted write sets a
-/// line; a page command sets or drops a page's lines as the kernel that issued it sees them.
-#[derive(Default)]
-struct Oracle {
-    lines: FxHashMap<u64, [u8; 64]>,
-}
-
-impl Oracle {
-    fn persisted(&mut self, line: u64, data: &[u8; 64]) { self.lines.insert(line, *data); }
-
-    fn page_command(&mut self, cmd: PageCommand) {
-        let lines = |page: u64| page * LINES_PER_PAGE..(page + 1) * LINES_PER_PAGE;
-        match cmd {
-            // The destination reads as the source does now (a never-written line reads as
-            // zeros): the kernel wrote the source's dirty lines back before the command.
-            PageCommand::Copy { src, dst } => {
-                for (s, d) in lines(src).zip(lines(dst)) {
-                    let v = self.lines.get(&s).copied().unwrap_or([0; 64]);
-                    self.lines.insert(d, v);
-                }
-            }
-            PageCommand::Zero { page } => {
-                for l in lines(page) {
-                    self.lines.insert(l, [0; 64]);
-                }
-            }
-            // Freed memory holds nothing anyone may read until it is written or copied again.
-            PageCommand::Free { page } => {
-                for l in lines(page) {
-                    self.lines.remove(&l);
-                }
-            }
-            // A lazy copy made real reads as it did.
-            PageCommand::Materialize { .. } => {}
-        }
-    }
 }
 
 pub fn crash_campaign(cfg: &Config, input: &TraceInput, points: u64, seed: u64) -> Result<CrashOutcome, SimError> {
@@ -293,14 +151,7 @@ pub fn crash_campaign(cfg: &Config, input: &TraceInput, points: u64, seed: u64) 
 
     // Pass 2 (functional): crash at each chosen point and recover.
     let mut live = Live::new(&fcfg, &replay)?;
-    let oracle: Rc<RefCell<Oracle>> = Rc::default();
-    {
-        let engine = live.engine();
-        let o = oracle.clone();
-        engine.on_persist = Some(Box::new(move |line, data| o.borrow_mut().persisted(line, data)));
-        let o = oracle.clone();
-        engine.on_page_command = Some(Box::new(move |cmd| o.borrow_mut().page_command(cmd)));
-    }
+    let oracle = Oracle::attach(live.engine());
     let mut recovery = fresh_controller(&fcfg)?;
     let mut design = build_design(&fcfg)?;
     let battery_backed = fcfg.security.metadata_persistence == MetadataPersistence::BatteryBacked;

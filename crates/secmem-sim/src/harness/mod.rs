@@ -6,6 +6,7 @@ pub mod attack;
 pub mod crash;
 pub mod drain;
 pub mod image;
+mod replay;
 pub mod vault_attack;
 
 pub use attack::{attack_campaign, AttackOutcome, ClassOutcome};

@@ -1,12 +1,14 @@
-//! Crash injection over OS-level traces: processes allocate, fork, store, free and exit, so
-//! the designs' page commands (Lelantus' page_copy / page_phyc / page_free, Silent Shredder's
-//! zero fill) and the kernel's own copies happen between crash points. After every crash the
-//! design recovers from what survives (the NVM image and the root register: no battery-backed
-//! cache) and every line the oracle knows must read back as the kernel last left it.
+//! Crash and attack campaigns over OS-level traces: processes allocate, fork, store, free and
+//! exit, so the designs' page commands (Lelantus' page_copy / page_phyc / page_free, Silent
+//! Shredder's zero fill) and the kernel's own copies happen between crash points and before
+//! the attacks. After every crash the design recovers from what survives (the NVM image and
+//! the root register, or also the metadata caches when they are battery-backed) and every line
+//! the oracle knows must read back as the kernel last left it; every attack must be detected,
+//! and clean reads, redirected ones included, must raise no alarm.
 
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
-use secmem_sim::harness::{crash_campaign, CrashOutcome};
+use secmem_sim::harness::{attack_campaign, crash_campaign, CrashOutcome};
 use secmem_sim::{Config, TraceInput};
 use secmem_trace::{Event, Format, PageSize, TraceKind};
 use std::path::{Path, PathBuf};
@@ -36,7 +38,7 @@ impl Drop for TmpTrace {
 }
 
 fn write_trace(name: &str, events: &[Event]) -> TmpTrace {
-    let path = std::env::temp_dir().join(format!("secmem-crash-os-{}-{name}.trace", std::process::id()));
+    let path = std::env::temp_dir().join(format!("secmem-os-campaign-{}-{name}.trace", std::process::id()));
     let f = std::fs::File::create(&path).unwrap();
     let mut w = secmem_trace::EventWriter::new(f, path.display().to_string(), Format::Binary, TraceKind::V2_OS).unwrap();
     for e in events {
@@ -149,7 +151,7 @@ fn crash_points_of_an_os_trace_come_after_its_roi_record() {
     // The forkbench marks its region of interest after the parent's initialisation and the
     // fork: its crash points are the child's CoW faults, as `run` measures them.
     use secmem_sim::cow_workloads::{write_trace as write_cow, CowSpec, CowWorkload};
-    let path = std::env::temp_dir().join(format!("secmem-crash-os-{}-forkbench.trace", std::process::id()));
+    let path = std::env::temp_dir().join(format!("secmem-os-campaign-{}-forkbench.trace", std::process::id()));
     let t = TmpTrace(path);
     let spec = CowSpec { workload: CowWorkload::Forkbench, page_size: secmem_sim::os::PageSize::Small, footprint_bytes: 64 * 4096, lines_per_page: 4, ops: 0, seed: 1 };
     write_cow(&spec, &t.0, Format::Binary, true).unwrap();
@@ -195,4 +197,18 @@ fn with_battery_backed_metadata_every_design_recovers_under_lazy_update() {
     // undone by the crash, and the destination reads as its old, authentic content.
     let out = campaign("lelantus", &t.0, 100, &["tree.update=lazy", "security.metadata_persistence=\"write-back\"", "metadata_cache.counter.size_kib=2"]);
     assert!(out.mismatches > 0, "{out:#?}");
+}
+
+#[test]
+fn every_attack_class_is_detected_after_page_commands_and_redirected_reads_raise_no_alarm() {
+    // The image after a churn holds copies (uncopied lines read from their source), zero
+    // fills, frees and Lelantus' CoW metadata: tampering, replay and splicing must still be
+    // caught with the right class and address, and clean reads, redirected ones included,
+    // must verify and match the oracle.
+    let t = write_trace("attack", &churn(5, 3000));
+    for d in ["lelantus", "lelantus-cow", "silent-shredder", "baseline"] {
+        let out = attack_campaign(&cfg(d, &[]), &TraceInput::File(t.0.clone()), None, 30, 20_000, 3).unwrap();
+        assert!(out.all_detected(), "{d}: {out:#?}");
+        assert!(out.classes.values().all(|c| c.tampered_plaintext_returned == 0), "{d}: {out:#?}");
+    }
 }
