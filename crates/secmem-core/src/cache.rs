@@ -207,7 +207,7 @@ impl Order {
 
     /// Moves way `w` of `set` (`base` = its first slot) to the head.
     #[inline(always)]
-    fn to_head(&mut self, set: usize, base: usize, w: u16) {
+    fn move_to_head(&mut self, set: usize, base: usize, w: u16) {
         match self {
             Order::Packed { words, .. } => {
                 let word = words[set];
@@ -238,13 +238,13 @@ impl Order {
                 let list = nibbles_below(*ways);
                 words[set] = (word & !list) | ((word << 4) & list) | w as u64;
             }
-            Order::Linked { .. } => self.to_head(set, base, w),
+            Order::Linked { .. } => self.move_to_head(set, base, w),
         }
     }
 
     /// Moves way `w` of `set` to the tail (an invalidation: the empty way is the next victim).
     #[inline]
-    fn to_tail(&mut self, set: usize, base: usize, w: u16) {
+    fn move_to_tail(&mut self, set: usize, base: usize, w: u16) {
         match self {
             Order::Packed { words, ways } => {
                 let word = words[set];
@@ -471,7 +471,7 @@ impl SetAssocCache {
 
     /// Moves way `w` of `set` to the most-recent end of the set.
     #[inline]
-    fn touch(&mut self, set: usize, w: u16) { self.order.to_head(set, set * self.ways, w) }
+    fn touch(&mut self, set: usize, w: u16) { self.order.move_to_head(set, set * self.ways, w) }
 
     /// Looks up `line` without changing any state. The line of the most recent hit or fill
     /// (`last`) needs no search: functional mode reads or changes the payload of the block it
@@ -581,7 +581,7 @@ impl SetAssocCache {
         // An empty way is the next victim.
         let set = slot / self.ways;
         let base = set * self.ways;
-        self.order.to_tail(set, base, (slot - base) as u16);
+        self.order.move_to_tail(set, base, (slot - base) as u16);
         Some((d, slot))
     }
 
@@ -697,7 +697,7 @@ mod tests {
         c.data_mut(s).unwrap()[0] = 0xAB;
         assert_eq!(c.data(c.probe(5).unwrap()).unwrap()[0], 0xAB);
         // Each slot is one host cache line.
-        assert!((0..c.capacity_lines()).all(|s| c.data(s).unwrap().as_ptr() as usize % 64 == 0));
+        assert!((0..c.capacity_lines()).all(|s| (c.data(s).unwrap().as_ptr() as usize).is_multiple_of(64)));
     }
 
     #[test]

@@ -137,6 +137,9 @@ pub trait MemoryPort {
 /// this enum instead keeps the PCM path a direct call with the kind known, and keeps the
 /// plug-in seam: another device (an NVMe model, a design's own, a test recorder) still
 /// comes in as `Box<dyn MemoryPort>` (`Media::from`) without touching the controller.
+// The PCM variant is large and stays inline: boxing it would add a pointer chase to every
+// device access of the hot path, and a controller holds exactly one `Media`.
+#[allow(clippy::large_enum_variant)]
 pub enum Media {
     Pcm(pcm::PcmMedia),
     Other(Box<dyn MemoryPort>),

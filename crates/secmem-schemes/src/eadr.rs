@@ -248,13 +248,11 @@ impl From<crate::recovery::RecoveryError> for DrainRecoveryError {
 /// the metadata save region): the end of the tree region, rounded up to a 4 KB page.
 pub fn reserved_base(mc: &SecureMc) -> u64 { mc.layout.end.div_ceil(4096) * 4096 }
 
+/// A design's data write path: `(mc, line, plaintext, now)` -> when the write is persistent.
+pub type WriteLine<'a> = dyn FnMut(&mut SecureMc, u64, Option<&[u8; 64]>, Cycle) -> Result<Cycle, IntegrityError> + 'a;
+
 /// Writes every line through the run-time write path of `write` (in place), paced by `clock`.
-pub fn drain_in_place(
-    mc: &mut SecureMc,
-    lines: &[DrainLine],
-    clock: &mut DrainClock,
-    write: &mut dyn FnMut(&mut SecureMc, u64, Option<&[u8; 64]>, Cycle) -> Result<Cycle, IntegrityError>,
-) -> Result<(), IntegrityError> {
+pub fn drain_in_place(mc: &mut SecureMc, lines: &[DrainLine], clock: &mut DrainClock, write: &mut WriteLine<'_>) -> Result<(), IntegrityError> {
     for l in lines {
         let t = clock.issue(l.read_cycles);
         let done = write(mc, l.line, l.data.as_ref(), t)?;

@@ -264,13 +264,11 @@ impl Functional {
 
     /// Encrypts a plaintext line in place (recording the pad for the reuse detector).
     pub fn encrypt(&mut self, buf: &mut [u8; 64], line: u64, major: u64, minor: u8) {
-        if self.reuse.is_some() {
-            // The boot content of a line is zeros under its initial counter's pad, i.e. that
-            // pad is in NVM for anyone to read: no write may encrypt under the initial counter
-            // (a correct design bumps a counter before every write).
-            let boot_pad = (major, minor) == self.initial_counter(line);
-            let key_id = self.keys.key_id();
-            let r = self.reuse.as_mut().expect("checked");
+        // The boot content of a line is zeros under its initial counter's pad, i.e. that pad is
+        // in NVM for anyone to read: no write may encrypt under the initial counter (a correct
+        // design bumps a counter before every write).
+        let boot = self.reuse.is_some().then(|| ((major, minor) == self.initial_counter(line), self.keys.key_id()));
+        if let (Some((boot_pad, key_id)), Some(r)) = (boot, self.reuse.as_mut()) {
             let seen = r.record(key_id, 0, line, major, minor);
             let e = if boot_pad { Err(secmem_crypto::PadReuse { key_id, domain: 0, line, major, minor }) } else { seen };
             if let Err(e) = e {

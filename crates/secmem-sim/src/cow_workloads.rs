@@ -69,7 +69,7 @@ pub struct CowSpec {
 impl CowSpec {
     pub fn validate(&self) -> Result<(), String> {
         let pb = self.page_size.bytes();
-        if self.footprint_bytes == 0 || self.footprint_bytes % pb != 0 {
+        if self.footprint_bytes == 0 || !self.footprint_bytes.is_multiple_of(pb) {
             return Err(format!("footprint_bytes must be a non-zero multiple of the {pb}-byte page, got {}", self.footprint_bytes));
         }
         let lines = pb / 64;

@@ -288,7 +288,7 @@ impl Os {
     /// address space.
     pub fn alloc(&mut self, pid: usize, vaddr: u64, bytes: u64, size: PageSize) -> Result<(), OsError> {
         let pb = size.bytes();
-        if vaddr % pb != 0 || bytes % pb != 0 || bytes == 0 {
+        if !vaddr.is_multiple_of(pb) || !bytes.is_multiple_of(pb) || bytes == 0 {
             return Err(OsError(format!("alloc of {bytes} bytes at {vaddr:#x}: both must be non-zero multiples of the {pb}-byte page")));
         }
         let end = vaddr.checked_add(bytes).ok_or_else(|| OsError(format!("range {vaddr:#x} + {bytes} wraps around the address space")))?;

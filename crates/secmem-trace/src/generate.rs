@@ -816,7 +816,7 @@ mod tests {
     #[test]
     fn the_footprint_must_hold_at_least_one_line_and_one_line_is_enough() {
         for bad in [0, 32, 100] {
-            let e = Generator::new(&GenSpec { footprint_bytes: bad, ..spec(Pattern::Random) }).err().expect("refused");
+            let Err(e) = Generator::new(&GenSpec { footprint_bytes: bad, ..spec(Pattern::Random) }) else { panic!("refused") };
             assert!(e.contains("footprint_bytes"), "{bad}: {e}");
         }
         for p in Pattern::ALL {

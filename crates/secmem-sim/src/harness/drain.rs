@@ -55,7 +55,7 @@ impl DrainConfig {
             secmem_core::error::ensure(v.is_finite() && (lo..=hi).contains(&v), &f(n), || format!("must be in {lo}..={hi}, got {v}"))?;
         }
         secmem_core::error::ensure(
-            self.worst_case_spacing_bytes >= 64 && self.worst_case_spacing_bytes % 64 == 0 && self.worst_case_spacing_bytes <= 1 << 40,
+            self.worst_case_spacing_bytes >= 64 && self.worst_case_spacing_bytes.is_multiple_of(64) && self.worst_case_spacing_bytes <= 1 << 40,
             &f("worst_case_spacing_bytes"),
             || format!("must be a positive multiple of 64 up to 2^40 (1 TiB), got {}", self.worst_case_spacing_bytes),
         )
