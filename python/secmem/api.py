@@ -202,7 +202,7 @@ def trace_gen(
     )
 
 
-COW_WORKLOADS = ("forkbench", "redis", "noncopy", "writeamp")
+COW_WORKLOADS = ("forkbench", "redis", "noncopy", "writeamp", "churn")
 # The designs a CoW workload compares (baseline = kernel CoW); each is a run.design.
 COW_SCHEMES = ("baseline", "lelantus", "lelantus-cow", "silent-shredder")
 
@@ -220,10 +220,10 @@ TRACE_GEN_OPTION_PATTERNS = {
     "page_size": COW_WORKLOADS,
     "with_data": COW_WORKLOADS,
     "lines_per_page": ("forkbench", "noncopy", "writeamp"),
-    "ops": ("redis",),
+    "ops": ("redis", "churn"),
     # Every synthetic pattern draws its reads and writes from the seed; of the CoW workloads
-    # only redis draws anything (its parent's operations).
-    "seed": SYNTHETIC_PATTERNS + ("redis",),
+    # only redis (its parent's operations) and churn (everything) draw anything.
+    "seed": SYNTHETIC_PATTERNS + ("redis", "churn"),
 }
 
 
@@ -267,8 +267,8 @@ def cow_trace(
     alloc, process-tagged stores and loads, fork and the region-of-interest marker. ``run``
     replays it through the OS model with the counts of :func:`cow_workload`. ``with_data``:
     stores carry their content (for functional mode). Returns the number of records.
-    ``lines_per_page`` (not redis), ``ops`` and ``seed`` (redis only; defaults 20000 and 1)
-    are refused for the workloads that do not use them."""
+    ``lines_per_page`` (forkbench, noncopy, writeamp), ``ops`` and ``seed`` (redis and churn;
+    defaults 20000 and 1) are refused for the workloads that do not use them."""
     ops, seed = _cow_options(workload, lines_per_page, footprint_bytes, ops, seed)
     return _call(
         _native.cow_trace, workload, _path(out, "out"), page_size, lines_per_page, footprint_bytes, ops, seed, format,
@@ -437,12 +437,12 @@ def cow_workload(
     params=None,
     seed: Optional[int] = None,
 ) -> Dict[str, Any]:
-    """A copy-on-write workload (``forkbench``, ``redis``, ``noncopy``, ``writeamp``) through
+    """A copy-on-write workload (``forkbench``, ``redis``, ``noncopy``, ``writeamp``, ``churn``) through
     the OS model on design ``scheme`` (baseline = kernel CoW, lelantus, lelantus-cow,
     silent-shredder). Returns a dict with ``cycles``, ``memory_writes``, ``memory_reads``,
     ``write_amplification``, ``os`` and the usual ``stats`` block of the measured phase.
-    ``ops`` and ``seed`` (redis only) and ``lines_per_page`` (not redis) are refused where
-    the workload does not use them."""
+    ``ops`` and ``seed`` (redis and churn) and ``lines_per_page`` (forkbench, noncopy,
+    writeamp) are refused where the workload does not use them."""
     ops, seed = _cow_options(workload, lines_per_page, footprint_bytes, ops, seed)
     if scheme not in COW_SCHEMES:
         raise SecmemError(

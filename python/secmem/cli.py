@@ -6,7 +6,7 @@
     secmem config show NAME [-p key=value ...]
     secmem config validate FILE [--preset NAME]
     secmem trace gen --pattern P --requests N --footprint-bytes B --read-ratio R --seed S -o FILE
-    secmem trace gen --pattern forkbench|redis|noncopy|writeamp --page-size 4k|2m [--lines-per-page N] -o FILE
+    secmem trace gen --pattern forkbench|redis|noncopy|writeamp|churn --page-size 4k|2m [--lines-per-page N] [--ops N] -o FILE
     secmem trace convert IN OUT [--to binary|text] [--from FORMAT]
     secmem trace info FILE [--format FORMAT]
     secmem crash --preset strict [--trace FILE] --points N --seed S [--out DIR]
@@ -409,7 +409,7 @@ def parser() -> argparse.ArgumentParser:
     p = tr.add_parser("gen", help="write a seeded synthetic trace")
     p.add_argument(
         "--pattern", default="random",
-        help="sequential, random, stride or zipf; or an OS-level (v2) CoW workload: forkbench, redis, noncopy, writeamp",
+        help="sequential, random, stride or zipf; or an OS-level (v2) CoW workload: forkbench, redis, noncopy, writeamp, churn",
     )
     p.add_argument("--requests", type=int, default=None, help="default 1000000")
     p.add_argument("--footprint-bytes", type=int, default=None, help="default 1 GiB (16 MiB for CoW workloads)")
@@ -417,10 +417,10 @@ def parser() -> argparse.ArgumentParser:
     # use it (even at its default value) is refused, not ignored: see api.TRACE_GEN_OPTION_PATTERNS.
     p.add_argument("--page-size", default=None, help="CoW workloads: 4k or 2m (default 4k)")
     p.add_argument("--lines-per-page", type=int, default=None, help="forkbench, noncopy, writeamp: lines updated per page (default 32 for 4k, 512 for 2m)")
-    p.add_argument("--ops", type=int, default=None, help="redis: parent operations during the snapshot (default 20000)")
+    p.add_argument("--ops", type=int, default=None, help="redis: parent operations during the snapshot; churn: operations in all (default 20000)")
     p.add_argument("--with-data", action="store_true", default=None, help="CoW workloads: stores carry their content (functional mode)")
     p.add_argument("--read-ratio", type=float, default=None, help="synthetic patterns: default 0.5")
-    p.add_argument("--seed", type=int, default=None, help="synthetic patterns and redis: default 1")
+    p.add_argument("--seed", type=int, default=None, help="synthetic patterns, redis and churn: default 1")
     p.add_argument("--stride-bytes", type=int, default=None, help="stride: default 4096")
     p.add_argument("--zipf-theta", type=float, default=None, help="zipf: default 0.99")
     p.add_argument("--inst-gap", type=int, default=None, help="synthetic patterns: default 10")

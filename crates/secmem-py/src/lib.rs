@@ -125,7 +125,7 @@ fn trace_info(py: Python<'_>, path: &str, format: Option<&str>) -> PyResult<Stri
     Ok(info.to_json())
 }
 
-/// Writes a copy-on-write workload (forkbench, redis, noncopy, writeamp) as an OS-level (v2)
+/// Writes a copy-on-write workload (forkbench, redis, noncopy, writeamp, churn) as an OS-level (v2)
 /// trace; returns the number of records.
 #[pyfunction]
 #[pyo3(signature = (workload, out, page_size="4k", lines_per_page=None, footprint_bytes=16 << 20, ops=20_000, seed=1, format="binary", with_data=false))]
@@ -283,7 +283,7 @@ fn bench_run(py: Python<'_>, name: &str, scale: f64) -> PyResult<String> {
     Ok(serde_json::to_string(&r).unwrap())
 }
 
-/// A copy-on-write workload (forkbench, redis, noncopy, writeamp) through the OS model on
+/// A copy-on-write workload (forkbench, redis, noncopy, writeamp, churn) through the OS model on
 /// design `scheme`; JSON with cycles, memory_writes, memory_reads and the stats block.
 #[pyfunction]
 #[pyo3(signature = (workload, scheme, page_size="4k", lines_per_page=None, footprint_bytes=16 << 20, ops=20_000, preset="lelantus", overrides=vec![], seed=1))]

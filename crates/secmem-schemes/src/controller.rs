@@ -1212,6 +1212,10 @@ impl SecureMc {
         }
     }
 
+    /// Whether dirty metadata victims wait in the write-back buffer (`process_evictions` writes
+    /// them). Every operation empties it before it returns.
+    pub fn has_pending_evictions(&self) -> bool { !self.evictions.is_empty() }
+
     /// After a crash with battery-backed metadata (`security.metadata_persistence =
     /// "battery-backed"`): takes over what `live` kept powered through it, its metadata caches
     /// (payloads included) and its counter view. Called on a recovery controller that already

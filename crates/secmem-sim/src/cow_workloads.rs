@@ -15,6 +15,11 @@
 //! * `writeamp` (Fig. 2): forkbench with one line per page (`lines_per_page = 1`, "first
 //!   write") or every line (the whole page); the report's `write_amplification` is the data
 //!   lines written to memory over the lines the child wrote.
+//! * `churn` (not in the paper: for crash and attack campaigns): `ops` seeded operations of up
+//!   to four processes — allocations of 1 to `footprint_bytes / page` pages, stores, loads,
+//!   forks, frees of whole allocations, exits and the odd `wbnoinvd` — so that zero fills,
+//!   CoW copies, reuse faults, early reclamation (page_phyc) and page_free all happen, in
+//!   every order. Measured: the whole run (it has no `roi` record).
 //!
 //! The measured phase starts at the `roi` record the workload emits (after the fork) and is a
 //! stats snapshot difference, as for trace runs; the JSON carries the usual `stats` block plus
@@ -37,6 +42,7 @@ pub enum CowWorkload {
     Redis,
     NonCopy,
     WriteAmp,
+    Churn,
 }
 
 impl std::str::FromStr for CowWorkload {
@@ -47,7 +53,8 @@ impl std::str::FromStr for CowWorkload {
             "redis" => Ok(CowWorkload::Redis),
             "noncopy" => Ok(CowWorkload::NonCopy),
             "writeamp" => Ok(CowWorkload::WriteAmp),
-            other => Err(format!("unknown CoW workload '{other}'; known: forkbench, redis, noncopy, writeamp")),
+            "churn" => Ok(CowWorkload::Churn),
+            other => Err(format!("unknown CoW workload '{other}'; known: forkbench, redis, noncopy, writeamp, churn")),
         }
     }
 }
@@ -61,7 +68,7 @@ pub struct CowSpec {
     pub footprint_bytes: u64,
     /// Lines the child updates per page (forkbench, noncopy, writeamp).
     pub lines_per_page: u64,
-    /// Parent operations during the snapshot (redis).
+    /// Parent operations during the snapshot (redis); operations in all (churn).
     pub ops: u64,
     pub seed: u64,
 }
@@ -109,6 +116,9 @@ pub fn emit(spec: &CowSpec, with_data: bool, sink: &mut dyn FnMut(Event) -> Resu
         data: with_data.then(|| content(pid as usize, va, seq)),
     };
     let load = |pid: u32, va: u64| Event::Load { pid, vaddr: va, size_bytes: 64, inst_gap: INST_GAP };
+    if spec.workload == CowWorkload::Churn {
+        return emit_churn(spec, with_data, sink);
+    }
     let pb = spec.page_size.bytes();
     let pages = spec.footprint_bytes / pb;
     let lines_per = pb / 64;
@@ -141,6 +151,7 @@ pub fn emit(spec: &CowSpec, with_data: bool, sink: &mut dyn FnMut(Event) -> Resu
                 }
             }
         }
+        CowWorkload::Churn => unreachable!("emitted by emit_churn"),
         CowWorkload::Redis => {
             sink(Event::Fork { parent: 0, child: 1 })?;
             sink(Event::RoiBegin)?;
@@ -167,6 +178,68 @@ pub fn emit(spec: &CowSpec, with_data: bool, sink: &mut dyn FnMut(Event) -> Resu
                 sink(load(1, BASE_VADDR + next_child * 64))?;
                 next_child += 1;
             }
+        }
+    }
+    Ok(())
+}
+
+/// Most live processes of the churn (a fork beyond them is skipped).
+const CHURN_PROCESSES: usize = 4;
+
+/// The `churn` workload (see the module docs). Every record is valid for the OS model: the
+/// generator tracks each process's allocations, and allocations sit `footprint_bytes` apart
+/// (never overlapping, in any process).
+fn emit_churn(spec: &CowSpec, with_data: bool, sink: &mut dyn FnMut(Event) -> Result<(), OsError>) -> Result<(), OsError> {
+    let mut rng = ChaCha8Rng::seed_from_u64(spec.seed);
+    let pb = spec.page_size.bytes();
+    let max_pages = spec.footprint_bytes / pb;
+    let page = if spec.page_size == PageSize::Huge { secmem_trace::PageSize::Huge } else { secmem_trace::PageSize::Small };
+    // Live (pid, allocations as (vaddr, pages)).
+    let mut procs: Vec<(u32, Vec<(u64, u64)>)> = vec![(0, Vec::new())];
+    let (mut next_pid, mut next_region, mut seq) = (1u32, 0u64, 0u64);
+    let mut alloc = |pid: u32, maps: &mut Vec<(u64, u64)>, rng: &mut ChaCha8Rng, sink: &mut dyn FnMut(Event) -> Result<(), OsError>| {
+        let n = rng.gen_range(1..=max_pages);
+        let vaddr = BASE_VADDR + next_region * spec.footprint_bytes;
+        next_region += 1;
+        maps.push((vaddr, n));
+        sink(Event::Alloc { pid, vaddr, length: n * pb, page })
+    };
+    alloc(0, &mut procs[0].1, &mut rng, sink)?;
+    for _ in 0..spec.ops {
+        let p = rng.gen_range(0..procs.len());
+        let pid = procs[p].0;
+        let roll = rng.gen_range(0..100);
+        // A line of one of the process's allocations.
+        let line_of = |maps: &[(u64, u64)], rng: &mut ChaCha8Rng| {
+            let (vaddr, n) = maps[rng.gen_range(0..maps.len())];
+            vaddr + rng.gen_range(0..n * pb / 64) * 64
+        };
+        if procs[p].1.is_empty() || roll < 4 {
+            alloc(pid, &mut procs[p].1, &mut rng, sink)?;
+        } else if roll < 70 {
+            let va = line_of(&procs[p].1, &mut rng);
+            seq += 1;
+            sink(Event::Store { pid, vaddr: va, size_bytes: 64, inst_gap: INST_GAP, data: with_data.then(|| content(pid as usize, va, seq)) })?;
+        } else if roll < 85 {
+            let va = line_of(&procs[p].1, &mut rng);
+            sink(Event::Load { pid, vaddr: va, size_bytes: 64, inst_gap: INST_GAP })?;
+        } else if roll < 90 {
+            if procs.len() < CHURN_PROCESSES {
+                let child = next_pid;
+                next_pid += 1;
+                let maps = procs[p].1.clone();
+                procs.push((child, maps));
+                sink(Event::Fork { parent: pid, child })?;
+            }
+        } else if roll < 95 {
+            let i = rng.gen_range(0..procs[p].1.len());
+            let (vaddr, n) = procs[p].1.remove(i);
+            sink(Event::Free { pid, vaddr, length: n * pb })?;
+        } else if roll < 98 && pid != 0 {
+            procs.remove(p);
+            sink(Event::Exit { pid })?;
+        } else {
+            sink(Event::WbNoInvd)?;
         }
     }
     Ok(())

@@ -363,6 +363,9 @@ impl Engine {
     pub fn step(&mut self, rec: &Record, index: u64) -> Result<(), RecordError> {
         self.check(rec, index)?;
         self.step_checked(rec);
+        // Every operation writes its metadata victims back before it returns: a victim still
+        // buffered between requests would be lost by a crash even with battery-backed caches.
+        debug_assert!(self.failure.is_some() || !self.mc.has_pending_evictions(), "record {index} left metadata evictions unwritten");
         match self.failure.take() {
             None => Ok(()),
             Some(e) => Err(RecordError { index, message: e.to_string(), integrity: Some(e) }),
@@ -627,6 +630,7 @@ impl Engine {
         match self.design.page_command(&mut self.mc, cmd, self.now) {
             Ok(done) => {
                 self.last_persist = self.last_persist.max(done);
+                debug_assert!(!self.mc.has_pending_evictions(), "{cmd:?} left metadata evictions unwritten");
                 if let Some(hook) = self.on_page_command.as_mut() {
                     hook(cmd);
                 }

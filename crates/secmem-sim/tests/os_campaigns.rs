@@ -6,11 +6,10 @@
 //! the oracle knows must read back as the kernel last left it; every attack must be detected,
 //! and clean reads, redirected ones included, must raise no alarm.
 
-use rand::{Rng, SeedableRng};
-use rand_chacha::ChaCha8Rng;
+use secmem_sim::cow_workloads::{self, CowSpec, CowWorkload};
 use secmem_sim::harness::{attack_campaign, crash_campaign, CrashOutcome};
 use secmem_sim::{Config, TraceInput};
-use secmem_trace::{Event, Format, PageSize, TraceKind};
+use secmem_trace::{Event, Format, TraceKind};
 use std::path::{Path, PathBuf};
 
 /// A small functional system (caches of a few KiB, so data and metadata are evicted all the
@@ -48,59 +47,17 @@ fn write_trace(name: &str, events: &[Event]) -> TmpTrace {
     TmpTrace(path)
 }
 
-const BASE_VADDR: u64 = 1 << 32;
-
-/// A seeded process churn: allocations of a few 4 KB pages, forks, stores with unique data,
-/// loads, frees of whole allocations, exits and the odd `wbnoinvd`. Every request is valid
-/// for the OS model (the generator tracks each process's mappings).
-fn churn(seed: u64, steps: usize) -> Vec<Event> {
-    let mut rng = ChaCha8Rng::seed_from_u64(seed);
-    // Live pids and, per pid, its allocations (vaddr, pages).
-    let mut procs: Vec<(u32, Vec<(u64, u64)>)> = vec![(0, Vec::new())];
-    let (mut next_pid, mut next_region, mut tag) = (1u32, 0u64, 0u64);
-    let mut out = Vec::new();
-    let alloc = |pid: u32, next_region: &mut u64, maps: &mut Vec<(u64, u64)>, out: &mut Vec<Event>, pages: u64| {
-        // Regions 64 KB apart: no two allocations ever overlap, in any process.
-        let vaddr = BASE_VADDR + *next_region * 65536;
-        *next_region += 1;
-        out.push(Event::Alloc { pid, vaddr, length: pages * 4096, page: PageSize::Small });
-        maps.push((vaddr, pages));
-    };
-    alloc(0, &mut next_region, &mut procs[0].1, &mut out, 4);
-    for _ in 0..steps {
-        let p = rng.gen_range(0..procs.len());
-        let roll = rng.gen_range(0..100);
-        let pid = procs[p].0;
-        if procs[p].1.is_empty() || roll < 4 {
-            let pages = rng.gen_range(1..=12);
-            alloc(pid, &mut next_region, &mut procs[p].1, &mut out, pages);
-        } else if roll < 70 {
-            let (vaddr, pages) = procs[p].1[rng.gen_range(0..procs[p].1.len())];
-            let va = vaddr + rng.gen_range(0..pages * 64) * 64;
-            tag += 1;
-            let data: [u8; 64] = std::array::from_fn(|i| (tag.rotate_left(8 * (i as u32 % 8)) as u8) ^ i as u8);
-            out.push(Event::Store { pid, vaddr: va, size_bytes: 64, inst_gap: 10, data: Some(data) });
-        } else if roll < 85 {
-            let (vaddr, pages) = procs[p].1[rng.gen_range(0..procs[p].1.len())];
-            out.push(Event::Load { pid, vaddr: vaddr + rng.gen_range(0..pages * 64) * 64, size_bytes: 64, inst_gap: 10 });
-        } else if roll < 90 && procs.len() < 4 {
-            let child = next_pid;
-            next_pid += 1;
-            out.push(Event::Fork { parent: pid, child });
-            let maps = procs[p].1.clone();
-            procs.push((child, maps));
-        } else if roll < 95 {
-            let i = rng.gen_range(0..procs[p].1.len());
-            let (vaddr, pages) = procs[p].1.remove(i);
-            out.push(Event::Free { pid, vaddr, length: pages * 4096 });
-        } else if roll < 98 && pid != 0 {
-            out.push(Event::Exit { pid });
-            procs.remove(p);
-        } else {
-            out.push(Event::WbNoInvd);
-        }
-    }
-    out
+/// The `churn` workload (allocations of up to 12 pages, forks, stores with data, loads,
+/// frees, exits) as events.
+fn churn(seed: u64, ops: u64) -> Vec<Event> {
+    let spec = CowSpec { workload: CowWorkload::Churn, page_size: secmem_sim::os::PageSize::Small, footprint_bytes: 12 * 4096, lines_per_page: 1, ops, seed };
+    let mut events = Vec::new();
+    cow_workloads::emit(&spec, true, &mut |e| {
+        events.push(e);
+        Ok(())
+    })
+    .unwrap();
+    events
 }
 
 fn campaign(design: &str, trace: &Path, points: u64, extra: &[&str]) -> CrashOutcome {
@@ -150,7 +107,7 @@ fn kernel_copies_and_silent_shredder_zero_fills_recover_at_every_crash_point() {
 fn crash_points_of_an_os_trace_come_after_its_roi_record() {
     // The forkbench marks its region of interest after the parent's initialisation and the
     // fork: its crash points are the child's CoW faults, as `run` measures them.
-    use secmem_sim::cow_workloads::{write_trace as write_cow, CowSpec, CowWorkload};
+    use secmem_sim::cow_workloads::write_trace as write_cow;
     let path = std::env::temp_dir().join(format!("secmem-os-campaign-{}-forkbench.trace", std::process::id()));
     let t = TmpTrace(path);
     let spec = CowSpec { workload: CowWorkload::Forkbench, page_size: secmem_sim::os::PageSize::Small, footprint_bytes: 64 * 4096, lines_per_page: 4, ops: 0, seed: 1 };
@@ -176,7 +133,7 @@ fn an_os_trace_is_refused_at_memory_level_naming_the_field() {
 #[test]
 fn a_bad_os_record_is_an_error_naming_the_record() {
     let mut ev = churn(1, 50);
-    ev.push(Event::Store { pid: 9, vaddr: BASE_VADDR, size_bytes: 64, inst_gap: 1, data: Some([1; 64]) });
+    ev.push(Event::Store { pid: 9, vaddr: 1 << 40, size_bytes: 64, inst_gap: 1, data: Some([1; 64]) });
     let t = write_trace("bad-record", &ev);
     let e = crash_campaign(&cfg("lelantus", &[]), &TraceInput::File(t.0.clone()), 1, 1).unwrap_err().to_string();
     assert!(e.contains(&format!("record {}", ev.len() - 1)) && e.contains("unknown pid 9"), "{e}");

@@ -80,6 +80,7 @@ fn every_cow_workload_written_as_a_trace_replays_with_the_direct_runs_counts_on_
         spec(CowWorkload::Redis, PageSize::Small, 256 << 10, 1),
         spec(CowWorkload::NonCopy, PageSize::Small, 128 << 10, 8),
         spec(CowWorkload::WriteAmp, PageSize::Huge, 2 << 20, 1),
+        spec(CowWorkload::Churn, PageSize::Small, 48 << 10, 1),
     ];
     for (i, design) in ["baseline", "lelantus", "lelantus-cow", "silent-shredder"].into_iter().enumerate() {
         let c = cfg(design, false, &[]);
