@@ -81,6 +81,20 @@ def test_a_crash_campaign_over_an_os_level_trace_crashes_between_lelantus_page_c
     assert res.returncode == 1 and out["recovered"] == 0 and out["silent_corruptions"] > 0
 
 
+def test_campaigns_over_a_process_churn_meet_frees_and_reclamation_and_pass(cli):
+    # churn: forks, stores, frees and exits, so page_phyc and page_free happen between crash
+    # points and before the attacks; the lelantus preset's battery-backed counter cache keeps
+    # the copy records through every crash.
+    cli("trace", "gen", "--pattern", "churn", "--ops", 2000, "--footprint-bytes", 49152, "--with-data",
+        "-o", "churn.bin", check=True)
+    small = ["-p", "run.design=lelantus", "-p", "metadata_cache.counter.size_kib=2"]
+    out = json.loads(cli("crash", "--preset", "lelantus", "--trace", "churn.bin", "--points", 100, *small, check=True).stdout)
+    assert out["recovered"] == 100 and out["lines_checked"] > 10_000
+    out = json.loads(cli("attack", "--preset", "lelantus", "--trace", "churn.bin", "--per-class", 20,
+                         "--clean-reads", 20000, *small, check=True).stdout)
+    assert out["all_detected"] and out["false_alarms"] == 0 and out["untested_classes"] == []
+
+
 def test_bad_campaign_input_is_a_clear_error(cli):
     res = cli("attack", "--preset", "horus", "--class", "tamper-everything", *ATTACK_SIZE)
     assert res.returncode == 2 and "unknown attack class 'tamper-everything'" in res.stderr and "splice-counter" in res.stderr
