@@ -178,8 +178,12 @@ impl PcmConfig {
                 self.write_drain_high_pct, self.write_drain_low_pct
             )
         })?;
+        // A bound past any device (PCM is a few to hundreds of nJ per access): 1e308 nJ passed
+        // and the report's energy overflowed to infinity, written as JSON null.
         for (name, v) in [("read_energy_nj", self.read_energy_nj), ("write_energy_nj", self.write_energy_nj)] {
-            ensure(v.is_finite() && v >= 0.0, &f(name), || format!("must be a non-negative number of nJ, got {v}"))?;
+            ensure(v.is_finite() && (0.0..=MAX_ACCESS_ENERGY_NJ).contains(&v), &f(name), || {
+                format!("must be a number of nJ from 0 to {MAX_ACCESS_ENERGY_NJ:e} (1 mJ per 64 B access), got {v}")
+            })?;
         }
         Ok(())
     }
@@ -222,6 +226,9 @@ struct BusCalendar {
     hint: (u64, u64),
     hint_len: u64,
 }
+
+/// Largest per-access energy a config may give, nJ (1 mJ; PCM takes nJ).
+const MAX_ACCESS_ENERGY_NJ: f64 = 1e6;
 
 const BUS_WINDOW_WORDS: usize = 1 << 14;
 
@@ -1429,6 +1436,7 @@ mod tests {
             ("write_drain_low_pct", |c| c.write_drain_low_pct = 80),
             ("read_energy_nj", |c| c.read_energy_nj = -0.1),
             ("write_energy_nj", |c| c.write_energy_nj = -2.0),
+            ("write_energy_nj", |c| c.write_energy_nj = 1e308),
         ];
         for (name, break_it) in cases {
             let mut c = PcmConfig::default();
