@@ -399,6 +399,24 @@ fn a_lelantus_copy_and_a_write_to_it_under_strict_eager_persistence_survive_a_cr
     }
 }
 
+/// Pages of the Lelantus tests below: `A` is copied to `B`.
+const A: u64 = 10;
+const B: u64 = 20;
+
+/// A functional strict/eager controller with Lelantus (Resized): the first `lines` lines of
+/// page `A` written, then `A` copied to `B`.
+fn strict_lelantus_copy(lines: u64) -> (SecureMc, secmem_schemes::lelantus::Lelantus) {
+    use secmem_schemes::design::Design;
+    use secmem_schemes::lelantus::{Encoding, Lelantus};
+    let (mut m, _) = build(true, TreeUpdate::Eager, MetadataPersistence::Strict, 64);
+    let mut d = Lelantus::new(Encoding::Resized);
+    for i in 0..lines {
+        d.write(&mut m, A * 64 + i, Some(&content(A * 64 + i, 1)), Cycle(i * 1000)).unwrap();
+    }
+    d.page_command(&mut m, secmem_schemes::PageCommand::Copy { src: A, dst: B }, Cycle(100_000)).unwrap();
+    (m, d)
+}
+
 #[test]
 fn a_resized_lelantus_copy_can_be_written_after_a_crash_and_recovery() {
     // Found by mutation testing, fixed by Lelantus' own `recover`. The baseline recovery alone
@@ -406,42 +424,30 @@ fn a_resized_lelantus_copy_can_be_written_after_a_crash_and_recovery() {
     // major): the next write encrypted under it, its read decoded major 1 from the
     // verified bytes, and the MAC check failed on a run with no attack.
     use secmem_schemes::design::Design;
-    use secmem_schemes::lelantus::{Encoding, Lelantus};
-    use secmem_schemes::PageCommand;
-    let (a, b) = (10u64, 20u64);
-    let (mut m, _) = build(true, TreeUpdate::Eager, MetadataPersistence::Strict, 64);
-    let mut d = Lelantus::new(Encoding::Resized);
-    for i in 0..64u64 {
-        d.write(&mut m, a * 64 + i, Some(&content(a * 64 + i, 1)), Cycle(i * 1000)).unwrap();
-    }
-    d.page_command(&mut m, PageCommand::Copy { src: a, dst: b }, Cycle(100_000)).unwrap();
+    let (mut m, mut d) = strict_lelantus_copy(64);
     d.crash(&mut m, false);
     d.recover(&mut m, Cycle(1 << 30)).unwrap();
-    assert_eq!(m.counters.block(b).major, 1, "the copy's major after recovery");
-    d.write(&mut m, b * 64 + 5, Some(&content(b * 64 + 5, 2)), Cycle(1 << 31)).unwrap();
-    assert_eq!(d.read(&mut m, b * 64 + 5, Cycle(1 << 32)).unwrap().1.unwrap(), content(b * 64 + 5, 2));
+    assert_eq!(m.counters.block(B).major, 1, "the copy's major after recovery");
+    assert_eq!(d.source_of(B), Some(A), "the copy record, rebuilt from the counter block");
+    assert_eq!(d.read(&mut m, B * 64 + 9, Cycle(1 << 30)).unwrap().1.unwrap(), content(A * 64 + 9, 1), "an uncopied line");
+    d.write(&mut m, B * 64 + 5, Some(&content(B * 64 + 5, 2)), Cycle(1 << 31)).unwrap();
+    assert_eq!(d.read(&mut m, B * 64 + 5, Cycle(1 << 32)).unwrap().1.unwrap(), content(B * 64 + 5, 2));
 }
 
 #[test]
 fn a_freed_lelantus_copy_leaves_nvm_consistent_with_the_root() {
-    // Found by the OS-level crash campaign's review: page_free of a lazy copy rewrote its
-    // counter block without its CoW fields but neither rehashed its tree path (eager) nor
-    // wrote it through (strict). Once written back, NVM disagreed with the root register.
+    // Found by the OS-level crash campaign: page_free of a lazy copy rewrote its counter block
+    // without its CoW fields but neither rehashed its tree path (eager) nor wrote it through
+    // (strict). Once written back, NVM disagreed with the root register.
     use secmem_schemes::design::Design;
-    use secmem_schemes::lelantus::{Encoding, Lelantus};
-    use secmem_schemes::PageCommand;
-    let (a, b) = (10u64, 20u64);
-    let (mut m, _) = build(true, TreeUpdate::Eager, MetadataPersistence::Strict, 64);
-    let mut d = Lelantus::new(Encoding::Resized);
-    for i in 0..64u64 {
-        d.write(&mut m, a * 64 + i, Some(&content(a * 64 + i, 1)), Cycle(i * 1000)).unwrap();
-    }
-    d.page_command(&mut m, PageCommand::Copy { src: a, dst: b }, Cycle(100_000)).unwrap();
-    d.write(&mut m, b * 64 + 5, Some(&content(b * 64 + 5, 2)), Cycle(200_000)).unwrap();
-    d.page_command(&mut m, PageCommand::Free { page: b }, Cycle(300_000)).unwrap();
+    let (mut m, mut d) = strict_lelantus_copy(64);
+    d.write(&mut m, B * 64 + 5, Some(&content(B * 64 + 5, 2)), Cycle(200_000)).unwrap();
+    d.page_command(&mut m, secmem_schemes::PageCommand::Free { page: B }, Cycle(300_000)).unwrap();
     d.finish(&mut m, Cycle(400_000)).unwrap();
     d.crash(&mut m, false);
     d.recover(&mut m, Cycle(1 << 30)).unwrap();
+    assert_eq!(d.source_of(B), None, "a freed page is no copy after recovery");
+    assert_eq!(d.read(&mut m, A * 64 + 3, Cycle(1 << 31)).unwrap().1.unwrap(), content(A * 64 + 3, 1));
 }
 
 #[test]
@@ -449,21 +455,14 @@ fn materialising_a_fully_written_lelantus_copy_leaves_nvm_consistent_with_the_ro
     // page_phyc of a copy whose every line was written since has no line to copy: it only
     // clears the CoW fields, and must still rehash and persist the block.
     use secmem_schemes::design::Design;
-    use secmem_schemes::lelantus::{Encoding, Lelantus};
-    use secmem_schemes::PageCommand;
-    let (a, b) = (10u64, 20u64);
-    let (mut m, _) = build(true, TreeUpdate::Eager, MetadataPersistence::Strict, 64);
-    let mut d = Lelantus::new(Encoding::Resized);
-    d.write(&mut m, a * 64, Some(&content(a * 64, 1)), Cycle(0)).unwrap();
-    d.page_command(&mut m, PageCommand::Copy { src: a, dst: b }, Cycle(100_000)).unwrap();
+    let (mut m, mut d) = strict_lelantus_copy(1);
     for i in 0..64u64 {
-        d.write(&mut m, b * 64 + i, Some(&content(b * 64 + i, 2)), Cycle(200_000 + i * 1000)).unwrap();
+        d.write(&mut m, B * 64 + i, Some(&content(B * 64 + i, 2)), Cycle(200_000 + i * 1000)).unwrap();
     }
-    d.page_command(&mut m, PageCommand::Materialize { page: b }, Cycle(300_000)).unwrap();
+    d.page_command(&mut m, secmem_schemes::PageCommand::Materialize { page: B }, Cycle(300_000)).unwrap();
     d.finish(&mut m, Cycle(400_000)).unwrap();
     d.crash(&mut m, false);
     d.recover(&mut m, Cycle(1 << 30)).unwrap();
-    assert_eq!(d.source_of(b), None, "a materialised page is no copy after recovery");
-    assert_eq!(d.read(&mut m, b * 64 + 7, Cycle(1 << 31)).unwrap().1.unwrap(), content(b * 64 + 7, 2));
+    assert_eq!(d.source_of(B), None, "a materialised page is no copy after recovery");
+    assert_eq!(d.read(&mut m, B * 64 + 7, Cycle(1 << 31)).unwrap().1.unwrap(), content(B * 64 + 7, 2));
 }
-
