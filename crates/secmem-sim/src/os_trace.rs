@@ -250,13 +250,20 @@ impl Measured {
     }
 }
 
+/// An OS-level trace drives the OS model through the cache hierarchy: refuses a memory-level
+/// config, naming the field.
+pub(crate) fn require_core_level(cfg: &Config) -> Result<(), SimError> {
+    if cfg.run.trace_level != crate::config::TraceLevel::Core {
+        return Err(SimError::Config(ConfigError::new("run.trace_level", "an OS-level trace drives the OS model through the cache hierarchy: it needs run.trace_level = \"core\"")));
+    }
+    Ok(())
+}
+
 /// Runs an OS-level trace through the OS model; the usual report plus an `os` block (the OS
 /// model's counters over the region of interest, logical and data line writes, write
 /// amplification). Errors name the trace and the record index.
 pub fn run_events(cfg: &Config, events: impl Iterator<Item = Result<Event, TraceError>>, trace_name: &str) -> Result<Value, SimError> {
-    if cfg.run.trace_level != crate::config::TraceLevel::Core {
-        return Err(SimError::Config(ConfigError::new("run.trace_level", "an OS-level trace drives the OS model through the cache hierarchy: it needs run.trace_level = \"core\"")));
-    }
+    require_core_level(cfg)?;
     let start = Instant::now();
     let mut d = OsDriver::new(cfg).map_err(|e| SimError::Config(ConfigError::new("pcm.capacity_gib", e.0)))?;
     let warmup = cfg.run.warmup_requests;

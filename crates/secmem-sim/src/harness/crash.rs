@@ -24,18 +24,17 @@
 //! moment of power loss (an eADR drain of the cache hierarchy, as Horus needs) is the drain
 //! harness's (`super::drain`).
 
-use crate::config::Config;
 use super::replay::{Live, Oracle, Replay};
+use crate::config::Config;
 use crate::engine::{build_controller, build_design, build_media};
-use crate::run::{open_records, SimError, TraceInput};
+use crate::run::{SimError, TraceInput};
 use rand::seq::SliceRandom;
 use rand::SeedableRng;
 use secmem_core::Cycle;
 use secmem_media::Media;
-use secmem_schemes::functional::NvmImage;
 use secmem_schemes::config::MetadataPersistence;
+use secmem_schemes::functional::NvmImage;
 use secmem_schemes::{Design, SecureMc};
-use secmem_trace::Record;
 use serde::Serialize;
 
 #[derive(Clone, Debug, Default, Serialize)]
@@ -63,17 +62,6 @@ pub struct CrashOutcome {
     /// after `run.warmup_requests`).
     pub records: u64,
     pub persist_points: u64,
-}
-
-/// Reads all records (campaigns replay the trace, so it must fit in memory).
-pub(crate) fn collect(cfg: &Config, input: &TraceInput) -> Result<Vec<Record>, SimError> {
-    let (it, _) = open_records(cfg, input)?;
-    let limit = if cfg.run.max_requests == 0 { usize::MAX } else { cfg.run.max_requests as usize };
-    it.take(limit).collect::<Result<Vec<_>, _>>().map_err(SimError::from)
-}
-
-pub(crate) fn record_error(input: &TraceInput, cfg: &Config, e: crate::engine::RecordError) -> SimError {
-    SimError::Record { trace: input.describe(cfg), error: e }
 }
 
 /// A recovery controller with the run's geometry and keys, and empty volatile state.

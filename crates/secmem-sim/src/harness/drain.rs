@@ -15,7 +15,7 @@
 
 use crate::config::Config;
 use crate::engine::{build_media, Engine};
-use crate::harness::crash::{collect, record_error};
+use crate::harness::replay::{collect, record_error};
 use crate::hierarchy::{Hierarchy, Level};
 use crate::run::{SimError, TraceInput};
 use rand::seq::SliceRandom;

@@ -3,11 +3,10 @@
 //! plaintext oracle campaigns check memory against, which follows both data writes and page
 //! commands.
 
-use super::crash::{collect, record_error};
 use crate::config::Config;
 use crate::engine::{Engine, RecordError};
 use crate::os_trace::OsDriver;
-use crate::run::{SimError, TraceInput};
+use crate::run::{open_records, SimError, TraceInput};
 use rustc_hash::{FxHashMap, FxHashSet};
 use secmem_core::addr::LINES_PER_PAGE;
 use secmem_core::ConfigError;
@@ -15,6 +14,17 @@ use secmem_schemes::PageCommand;
 use secmem_trace::{Event, Record};
 use std::cell::RefCell;
 use std::rc::Rc;
+
+/// Reads all records (campaigns replay the trace, so it must fit in memory).
+pub(crate) fn collect(cfg: &Config, input: &TraceInput) -> Result<Vec<Record>, SimError> {
+    let (it, _) = open_records(cfg, input)?;
+    let limit = if cfg.run.max_requests == 0 { usize::MAX } else { cfg.run.max_requests as usize };
+    it.take(limit).collect::<Result<Vec<_>, _>>().map_err(SimError::from)
+}
+
+pub(crate) fn record_error(input: &TraceInput, cfg: &Config, e: crate::engine::RecordError) -> SimError {
+    SimError::Record { trace: input.describe(cfg), error: e }
+}
 
 /// What a campaign replays: a physical trace's records, or an OS-level trace's events.
 pub(crate) enum Replay {
@@ -28,12 +38,7 @@ impl Replay {
         if let TraceInput::File(p) = input {
             let stream = secmem_trace::open_events(p)?;
             if stream.kind.os_level {
-                if cfg.run.trace_level != crate::config::TraceLevel::Core {
-                    return Err(SimError::Config(ConfigError::new(
-                        "run.trace_level",
-                        "an OS-level trace drives the OS model through the cache hierarchy: it needs run.trace_level = \"core\"",
-                    )));
-                }
+                crate::os_trace::require_core_level(cfg)?;
                 let limit = if cfg.run.max_requests == 0 { usize::MAX } else { cfg.run.max_requests as usize };
                 let events = stream.events.take(limit).collect::<Result<Vec<_>, _>>()?;
                 if cfg.run.warmup_requests > 0 {

@@ -19,7 +19,7 @@
 
 use crate::config::Config;
 use crate::engine::{build_controller, Engine};
-use crate::harness::crash::{collect, record_error};
+use crate::harness::replay::{collect, record_error};
 use crate::run::{SimError, TraceInput};
 use rand::{Rng, SeedableRng};
 use secmem_core::addr::LINE_SHIFT;
