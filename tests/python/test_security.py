@@ -67,6 +67,7 @@ def test_a_crash_campaign_over_an_os_level_trace_crashes_between_lelantus_page_c
         # Crash points come after the trace's ROI record: among the child's 64 x 4 stores
         # (each page's first is a CoW fault, whose page_copy persists; the stores stay cached).
         assert 50 <= out["persist_points"] <= 256 < out["records"]
+        assert out["page_command_points"] > 0
     # The preset's own persistence domain: a battery-backed counter cache (section V-A). The
     # metadata caches and the design's state survive, nothing is rebuilt, every point recovers.
     res = cli("crash", "--preset", "lelantus", "--trace", "fork.bin", "--points", 20, "-p", "run.design=lelantus")

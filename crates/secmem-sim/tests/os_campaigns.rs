@@ -84,6 +84,7 @@ fn lelantus_recovers_copies_reclamations_and_frees_from_nvm_at_every_crash_point
     let out = campaign("lelantus", &t.0, 150, &["metadata_cache.counter.size_kib=2"]);
     assert_eq!((out.recovered, out.mismatches), (150, 0), "{:#?}", out.examples);
     assert!(out.lines_checked > 10_000, "{}", out.lines_checked);
+    assert!(out.page_command_points > 30, "crashes right after page commands: {}", out.page_command_points);
 }
 
 #[test]

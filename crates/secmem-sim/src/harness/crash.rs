@@ -62,6 +62,9 @@ pub struct CrashOutcome {
     /// after `run.warmup_requests`).
     pub records: u64,
     pub persist_points: u64,
+    /// Crash points right after a record that carried out a page command (an OS-level trace's
+    /// copy, zero fill, page_phyc or free): how often the campaign crashed around them.
+    pub page_command_points: u64,
 }
 
 /// A recovery controller with the run's geometry and keys, and empty volatile state.
@@ -94,16 +97,20 @@ pub fn crash_campaign(cfg: &Config, input: &TraceInput, points: u64, seed: u64) 
     let mut counting = cfg.clone();
     counting.run.functional = false;
     let mut persist_records: Vec<u64> = Vec::new();
+    let mut command_records: rustc_hash::FxHashSet<u64> = Default::default();
     {
         let mut live = Live::new(&counting, &replay)?;
-        let mut last = 0u64;
+        let (mut last, mut last_commands) = (0u64, 0u64);
         for i in 0..replay.len() {
             live.step(&replay, i, cfg, input)?;
-            let now = live.persisted();
+            let (now, commands) = (live.persisted(), live.page_commands());
             if now > last && i as u64 >= roi_start {
                 persist_records.push(i as u64);
+                if commands > last_commands {
+                    command_records.insert(i as u64);
+                }
             }
-            last = now;
+            (last, last_commands) = (now, commands);
         }
     }
     if persist_records.is_empty() {
@@ -136,6 +143,7 @@ pub fn crash_campaign(cfg: &Config, input: &TraceInput, points: u64, seed: u64) 
     persist_records.shuffle(&mut rng);
     persist_records.truncate(points as usize);
     persist_records.sort_unstable();
+    out.page_command_points = persist_records.iter().filter(|r| command_records.contains(r)).count() as u64;
 
     // Pass 2 (functional): crash at each chosen point and recover.
     let mut live = Live::new(&fcfg, &replay)?;

@@ -104,7 +104,15 @@ impl Live {
     pub(crate) fn persisted(&self) -> u64 {
         match self {
             Live::Phys(e) => e.core_stats().memory_writes_issued,
-            Live::Os(d) => d.os.engine.core_stats().memory_writes_issued + d.os.stats.page_commands,
+            Live::Os(d) => d.os.engine.core_stats().memory_writes_issued + self.page_commands(),
+        }
+    }
+
+    /// Page commands the design carried out so far (0 for a physical trace).
+    pub(crate) fn page_commands(&self) -> u64 {
+        match self {
+            Live::Phys(_) => 0,
+            Live::Os(d) => d.os.stats.page_commands,
         }
     }
 
