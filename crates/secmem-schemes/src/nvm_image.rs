@@ -466,6 +466,72 @@ mod tests {
     }
 
     #[test]
+    fn an_image_holding_lines_is_not_empty_and_shows_how_many() {
+        let mut img = NvmImage::default();
+        img.put(3, [0; 64]);
+        img.put(300, [1; 64]);
+        assert!(!img.is_empty());
+        assert_eq!(format!("{img:?}"), "NvmImage { lines: 2, .. }");
+        let mut dense = NvmImage::with_dense_ranges(&[(0, 8)]);
+        dense.put(3, [0; 64]);
+        assert!(!dense.is_empty(), "a dense line counts");
+    }
+
+    #[test]
+    fn the_slab_grows_from_a_64_kib_chunk_by_doubling_up_to_8_mib_chunks() {
+        let bytes = |c| chunk_lines(c) * 64;
+        assert_eq!([bytes(0), bytes(1), bytes(6), bytes(7), bytes(100)], [64 << 10, 128 << 10, 4 << 20, 8 << 20, 8 << 20]);
+        let mut img = NvmImage::default();
+        img.put(3, [1; 64]);
+        assert_eq!(img.chunks.iter().map(|c| c.len()).collect::<Vec<_>>(), [1024], "a small image holds one small chunk");
+    }
+
+    #[test]
+    fn the_index_doubles_when_the_next_line_would_fill_it_past_three_quarters() {
+        let buckets = |img: &NvmImage| img.table.as_ref().map_or(0, |t| t.len());
+        let mut img = NvmImage::default();
+        assert_eq!(buckets(&img), 0, "no index before the first line");
+        for line in 0..768 {
+            img.put(line, [1; 64]);
+        }
+        assert_eq!(buckets(&img), 1024, "768 lines fill 1024 buckets to exactly 3/4");
+        img.put(768, [1; 64]);
+        assert_eq!(buckets(&img), 2048);
+        img.put(5, [2; 64]);
+        assert_eq!((buckets(&img), img.len()), (2048, 769), "an overwrite adds no line");
+    }
+
+    #[test]
+    fn growing_the_index_keeps_a_line_whose_probe_run_passes_the_bucket_of_the_line_two_above() {
+        // Buckets of a line in a table of `n` buckets; the index grows from 1024 to 2048 buckets
+        // when the 769th line is put.
+        let home = |line: u64, n: u64| (line + 1).wrapping_mul(HASH_MUL) >> (64 - n.trailing_zeros());
+        // A line x near the start of the first table, and the lines whose buckets in the doubled
+        // table lie from x's to a little past x + 2's: put first, they fill that stretch of the
+        // doubled table before x is re-placed (x, put after them, sits at the end of their run).
+        let x = (1u64 << 20..).find(|&l| home(l, 1024) < 16).unwrap();
+        let ahead = |l: u64| (home(l, 2048) + 2048 - home(x, 2048)) % 2048;
+        let d = ahead(x + 2);
+        assert!(d < 600, "x + 2's bucket is {d} past x's");
+        let run: Vec<u64> = (1u64 << 30..).filter(|&l| ahead(l) <= d + 8).take(d as usize + 32).collect();
+        let mut lines = run.clone();
+        lines.extend([x + 2, x]);
+        lines.extend((1u64 << 40..).filter(|&l| (600..1000).contains(&home(l, 1024))).take(769 - lines.len()));
+        let mut img = NvmImage::default();
+        for &l in &lines {
+            img.put(l, line_bytes(l, 5));
+        }
+        let table = img.table.as_ref().unwrap();
+        assert_eq!(table.len(), 2048);
+        let at = |l: u64| (table.iter().position(|e| e[0] == l + 1).unwrap() as u64 + 2048 - home(x, 2048)) % 2048;
+        assert!(at(x) > at(x + 2), "x's probe run passed x + 2's bucket");
+        for &l in &lines {
+            assert_eq!(img.get_opt(l), Some(&line_bytes(l, 5)), "line {l}");
+        }
+        assert_eq!(img.len(), 769);
+    }
+
+    #[test]
     #[should_panic(expected = "overlap")]
     fn overlapping_dense_ranges_are_rejected() {
         NvmImage::with_dense_ranges(&[(10, 20), (0, 11)]);
