@@ -9,7 +9,7 @@ use secmem_schemes::design::Baseline;
 use secmem_schemes::eadr::{self, DrainClock, DrainLine, DrainMacs, DrainReads, DrainRecovery, DrainRecoveryError, DrainStats, DrainWrites};
 use secmem_schemes::horus::{Horus, MacLevels};
 use secmem_schemes::recovery::RecoveryReport;
-use secmem_schemes::testing::{AccessLog, FixedLatencyMedia};
+use secmem_schemes::testing::{flip_bit, write_some_lines, AccessLog, FixedLatencyMedia};
 use secmem_schemes::{cache_tree, Design, McStats, SecureMc};
 
 /// 64 pages, 4 KiB metadata caches; reads take 100 cycles, writes `write`; a 1 GiB device
@@ -52,29 +52,9 @@ impl MemoryPort for SplitReads {
     fn stats(&self) -> &MediaStats { &self.stats }
 }
 
-/// Writes 40 lines over 40 pages through the controller (dirty counter, MAC and tree blocks
-/// stay in its metadata caches); returns each line's new content.
-fn write_some_lines(mc: &mut SecureMc) -> Vec<(u64, [u8; 64])> {
-    let functional = mc.is_functional();
-    (0..40u64)
-        .map(|i| {
-            let (line, bytes) = (i * 97 + 3, [i as u8 + 1; 64]);
-            mc.write_line(line, functional.then_some(&bytes), Cycle(i * 1000)).unwrap();
-            (line, bytes)
-        })
-        .collect()
-}
-
 /// Dirty hierarchy lines, none of them written before.
 fn hierarchy_lines(functional: bool) -> Vec<DrainLine> {
     (0..6u64).map(|i| DrainLine { line: i * 53 + 2, data: functional.then_some([0xA0 + i as u8; 64]), read_cycles: 2 }).collect()
-}
-
-fn flip_bit(mc: &mut SecureMc, addr: u64, bit: usize) {
-    let image = &mut mc.func.as_mut().unwrap().image;
-    let mut b = image.get(addr >> 6);
-    b[bit / 8] ^= 1 << (bit % 8);
-    image.put(addr >> 6, b);
 }
 
 // ---------------------------------------------------------------- shared pieces

@@ -8,7 +8,7 @@ use secmem_media::AccessKind;
 use secmem_schemes::config::*;
 use secmem_schemes::eadr::{DrainClock, DrainLine, DrainStats};
 use secmem_schemes::horus::{ChvLayout, Horus, MacLevels};
-use secmem_schemes::testing::{AccessLog, FixedLatencyMedia};
+use secmem_schemes::testing::{flip_bit, write_some_lines, AccessLog, FixedLatencyMedia};
 use secmem_schemes::{cache_tree, Design, SecureMc};
 
 fn controller(functional: bool) -> (SecureMc, AccessLog) { controller_writing_in(functional, 300) }
@@ -99,30 +99,10 @@ fn vault_size_is_the_papers_formula_for_slm() {
     assert_eq!(d.size_bytes(), (cache + md) * 64 + (cache + md) / 8 * 64 + cache / 64 * 64);
 }
 
-/// Writes 40 lines over 40 pages through the controller, which leaves dirty counter, MAC and
-/// tree blocks in its metadata caches for a drain to save; returns each line's new content.
-fn write_some_lines(mc: &mut SecureMc) -> Vec<(u64, [u8; 64])> {
-    let functional = mc.is_functional();
-    (0..40u64)
-        .map(|i| {
-            let (line, bytes) = (i * 97 + 3, [i as u8 + 1; 64]);
-            mc.write_line(line, functional.then_some(&bytes), Cycle(i * 1000)).unwrap();
-            (line, bytes)
-        })
-        .collect()
-}
-
 /// `n` hierarchy lines, each with its own content in functional mode.
 fn many_lines(n: u64, functional: bool) -> Vec<DrainLine> {
     let data = |i: u64| functional.then(|| std::array::from_fn(|b| (i * 7 + b as u64) as u8));
     (0..n).map(|i| DrainLine { line: i * 53 + 1, data: data(i), read_cycles: 2 }).collect()
-}
-
-fn flip_bit(mc: &mut SecureMc, addr: u64, bit: usize) {
-    let image = &mut mc.func.as_mut().unwrap().image;
-    let mut b = image.get(addr >> 6);
-    b[bit / 8] ^= 1 << (bit % 8);
-    image.put(addr >> 6, b);
 }
 
 #[test]
