@@ -395,7 +395,7 @@ impl Clone for NvmImage {
 
 impl std::fmt::Debug for NvmImage {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("NvmImage").field("lines", &self.len).finish_non_exhaustive()
+        f.debug_struct("NvmImage").field("lines", &self.len()).finish_non_exhaustive()
     }
 }
 
@@ -475,6 +475,8 @@ mod tests {
         let mut dense = NvmImage::with_dense_ranges(&[(0, 8)]);
         dense.put(3, [0; 64]);
         assert!(!dense.is_empty(), "a dense line counts");
+        dense.put(100, [1; 64]);
+        assert_eq!(format!("{dense:?}"), "NvmImage { lines: 2, .. }", "dense and indexed lines both counted");
     }
 
     #[test]
