@@ -18,6 +18,10 @@
 //! something is written or copied there again). A record that carried out a page command is
 //! a persist point too.
 //!
+//! With `security.metadata_persistence = "battery-backed"` the metadata caches, the counter
+//! view and the design's on-chip state survive too: the recovery controller takes copies of
+//! the live ones, the design is a copy of the live design, and nothing is rebuilt.
+//!
 //! The harness knows nothing of the baseline: a design's own recovery (BMF's persistent
 //! roots, Lelantus' copy records in its counter blocks) plugs in through `Design::crash` /
 //! `Design::recover` on the surviving image. A hook that runs on the *live* state at the
