@@ -466,3 +466,49 @@ fn materialising_a_fully_written_lelantus_copy_leaves_nvm_consistent_with_the_ro
     assert_eq!(d.source_of(B), None, "a materialised page is no copy after recovery");
     assert_eq!(d.read(&mut m, B * 64 + 7, Cycle(1 << 31)).unwrap().1.unwrap(), content(B * 64 + 7, 2));
 }
+
+#[test]
+fn freeing_a_source_materialises_every_copy_of_it_even_after_one_copy_went_private() {
+    // The controller's own check of early reclamation (section III-D): page_free of a source
+    // copies its remaining lazy copies for real. One copy (B) going private must not take the
+    // other (C) off the source's list, or C would read the freed page's next content.
+    use secmem_schemes::design::Design;
+    use secmem_schemes::PageCommand;
+    const C: u64 = 30;
+    let (mut m, mut d) = strict_lelantus_copy(64);
+    d.page_command(&mut m, PageCommand::Copy { src: A, dst: C }, Cycle(150_000)).unwrap();
+    d.page_command(&mut m, PageCommand::Materialize { page: B }, Cycle(200_000)).unwrap();
+    d.page_command(&mut m, PageCommand::Free { page: A }, Cycle(300_000)).unwrap();
+    assert_eq!(d.source_of(C), None, "C was materialised when its source was freed");
+    // The freed frame is reused: new content everywhere.
+    for i in 0..64u64 {
+        d.write(&mut m, A * 64 + i, Some(&content(A * 64 + i, 9)), Cycle(400_000 + i * 1000)).unwrap();
+    }
+    for (page, what) in [(B, "B"), (C, "C")] {
+        let got = d.read(&mut m, page * 64 + 11, Cycle(1 << 30)).unwrap().1.unwrap();
+        assert_eq!(got, content(A * 64 + 11, 1), "{what} reads the source as it was when copied");
+    }
+}
+
+#[test]
+fn a_recovered_lelantus_cow_record_line_makes_copies_only_of_its_valid_records() {
+    // Lelantus-CoW keeps 8 records per line; recovery must take only the slots marked valid.
+    // Page B + 1 shares B's record line but was never copied: after recovery its never-written
+    // lines read as zeros (its own boot content), not as page 0's.
+    use secmem_schemes::design::Design;
+    use secmem_schemes::lelantus::{Encoding, Lelantus};
+    use secmem_schemes::PageCommand;
+    let (mut m, _) = build(true, TreeUpdate::Eager, MetadataPersistence::Strict, 64);
+    let mut d = Lelantus::new(Encoding::Supplementary);
+    for (page, v) in [(0u64, 5u64), (A, 1)] {
+        for i in 0..64u64 {
+            d.write(&mut m, page * 64 + i, Some(&content(page * 64 + i, v)), Cycle(i * 1000)).unwrap();
+        }
+    }
+    d.page_command(&mut m, PageCommand::Copy { src: A, dst: B }, Cycle(100_000)).unwrap();
+    d.crash(&mut m, false);
+    d.recover(&mut m, Cycle(1 << 30)).unwrap();
+    assert_eq!((d.source_of(B), d.source_of(B + 1)), (Some(A), None));
+    assert_eq!(d.read(&mut m, B * 64 + 3, Cycle(1 << 31)).unwrap().1.unwrap(), content(A * 64 + 3, 1));
+    assert_eq!(d.read(&mut m, (B + 1) * 64 + 3, Cycle(1 << 31)).unwrap().1.unwrap(), [0; 64]);
+}
