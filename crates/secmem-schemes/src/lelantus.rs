@@ -135,6 +135,10 @@ impl Lelantus {
     /// The recorded source of `page`, if it is a lazy copy.
     pub fn source_of(&self, page: u64) -> Option<u64> { self.src_of.get(&page).copied() }
 
+    /// Lines of the CoW-metadata cache (Lelantus-CoW, once set up on the first request; 0
+    /// otherwise).
+    pub fn cow_cache_lines(&self) -> usize { self.cow_cache.as_ref().map_or(0, |c| c.capacity_lines()) }
+
     /// Pages recorded as lazy copies of `page`.
     pub fn copies_of(&self, page: u64) -> &[u64] { self.children.get(&page).map_or(&[], |v| v.as_slice()) }
 

@@ -514,3 +514,45 @@ fn a_recovered_lelantus_cow_record_line_makes_copies_only_of_its_valid_records()
     assert_eq!(d.read(&mut m, B * 64 + 3, Cycle(1 << 31)).unwrap().1.unwrap(), content(A * 64 + 3, 1));
     assert_eq!(d.read(&mut m, (B + 1) * 64 + 3, Cycle(1 << 31)).unwrap().1.unwrap(), [0; 64]);
 }
+
+#[test]
+fn lelantus_cow_carves_its_32_kib_cow_cache_out_of_the_counter_cache() {
+    // Section V-A: a 32 KB CoW cache taken from the 256 KB counter cache (16 ways each).
+    use secmem_schemes::design::Design;
+    use secmem_schemes::lelantus::{Encoding, Lelantus};
+    let (mut m, _) = build(false, TreeUpdate::Lazy, MetadataPersistence::WriteBack, 256);
+    assert_eq!(m.counter_cache.capacity_lines(), 4096);
+    let mut d = Lelantus::new(Encoding::Supplementary);
+    d.read(&mut m, 0, Cycle(0)).unwrap();
+    assert_eq!((m.counter_cache.capacity_lines(), d.cow_cache_lines()), (4096 - 512, 512));
+    let mut r = Lelantus::new(Encoding::Resized);
+    let (mut m, _) = build(false, TreeUpdate::Lazy, MetadataPersistence::WriteBack, 256);
+    r.read(&mut m, 0, Cycle(0)).unwrap();
+    assert_eq!((m.counter_cache.capacity_lines(), r.cow_cache_lines()), (4096, 0), "Lelantus keeps its source in the counter block");
+}
+
+#[test]
+fn the_lelantus_cow_record_region_is_the_top_512th_of_data_memory() {
+    use secmem_schemes::lelantus::record_region_first_line;
+    // One 8 B record per 4 KB page: a 64 B record line per 512 data lines, rounded up.
+    assert_eq!(record_region_first_line(1 << 24), (1 << 24) - (1 << 15));
+    assert_eq!(record_region_first_line(1000), 998);
+}
+
+#[test]
+fn a_regular_resized_page_keeps_minors_past_63_through_a_crash() {
+    // Only a CoW page's block has 6-bit minors: recovery must decode a regular page's block
+    // with 7-bit ones, or a minor of 70 comes back as 6 and the next write reuses a pad.
+    use secmem_schemes::design::Design;
+    let (mut m, mut d) = strict_lelantus_copy(1);
+    for v in 0..70u64 {
+        d.write(&mut m, A * 64, Some(&content(A * 64, v + 10)), Cycle(200_000 + v * 1000)).unwrap();
+    }
+    let before = m.counters.block(A);
+    assert_eq!(before.minors[0], 71);
+    d.crash(&mut m, false);
+    d.recover(&mut m, Cycle(1 << 30)).unwrap();
+    assert_eq!(m.counters.block(A), before);
+    d.write(&mut m, A * 64, Some(&content(A * 64, 99)), Cycle(1 << 31)).unwrap();
+    assert_eq!(d.read(&mut m, A * 64, Cycle(1 << 32)).unwrap().1.unwrap(), content(A * 64, 99));
+}
