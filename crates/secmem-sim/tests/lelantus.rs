@@ -402,7 +402,13 @@ fn a_minor_overflow_is_counted_as_re_encryption_by_every_design() {
     // encryptions and MACs as data traffic (more data MACs than data writes); the baseline
     // counts one re-encryption read and write, two AES ops and one MAC per re-encrypted line.
     let body: String = (0..130).map(|_| "W 0x0 64 0\nFL 0x0 64 0\nF 0x0 0 0\n").collect();
-    let path = std::env::temp_dir().join(format!("secmem-overflow-{}.txt", std::process::id()));
+    // Removed when dropped, also when an assertion below fails (a failing run left the file).
+    struct Tmp(std::path::PathBuf);
+    impl Drop for Tmp {
+        fn drop(&mut self) { let _ = std::fs::remove_file(&self.0); }
+    }
+    let tmp = Tmp(std::env::temp_dir().join(format!("secmem-overflow-{}.txt", std::process::id())));
+    let path = tmp.0.clone();
     std::fs::write(&path, format!("# secmem-trace v1\n{body}")).unwrap();
     for design in ["baseline", "silent-shredder", "lelantus-cow", "lelantus"] {
         let c = Config::load(
@@ -422,5 +428,4 @@ fn a_minor_overflow_is_counted_as_re_encryption_by_every_design() {
         assert_eq!(n(&sec["mac_ops"]["reencrypt"]), lines, "{design}");
         assert_eq!(n(&sec["mac_ops"]["data_write"]), n(&s["memory"]["writes"]["data"]), "{design}: data MACs = data writes");
     }
-    let _ = std::fs::remove_file(&path);
 }
