@@ -195,24 +195,22 @@ impl Lelantus {
         }
     }
 
-    /// The counters in a counter block's bytes, in this design's format (the inverse of
-    /// [`encode`](Self::encode)): a Resized copy's block has the CoW flag in its major and
-    /// 6-bit minors; every other block is a baseline block.
-    fn decode(enc: Encoding, bytes: &[u8; 64]) -> CounterBlock {
+    /// The counters in a counter block's bytes, in this design's format, and the source page
+    /// the block records (the inverse of [`encode`](Self::encode)): a Resized copy's block has
+    /// the CoW flag in its major, 6-bit minors and its source in the last 8 bytes; every other
+    /// block is a baseline block with no source.
+    fn decode(enc: Encoding, bytes: &[u8; 64]) -> (CounterBlock, Option<u64>) {
         let first = u64::from_le_bytes(bytes[..8].try_into().unwrap());
         if enc == Encoding::Resized && first & COW_FLAG != 0 {
             let mut b = CounterBlock::decode(bytes, RESIZED_COW_MINOR_BITS);
             b.major = first & !COW_FLAG;
-            return b;
+            return (b, Some(u64::from_le_bytes(bytes[56..64].try_into().unwrap())));
         }
-        CounterBlock::decode(bytes, REGULAR_MINOR_BITS)
+        (CounterBlock::decode(bytes, REGULAR_MINOR_BITS), None)
     }
 
-    /// The source page a Resized copy's counter block records (None for any other block).
-    fn resized_source(enc: Encoding, bytes: &[u8; 64]) -> Option<u64> {
-        let first = u64::from_le_bytes(bytes[..8].try_into().unwrap());
-        (enc == Encoding::Resized && first & COW_FLAG != 0).then(|| u64::from_le_bytes(bytes[56..64].try_into().unwrap()))
-    }
+    /// The source a Lelantus-CoW record holds (None: the slot marks no copy).
+    fn record_source(record: u64) -> Option<u64> { (record & RECORD_VALID != 0).then_some(record & !RECORD_VALID) }
 
     /// Stores `page`'s counters (and CoW fields) in the controller's view and cached payload.
     /// The block is (re)made available first: fetching a source's counters on the way may
@@ -276,7 +274,7 @@ impl Lelantus {
             Some(p) => {
                 let slot = (page % RECORDS_PER_LINE) as usize * 8;
                 let v = u64::from_le_bytes(p[slot..slot + 8].try_into().unwrap());
-                (v & RECORD_VALID != 0).then_some(v & !RECORD_VALID)
+                Lelantus::record_source(v)
             }
             None => self.src_of.get(&page).copied(),
         };
@@ -626,10 +624,9 @@ impl Design for Lelantus {
         let enc = self.enc;
         let mut copies: Vec<(u64, u64)> = Vec::new();
         mc.load_counter_view_with(|page, bytes| {
-            if let Some(src) = Lelantus::resized_source(enc, bytes) {
-                copies.push((page, src));
-            }
-            Lelantus::decode(enc, bytes)
+            let (block, src) = Lelantus::decode(enc, bytes);
+            copies.extend(src.map(|s| (page, s)));
+            block
         });
         if enc == Encoding::Supplementary {
             let end = mc.layout.data_bytes >> 6;
@@ -645,9 +642,7 @@ impl Design for Lelantus {
                 let first = (line - self.record_base) * RECORDS_PER_LINE;
                 for (i, rec) in plain.chunks_exact(8).enumerate() {
                     let v = u64::from_le_bytes(rec.try_into().expect("8 bytes"));
-                    if v & RECORD_VALID != 0 {
-                        copies.push((first + i as u64, v & !RECORD_VALID));
-                    }
+                    copies.extend(Lelantus::record_source(v).map(|s| (first + i as u64, s)));
                 }
             }
             report.cycles = report.cycles.max((t - now).0);
