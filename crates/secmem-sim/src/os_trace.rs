@@ -259,13 +259,24 @@ pub(crate) fn require_core_level(cfg: &Config) -> Result<(), SimError> {
     Ok(())
 }
 
+/// A driver for `cfg` as a run reports its failure: the OS model's only setup error is a
+/// memory too small for it.
+pub(crate) fn driver_for(cfg: &Config) -> Result<OsDriver, SimError> {
+    OsDriver::new(cfg).map_err(|e| SimError::Config(ConfigError::new("pcm.capacity_gib", e.0)))
+}
+
+/// Why a `roi` record is refused when `run.warmup_requests` (`warmup` > 0) is set too.
+pub(crate) fn roi_conflict(warmup: u64) -> String {
+    format!("the trace marks its region of interest and run.warmup_requests = {warmup} sets another; use one")
+}
+
 /// Runs an OS-level trace through the OS model; the usual report plus an `os` block (the OS
 /// model's counters over the region of interest, logical and data line writes, write
 /// amplification). Errors name the trace and the record index.
 pub fn run_events(cfg: &Config, events: impl Iterator<Item = Result<Event, TraceError>>, trace_name: &str) -> Result<Value, SimError> {
     require_core_level(cfg)?;
     let start = Instant::now();
-    let mut d = OsDriver::new(cfg).map_err(|e| SimError::Config(ConfigError::new("pcm.capacity_gib", e.0)))?;
+    let mut d = driver_for(cfg)?;
     let warmup = cfg.run.warmup_requests;
     let limit = if cfg.run.max_requests == 0 { u64::MAX } else { cfg.run.max_requests };
     let mut n = 0u64;
@@ -276,7 +287,7 @@ pub fn run_events(cfg: &Config, events: impl Iterator<Item = Result<Event, Trace
         let ev = ev?;
         let fail = |message: String| SimError::Record { trace: trace_name.to_string(), error: RecordError { index: n, message, integrity: None } };
         if warmup > 0 && ev == Event::RoiBegin {
-            return Err(fail(format!("{ev}: the trace marks its region of interest and run.warmup_requests = {warmup} sets another; use one")));
+            return Err(fail(format!("{ev}: {}", roi_conflict(warmup))));
         }
         d.apply(&ev).map_err(|e| fail(format!("{ev}: {e}")))?;
         n += 1;

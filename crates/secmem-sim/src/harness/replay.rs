@@ -9,7 +9,6 @@ use crate::os_trace::OsDriver;
 use crate::run::{open_records, SimError, TraceInput};
 use rustc_hash::{FxHashMap, FxHashSet};
 use secmem_core::addr::LINES_PER_PAGE;
-use secmem_core::ConfigError;
 use secmem_schemes::PageCommand;
 use secmem_trace::{Event, Record};
 use std::cell::RefCell;
@@ -47,7 +46,7 @@ impl Replay {
                             trace: input.describe(cfg),
                             error: RecordError {
                                 index: at as u64,
-                                message: format!("the trace marks its region of interest and run.warmup_requests = {} sets another; use one", cfg.run.warmup_requests),
+                                message: crate::os_trace::roi_conflict(cfg.run.warmup_requests),
                                 integrity: None,
                             },
                         });
@@ -87,8 +86,7 @@ impl Live {
     pub(crate) fn new(cfg: &Config, replay: &Replay) -> Result<Live, SimError> {
         Ok(match replay {
             Replay::Records(_) => Live::Phys(Box::new(Engine::new(cfg)?)),
-            // As `run` reports it: the OS model's only setup error is a memory too small for it.
-            Replay::Events(_) => Live::Os(Box::new(OsDriver::new(cfg).map_err(|e| SimError::Config(ConfigError::new("pcm.capacity_gib", e.0)))?)),
+            Replay::Events(_) => Live::Os(Box::new(crate::os_trace::driver_for(cfg)?)),
         })
     }
 
