@@ -108,14 +108,7 @@ const INST_GAP: u32 = 10;
 /// forked child.
 pub fn emit(spec: &CowSpec, with_data: bool, sink: &mut dyn FnMut(Event) -> Result<(), OsError>) -> Result<(), OsError> {
     spec.validate().map_err(OsError)?;
-    let store = |pid: u32, va: u64, seq: u64| Event::Store {
-        pid,
-        vaddr: va,
-        size_bytes: 64,
-        inst_gap: INST_GAP,
-        data: with_data.then(|| content(pid as usize, va, seq)),
-    };
-    let load = |pid: u32, va: u64| Event::Load { pid, vaddr: va, size_bytes: 64, inst_gap: INST_GAP };
+    let store = |pid: u32, va: u64, seq: u64| store_event(pid, va, seq, with_data);
     if spec.workload == CowWorkload::Churn {
         return emit_churn(spec, with_data, sink);
     }
@@ -183,6 +176,15 @@ pub fn emit(spec: &CowSpec, with_data: bool, sink: &mut dyn FnMut(Event) -> Resu
     Ok(())
 }
 
+/// A workload's 64 B store by `pid` at `va`, its `seq`-th; with `with_data` it carries its
+/// content.
+fn store_event(pid: u32, va: u64, seq: u64, with_data: bool) -> Event {
+    Event::Store { pid, vaddr: va, size_bytes: 64, inst_gap: INST_GAP, data: with_data.then(|| content(pid as usize, va, seq)) }
+}
+
+/// A workload's 64 B load by `pid` at `va`.
+fn load(pid: u32, va: u64) -> Event { Event::Load { pid, vaddr: va, size_bytes: 64, inst_gap: INST_GAP } }
+
 /// Most live processes of the churn (a fork beyond them is skipped).
 const CHURN_PROCESSES: usize = 4;
 
@@ -219,10 +221,10 @@ fn emit_churn(spec: &CowSpec, with_data: bool, sink: &mut dyn FnMut(Event) -> Re
         } else if roll < 70 {
             let va = line_of(&procs[p].1, &mut rng);
             seq += 1;
-            sink(Event::Store { pid, vaddr: va, size_bytes: 64, inst_gap: INST_GAP, data: with_data.then(|| content(pid as usize, va, seq)) })?;
+            sink(store_event(pid, va, seq, with_data))?;
         } else if roll < 85 {
             let va = line_of(&procs[p].1, &mut rng);
-            sink(Event::Load { pid, vaddr: va, size_bytes: 64, inst_gap: INST_GAP })?;
+            sink(load(pid, va))?;
         } else if roll < 90 {
             if procs.len() < CHURN_PROCESSES {
                 let child = next_pid;
