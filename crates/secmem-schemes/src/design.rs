@@ -113,6 +113,26 @@ pub trait Design {
     /// Design-specific counters for the report (flat name -> value).
     fn extra_stats(&self) -> Vec<(&'static str, f64)> { Vec::new() }
 
+    /// The name of design metadata this design keeps in data lines of its own (read and
+    /// written through the controller's secure data path), for the attack harness's classes
+    /// `tamper-NAME`, `replay-NAME` and `splice-NAME`; None if it keeps none. Metadata kept
+    /// in counter blocks needs no class of its own: the counter classes cover it.
+    fn attack_surface_name(&self) -> Option<&'static str> { None }
+
+    /// The metadata lines of [`attack_surface_name`](Self::attack_surface_name) now in use,
+    /// each with a data line whose read fetches and verifies it (after
+    /// [`drop_metadata_caches`](Self::drop_metadata_caches)): `(metadata line, data line)`,
+    /// device line numbers.
+    fn attack_surface(&self, mc: &SecureMc) -> Vec<(u64, u64)> {
+        let _ = mc;
+        Vec::new()
+    }
+
+    /// Forgets every clean on-chip copy of metadata, the controller's and the design's own, so
+    /// that the next accesses fetch and verify it from NVM (attack harnesses, after `finish`:
+    /// nothing dirty may be on chip).
+    fn drop_metadata_caches(&mut self, mc: &mut SecureMc) { mc.drop_metadata_caches() }
+
     /// eADR power loss: make `lines` (every dirty line of the cache hierarchy) and the
     /// metadata caches durable and recoverable, paced by `clock`; the design adds the counts
     /// only it knows (vault writes, its MACs) to `stats`. Default: every line through this

@@ -142,9 +142,9 @@ impl Lelantus {
     /// Pages recorded as lazy copies of `page`.
     pub fn copies_of(&self, page: u64) -> &[u64] { self.children.get(&page).map_or(&[], |v| v.as_slice()) }
 
-    /// Forgets every cached record line (attack harnesses and tests: the next lookups fetch
-    /// and verify from NVM). Call after `finish`, so nothing dirty is lost.
-    pub fn drop_cow_cache(&mut self) {
+    /// Forgets every cached record line (the next lookups fetch and verify from NVM). Call
+    /// after `finish`, so nothing dirty is lost.
+    fn drop_cow_cache(&mut self) {
         if let Some(c) = self.cow_cache.as_mut() {
             c.clear();
         }
@@ -669,6 +669,33 @@ impl Design for Lelantus {
                 self.children.clear();
             }
         }
+    }
+
+    /// Lelantus-CoW's copy records live in data lines of their own; Lelantus (Resized) keeps
+    /// a copy's source in its counter block, which the counter classes already attack.
+    fn attack_surface_name(&self) -> Option<&'static str> { (self.enc == Encoding::Supplementary).then_some("cow-record") }
+
+    /// Each recorded copy's record line, with a line of the copy still uncopied (minor 0):
+    /// its read must look the record up.
+    fn attack_surface(&self, mc: &SecureMc) -> Vec<(u64, u64)> {
+        if self.enc != Encoding::Supplementary {
+            return Vec::new();
+        }
+        let mut pages: Vec<u64> = self.src_of.keys().copied().collect();
+        pages.sort_unstable();
+        pages
+            .into_iter()
+            .filter_map(|page| {
+                let block = mc.counters.block(page);
+                let idx = (0..LINES_PER_PAGE as usize).find(|&i| block.counter_of(i).1 == 0)?;
+                Some((self.record_line(page), page * LINES_PER_PAGE + idx as u64))
+            })
+            .collect()
+    }
+
+    fn drop_metadata_caches(&mut self, mc: &mut SecureMc) {
+        mc.drop_metadata_caches();
+        self.drop_cow_cache();
     }
 
     fn extra_stats(&self) -> Vec<(&'static str, f64)> {

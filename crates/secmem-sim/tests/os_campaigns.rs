@@ -167,6 +167,48 @@ fn every_attack_class_is_detected_after_page_commands_and_redirected_reads_raise
     for d in ["lelantus", "lelantus-cow", "silent-shredder", "baseline"] {
         let out = attack_campaign(&cfg(d, &[]), &TraceInput::File(t.0.clone()), None, 30, 20_000, 3).unwrap();
         assert!(out.all_detected(), "{d}: {out:#?}");
+        // Lelantus-CoW's copy records are attacked too, by default.
+        assert_eq!(out.classes.contains_key("splice-cow-record"), d == "lelantus-cow", "{d}: {out:#?}");
         assert!(out.classes.values().all(|c| c.tampered_plaintext_returned == 0), "{d}: {out:#?}");
     }
+}
+
+#[test]
+fn tampering_replaying_or_splicing_a_lelantus_cow_copy_record_is_caught_at_the_record_line() {
+    // Lelantus-CoW keeps which page an uncopied line reads from in record lines of its own.
+    // An uncopied line's read must fetch its record through the verified data path: a changed
+    // record would silently redirect the read to another page's data.
+    let t = write_trace("attack-records", &churn(5, 3000));
+    let classes: Vec<String> = ["tamper-cow-record", "replay-cow-record", "splice-cow-record"].map(String::from).to_vec();
+    let out = attack_campaign(&cfg("lelantus-cow", &[]), &TraceInput::File(t.0.clone()), Some(&classes), 40, 1_000, 9).unwrap();
+    for c in &classes {
+        let o = &out.classes[c];
+        assert!(o.injected == 40 && o.detected == 40 && o.misattributed == 0, "{c}: {out:#?}");
+    }
+    assert!(out.all_detected(), "{out:#?}");
+}
+
+#[test]
+fn copy_record_classes_exist_only_for_a_design_that_keeps_copy_records() {
+    let t = write_trace("attack-no-records", &churn(5, 300));
+    let classes = ["tamper-cow-record".to_string()];
+    // Lelantus keeps a copy's source in its counter block: the counter classes cover it.
+    let err = attack_campaign(&cfg("lelantus", &[]), &TraceInput::File(t.0.clone()), Some(&classes), 5, 10, 1).unwrap_err();
+    assert!(err.to_string().contains("unknown attack class 'tamper-cow-record'"), "{err}");
+    // Without a fork nothing is copied: asked for, the class tested nothing, so it fails;
+    // by default it is left out.
+    let spec = CowSpec { workload: CowWorkload::NonCopy, page_size: secmem_sim::os::PageSize::Small, footprint_bytes: 8 * 4096, lines_per_page: 4, ops: 0, seed: 1 };
+    let mut no_fork = Vec::new();
+    cow_workloads::emit(&spec, true, &mut |e| {
+        no_fork.push(e);
+        Ok(())
+    })
+    .unwrap();
+    assert!(!no_fork.iter().any(|e| matches!(e, Event::Fork { .. })));
+    let t = write_trace("attack-no-fork", &no_fork);
+    let asked = attack_campaign(&cfg("lelantus-cow", &[]), &TraceInput::File(t.0.clone()), Some(&classes), 5, 10, 1).unwrap();
+    assert_eq!(asked.untested_classes, classes);
+    assert!(!asked.all_detected());
+    let default = attack_campaign(&cfg("lelantus-cow", &[]), &TraceInput::File(t.0.clone()), None, 5, 10, 1).unwrap();
+    assert!(!default.classes.contains_key("tamper-cow-record"), "{default:#?}");
 }

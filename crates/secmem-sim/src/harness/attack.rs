@@ -20,6 +20,17 @@
 //!   that differs from the current one];
 //! * `splice-data-mac` — swap two written lines' ciphertexts and MACs [data-mac, first line];
 //! * `splice-counter` — swap two written pages' counter blocks [counter, first block].
+//!
+//! A design that keeps metadata in data lines of its own (Lelantus-CoW's copy records, named
+//! `cow-record`: see `Design::attack_surface_name`) adds three classes, whose target is a data
+//! line whose read must fetch and verify that metadata line:
+//! * `tamper-NAME` — flip bits of a metadata line in use [data-mac, the metadata line];
+//! * `replay-NAME` — put back a changed metadata line's old ciphertext and MAC block
+//!   [data-mac, the metadata line];
+//! * `splice-NAME` — swap two metadata lines' ciphertexts and MACs [data-mac, the first].
+//!
+//! They are in the default class list when the run leaves such metadata in use; asked for by
+//! name, they are untested (so the campaign fails) when it leaves none.
 
 use super::replay::{Live, Oracle, Replay};
 use crate::config::Config;
@@ -75,6 +86,9 @@ pub const BASE_CLASSES: &[&str] = &[
     "splice-counter",
 ];
 
+/// The classes attacking a design's own metadata lines named `surface`.
+pub fn surface_class_names(surface: &str) -> Vec<String> { ["tamper", "replay", "splice"].iter().map(|k| format!("{k}-{surface}")).collect() }
+
 /// Every class name for a tree of `root_level` (tree levels 1..root_level-1 are stored).
 pub fn class_names(root_level: usize) -> Vec<String> {
     let mut v: Vec<String> = BASE_CLASSES.iter().map(|s| s.to_string()).collect();
@@ -104,6 +118,10 @@ struct World {
     /// Every line the oracle knows, ascending (clean reads).
     readable: Vec<u64>,
     oracle: FxHashMap<u64, [u8; 64]>,
+    /// The design's own metadata lines in use, each with a data line whose read fetches it
+    /// (`Design::attack_surface`), and their name.
+    surface: Vec<(u64, u64)>,
+    surface_name: Option<&'static str>,
 }
 
 pub fn attack_campaign(
@@ -122,24 +140,24 @@ pub fn attack_campaign(
     }
     // Attacks run in functional mode whatever the config says: check it as a functional one.
     fcfg.validate()?;
-    // Check the class names before spending a whole run.
-    let layout = secmem_core::tree::SecureLayout::new(fcfg.data_bytes(), fcfg.tree.arity, fcfg.security.mac_bits)?;
-    let known = class_names(layout.tree.root_level());
-    let names: Vec<String> = match classes {
-        Some(c) => c.to_vec(),
-        None => known.clone(),
-    };
-    for n in &names {
-        if !known.contains(n) {
-            return Err(SimError::Config(secmem_core::ConfigError::new(
-                "attack.class",
-                format!("unknown attack class '{n}'; known: {}", known.join(", ")),
-            )));
-        }
-    }
     // A physical trace, or an OS-level one through the OS model (page commands included).
     let replay = Replay::load(&fcfg, input)?;
     let mut live = Live::new(&fcfg, &replay)?;
+    // Check the class names before spending a whole run.
+    let root_level = live.engine().mc.layout.tree.root_level();
+    let surface_name = live.engine().design.attack_surface_name();
+    let mut known = class_names(root_level);
+    known.extend(surface_name.map(surface_class_names).unwrap_or_default());
+    if let Some(c) = classes {
+        for n in c {
+            if !known.contains(n) {
+                return Err(SimError::Config(secmem_core::ConfigError::new(
+                    "attack.class",
+                    format!("unknown attack class '{n}'; known: {}", known.join(", ")),
+                )));
+            }
+        }
+    }
     let oracle = Oracle::attach(live.engine());
     let mid = replay.len() / 2;
     let mut image_old = NvmImage::default();
@@ -169,13 +187,25 @@ pub fn attack_campaign(
         return Err(SimError::Config(secmem_core::ConfigError::new("workload", "the trace wrote nothing to memory: no target to attack")));
     }
     let late_set = oracle.since_mark.unwrap_or_default();
-    let mut changed: Vec<u64> = written.iter().copied().filter(|l| late_set.contains(l)).collect();
-    changed.sort_unstable();
+    // Ascending, as `written` is.
+    let changed: Vec<u64> = written.iter().copied().filter(|l| late_set.contains(l)).collect();
     let mut pages: Vec<u64> = written.iter().map(|&l| page_of_line(l)).collect();
     pages.dedup();
     let mut readable: Vec<u64> = oracle.lines.keys().copied().collect();
     readable.sort_unstable();
-    let world = World { image_now: mc.func.as_ref().unwrap().image.clone(), image_old, written, changed, pages, readable, oracle: oracle.lines };
+    let surface = design.attack_surface(mc);
+    let names: Vec<String> = match classes {
+        Some(c) => c.to_vec(),
+        None => {
+            let mut n = class_names(root_level);
+            if !surface.is_empty() {
+                n.extend(surface_name.map(surface_class_names).unwrap_or_default());
+            }
+            n
+        }
+    };
+    let image_now = mc.func.as_ref().unwrap().image.clone();
+    let world = World { image_now, image_old, written, changed, pages, readable, oracle: oracle.lines, surface, surface_name };
 
     let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(seed);
     let mut out = AttackOutcome::default();
@@ -192,10 +222,10 @@ pub fn attack_campaign(
         out.classes.insert(name.clone(), co);
     }
     // Clean reads: every line read must verify and equal the oracle.
-    mc.drop_metadata_caches();
+    design.drop_metadata_caches(mc);
     for i in 0..clean_reads {
         if i % 4096 == 0 {
-            mc.drop_metadata_caches(); // re-verify from NVM now and then, not only from cache
+            design.drop_metadata_caches(mc); // re-verify from NVM now and then, not only from cache
         }
         let line = world.readable[rng.gen_range(0..world.readable.len())];
         out.clean_reads += 1;
@@ -351,19 +381,7 @@ fn prepare(name: &str, w: &World, mc: &SecureMc, rng: &mut impl Rng) -> Option<I
         "splice-data-mac" => {
             let a = pick(&w.written, rng)?;
             let b = pick_where(&w.written, rng, |b| b != a && w.image_now.get(a) != w.image_now.get(b))?;
-            let (ma, sa) = mac_of(a);
-            let (mb, sb) = mac_of(b);
-            let per = layout.macs_per_block;
-            let mut blocks: FxHashMap<u64, [u8; 64]> = FxHashMap::default();
-            blocks.insert(ma >> LINE_SHIFT, w.image_now.get(ma >> LINE_SHIFT));
-            blocks.insert(mb >> LINE_SHIFT, w.image_now.get(mb >> LINE_SHIFT));
-            let va = get_bits(&blocks[&(ma >> LINE_SHIFT)], sa, per);
-            let vb = get_bits(&blocks[&(mb >> LINE_SHIFT)], sb, per);
-            set_bits(blocks.get_mut(&(ma >> LINE_SHIFT)).unwrap(), sa, per, vb);
-            set_bits(blocks.get_mut(&(mb >> LINE_SHIFT)).unwrap(), sb, per, va);
-            let mut writes = vec![(a, w.image_now.get(b)), (b, w.image_now.get(a))];
-            writes.extend(blocks);
-            Some(Injection { writes, target: a, expect: ("data-mac".into(), line_addr(a)) })
+            Some(Injection { writes: swap_with_macs(w, layout, a, b), target: a, expect: ("data-mac".into(), line_addr(a)) })
         }
         "splice-counter" => {
             let p = pick(&w.pages, rng)?;
@@ -374,8 +392,67 @@ fn prepare(name: &str, w: &World, mc: &SecureMc, rng: &mut impl Rng) -> Option<I
                 expect: ("counter".into(), layout.counter_addr(p)),
             })
         }
+        _ => prepare_surface(name, w, mc, rng, &old),
+    }
+}
+
+/// An injection of a class attacking the design's own metadata lines (`tamper-NAME`,
+/// `replay-NAME`, `splice-NAME`); `old` is what the recorded image held at a device line.
+fn prepare_surface(name: &str, w: &World, mc: &SecureMc, rng: &mut impl Rng, old: &dyn Fn(u64) -> [u8; 64]) -> Option<Injection> {
+    let kind = name.strip_suffix(w.surface_name?)?.strip_suffix('-')?;
+    if w.surface.is_empty() {
+        return None;
+    }
+    let layout = &mc.layout;
+    let mac_line = |l: u64| layout.mac_addr(l).0 >> LINE_SHIFT;
+    let expect = |l: u64| ("data-mac".to_string(), l << LINE_SHIFT);
+    let indices: Vec<u64> = (0..w.surface.len() as u64).collect();
+    match kind {
+        "tamper" => {
+            let (l, reader) = w.surface[rng.gen_range(0..w.surface.len())];
+            let mut b = w.image_now.get(l);
+            flip(&mut b, rng);
+            Some(Injection { writes: vec![(l, b)], target: reader, expect: expect(l) })
+        }
+        "replay" => {
+            let i = pick_where(&indices, rng, |i| {
+                let l = w.surface[i as usize].0;
+                old(l) != w.image_now.get(l)
+            })?;
+            let (l, reader) = w.surface[i as usize];
+            Some(Injection { writes: vec![(l, old(l)), (mac_line(l), old(mac_line(l)))], target: reader, expect: expect(l) })
+        }
+        "splice" => {
+            let i = rng.gen_range(0..w.surface.len());
+            let (a, reader) = w.surface[i];
+            let j = pick_where(&indices, rng, |j| {
+                let b = w.surface[j as usize].0;
+                b != a && w.image_now.get(a) != w.image_now.get(b)
+            })?;
+            let b = w.surface[j as usize].0;
+            Some(Injection { writes: swap_with_macs(w, layout, a, b), target: reader, expect: expect(a) })
+        }
         _ => None,
     }
+}
+
+/// The image writes that swap lines `a` and `b` together with their MACs (in one MAC block or
+/// two).
+fn swap_with_macs(w: &World, layout: &secmem_core::tree::SecureLayout, a: u64, b: u64) -> Vec<(u64, [u8; 64])> {
+    let (ma, sa) = layout.mac_addr(a);
+    let (mb, sb) = layout.mac_addr(b);
+    let (ma, mb) = (ma >> LINE_SHIFT, mb >> LINE_SHIFT);
+    let per = layout.macs_per_block;
+    let mut blocks: FxHashMap<u64, [u8; 64]> = FxHashMap::default();
+    blocks.insert(ma, w.image_now.get(ma));
+    blocks.insert(mb, w.image_now.get(mb));
+    let va = get_bits(&blocks[&ma], sa, per);
+    let vb = get_bits(&blocks[&mb], sb, per);
+    set_bits(blocks.get_mut(&ma).unwrap(), sa, per, vb);
+    set_bits(blocks.get_mut(&mb).unwrap(), sb, per, va);
+    let mut writes = vec![(a, w.image_now.get(b)), (b, w.image_now.get(a))];
+    writes.extend(blocks);
+    writes
 }
 
 fn run_injection(
@@ -394,7 +471,7 @@ fn run_injection(
             f.image.put(*l, *b);
         }
     }
-    mc.drop_metadata_caches();
+    design.drop_metadata_caches(mc);
     match design.read(mc, inj.target, Cycle::ZERO) {
         Err(e) => {
             co.detected += 1;
@@ -418,5 +495,5 @@ fn run_injection(
     for (l, b) in saved {
         f.image.put(l, b);
     }
-    mc.drop_metadata_caches();
+    design.drop_metadata_caches(mc);
 }
