@@ -490,12 +490,15 @@ impl Lelantus {
         let old = mc.counters.block(dst);
         self.src_of.insert(dst, recorded);
         self.children.entry(recorded).or_default().push(dst);
-        let ctr_at = self.store_block(mc, dst, CounterBlock { major: old.major + 1, minors: [0; 64] }, now)?;
-        let mut t = ctr_at.max(src_at);
+        // Lelantus-CoW's record first: its lookup may fetch (and, strict, write) the record
+        // line, and that fetches the record page's counter block, which can evict `dst`'s.
+        // Nothing may come between storing `dst`'s new block and hashing it into the tree.
+        let mut t = src_at;
         if self.enc == Encoding::Supplementary {
             t = t.max(self.update_record(mc, dst, now)?);
         }
-        mc.counter_block_updated(dst, t)
+        let ctr_at = self.store_block(mc, dst, CounterBlock { major: old.major + 1, minors: [0; 64] }, now)?;
+        mc.counter_block_updated(dst, t.max(ctr_at))
     }
 
     /// page_free: early reclamation of every lazy copy still reading from `page`, then the

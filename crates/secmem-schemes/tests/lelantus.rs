@@ -312,3 +312,34 @@ fn under_random_counter_init_silent_shredder_reads_zeros_and_a_zeroed_page_behav
     assert_eq!(d.read(&mut m, line(C, 9), Cycle(0)).unwrap().1.unwrap(), data(9));
     assert!(m.func.as_ref().unwrap().reuse_violation.is_none());
 }
+
+#[test]
+fn a_page_copy_whose_record_line_evicts_the_destination_counter_block_still_updates_the_tree() {
+    // Lelantus-CoW under strict eager persistence with a direct-mapped counter cache of 16
+    // sets once the CoW cache is carved out: one of 16 consecutive destinations shares its set
+    // with the counter block of the page holding the record lines. page_copy looked the record
+    // up (and wrote it through) between storing the destination's new counter block and
+    // hashing it into the tree, so that fetch evicted the block first: the eager path update
+    // found it gone ("counter cached" panic; found by fuzzing `secmem attack` with
+    // metadata_cache.counter.ways = 1).
+    let caches = MetadataCachesConfig { counter: CacheConfig::new(33, 1, 2), mac: CacheConfig::new(1, 16, 2), tree: CacheConfig::new(1, 16, 2) };
+    let sec = SecurityConfig { metadata_persistence: MetadataPersistence::Strict, ..Default::default() };
+    let tree = TreeConfig { update: TreeUpdate::Eager, ..Default::default() };
+    let mut m = SecureMc::new_functional(&sec, &tree, &caches, MEM, Box::new(FixedLatencyMedia::new(100, 300, 1 << 30)), 7).unwrap();
+    let mut d = Lelantus::new(Encoding::Supplementary);
+    for i in 0..64 {
+        wr(&mut d, &mut m, line(A, i), 100 + i);
+    }
+    let dsts = 100..116;
+    for dst in dsts.clone() {
+        cmd(&mut d, &mut m, PageCommand::Copy { src: A, dst });
+    }
+    // Every copy reads its source's lines through counter blocks fetched and verified again.
+    m.drop_metadata_caches();
+    d.drop_cow_cache();
+    for dst in dsts {
+        for i in [0, 63] {
+            assert_eq!(rd(&mut d, &mut m, line(dst, i)), data(100 + i), "page {dst} line {i}");
+        }
+    }
+}

@@ -176,6 +176,21 @@ impl Config {
                 format!("{} uses {bits}-bit minors (its counter block format), got {}", self.run.design, self.security.minor_counter_bits)
             })?;
         }
+        if self.run.design == "lelantus-cow" {
+            // Its CoW cache is carved out of the counter cache (section V-A): what is left must
+            // still be a counter cache of whole sets (it was silently made one set).
+            let c = &self.metadata_cache.counter;
+            let cow_lines = secmem_schemes::lelantus::COW_CACHE_BYTES / 64;
+            let left = c.lines().saturating_sub(cow_lines);
+            ensure(left >= c.ways as u64 && left.is_multiple_of(c.ways as u64), "metadata_cache.counter.size_kib", || {
+                format!(
+                    "lelantus-cow carves its {} KiB CoW cache out of the counter cache: {} KiB leaves {left} lines, not a whole number of sets of {} ways (at least one)",
+                    secmem_schemes::lelantus::COW_CACHE_BYTES / 1024,
+                    c.size_kib,
+                    c.ways
+                )
+            })?;
+        }
         ensure(
             self.run.max_requests == 0 || self.run.warmup_requests < self.run.max_requests,
             "run.warmup_requests",

@@ -100,9 +100,14 @@ impl OsDriver {
         })
     }
 
-    /// A load or store must fall in one 64 B line of a mapped page.
-    fn check_access(&self, pid: u32, p: usize, vaddr: u64, size: u16) -> Result<(), OsError> {
-        let size = size.max(1) as u64;
+    /// A load or store (`what`) must touch 1 to 64 bytes of one 64 B line of a mapped page.
+    fn check_access(&self, what: &str, pid: u32, p: usize, vaddr: u64, size: u16) -> Result<(), OsError> {
+        if size == 0 {
+            // As for a physical read or write: it used to fault the page in and count as a
+            // store, though it changes nothing.
+            return Err(err(format!("a {what} of 0 bytes touches nothing (only fences have size 0)")));
+        }
+        let size = size as u64;
         if vaddr % 64 + size > 64 {
             return Err(err(format!("access of {size} bytes at {vaddr:#x} crosses a 64-byte line (OS-level loads and stores stay within one line)")));
         }
@@ -123,7 +128,7 @@ impl OsDriver {
             }
             Event::Load { pid, vaddr, size_bytes, inst_gap } => {
                 let p = self.pid(pid)?;
-                self.check_access(pid, p, vaddr, size_bytes)?;
+                self.check_access("load", pid, p, vaddr, size_bytes)?;
                 self.os.inst_gap = inst_gap;
                 let t0 = self.os.engine.now();
                 self.os.load(p, vaddr)?;
@@ -131,7 +136,7 @@ impl OsDriver {
             }
             Event::Store { pid, vaddr, size_bytes, inst_gap, data } => {
                 let p = self.pid(pid)?;
-                self.check_access(pid, p, vaddr, size_bytes)?;
+                self.check_access("store", pid, p, vaddr, size_bytes)?;
                 self.os.inst_gap = inst_gap;
                 // Counting mode moves no bytes: a payload would be ignored downstream anyway.
                 let t0 = self.os.engine.now();

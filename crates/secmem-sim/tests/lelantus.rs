@@ -386,6 +386,22 @@ fn lelantus_designs_refuse_a_minor_width_other_than_their_counter_block_format()
 }
 
 #[test]
+fn lelantus_cow_refuses_a_counter_cache_its_cow_cache_cannot_be_carved_out_of() {
+    // The 32 KiB CoW cache comes out of the counter cache: 32 KiB or less left no counter
+    // cache and was silently made one set; 48 KiB of 3 ways leaves 256 lines, not whole sets.
+    let load = |size: &str, ways: &str, design: &str| {
+        let o = [format!("run.design=\"{design}\""), format!("metadata_cache.counter.size_kib={size}"), format!("metadata_cache.counter.ways={ways}")];
+        Config::load(Some("lelantus"), None, &o)
+    };
+    for (size, ways) in [("1", "1"), ("16", "16"), ("32", "1"), ("48", "3")] {
+        let e = load(size, ways, "lelantus-cow").unwrap_err().to_string();
+        assert!(e.contains("metadata_cache.counter.size_kib") && e.contains("32 KiB CoW cache") && e.contains(&format!("{size} KiB leaves")), "{size} x {ways}: {e}");
+        assert!(load(size, ways, "lelantus").is_ok(), "{size} x {ways}: Lelantus has no CoW cache");
+    }
+    assert!(load("33", "1", "lelantus-cow").is_ok() && load("34", "16", "lelantus-cow").is_ok());
+}
+
+#[test]
 fn a_forkbench_footprint_larger_than_memory_is_refused_before_it_runs() {
     // It used to simulate until the first page past the end (17 M records for 2 GiB on a
     // 1 GiB memory), or for minutes with a footprint of a terabyte.

@@ -30,6 +30,11 @@ fn cfg(design: &str, extra: &[&str]) -> Config {
     Config::load(Some("lelantus"), None, &o).unwrap()
 }
 
+/// A counter cache of 32 blocks (2 KiB; Lelantus-CoW carves its 32 KiB CoW cache out of it).
+fn tiny_counter_cache(design: &str) -> &'static str {
+    if design == "lelantus-cow" { "metadata_cache.counter.size_kib=34" } else { "metadata_cache.counter.size_kib=2" }
+}
+
 /// A trace file removed when dropped (also when the test fails).
 struct TmpTrace(PathBuf);
 impl Drop for TmpTrace {
@@ -79,9 +84,9 @@ fn the_churn_trace_issues_every_page_command_lelantus_has() {
 #[test]
 fn lelantus_recovers_copies_reclamations_and_frees_from_nvm_at_every_crash_point() {
     let t = write_trace("lelantus", &churn(1, 3000));
-    // A counter cache of 32 blocks: blocks a page command changed are evicted before the page
-    // is written again (a free's block before the frame is reused).
-    let out = campaign("lelantus", &t.0, 150, &["metadata_cache.counter.size_kib=2"]);
+    // Blocks a page command changed are evicted before the page is written again (a free's
+    // block before the frame is reused).
+    let out = campaign("lelantus", &t.0, 150, &[tiny_counter_cache("lelantus")]);
     assert_eq!((out.recovered, out.mismatches), (150, 0), "{:#?}", out.examples);
     assert!(out.lines_checked > 10_000, "{}", out.lines_checked);
     assert!(out.page_command_points > 30, "crashes right after page commands: {}", out.page_command_points);
@@ -90,7 +95,7 @@ fn lelantus_recovers_copies_reclamations_and_frees_from_nvm_at_every_crash_point
 #[test]
 fn lelantus_cow_recovers_its_copy_records_from_nvm_at_every_crash_point() {
     let t = write_trace("lelantus-cow", &churn(2, 3000));
-    let out = campaign("lelantus-cow", &t.0, 150, &["metadata_cache.counter.size_kib=2"]);
+    let out = campaign("lelantus-cow", &t.0, 150, &[tiny_counter_cache("lelantus-cow")]);
     assert_eq!((out.recovered, out.mismatches), (150, 0), "{:#?}", out.examples);
 }
 
@@ -113,7 +118,7 @@ fn crash_points_of_an_os_trace_come_after_its_roi_record() {
     let t = TmpTrace(path);
     let spec = CowSpec { workload: CowWorkload::Forkbench, page_size: secmem_sim::os::PageSize::Small, footprint_bytes: 64 * 4096, lines_per_page: 4, ops: 0, seed: 1 };
     write_cow(&spec, &t.0, Format::Binary, true).unwrap();
-    let out = campaign("lelantus", &t.0, 40, &["metadata_cache.counter.size_kib=2"]);
+    let out = campaign("lelantus", &t.0, 40, &[tiny_counter_cache("lelantus")]);
     assert_eq!((out.recovered, out.mismatches), (40, 0), "{:#?}", out.examples);
     // 64 pages x 4 child stores after the ROI record; the initialisation before it has more
     // than 64 x 64 records, none of them a candidate.
@@ -145,8 +150,8 @@ fn with_battery_backed_metadata_every_design_recovers_under_lazy_update() {
     // The paper's own assumption (Lelantus V-A: "the battery-backed write-back scheme"): the counter cache survives power loss, so
     // the write-back metadata and lazy tree of the preset need no rebuild from NVM.
     let t = write_trace("battery", &churn(4, 2000));
-    let battery = ["tree.update=lazy", "security.metadata_persistence=\"battery-backed\"", "metadata_cache.counter.size_kib=2"];
     for d in ["lelantus", "lelantus-cow", "baseline", "silent-shredder"] {
+        let battery = ["tree.update=lazy", "security.metadata_persistence=\"battery-backed\"", tiny_counter_cache(d)];
         let out = campaign(d, &t.0, 100, &battery);
         assert_eq!((out.recovered, out.mismatches), (100, 0), "{d}: {:#?}", out.examples);
         assert_eq!(out.mean_recovery_counter_blocks, 0.0, "{d}: nothing is rebuilt");

@@ -118,6 +118,8 @@ fn bad_os_records_are_errors_naming_the_record_index() {
         (format!("{a}FREE 0 0x10000000 12288\n"), "T: record 1: FREE 0 0x10000000 12288: pid 0: virtual address 0x10002000 is not mapped"),
         (format!("{a}ROI\nROI\n"), "T: record 2: ROI: a second ROI record (the region of interest began at record 1)"),
         (format!("{a}ST 0 0x10000030 32 0\n"), "T: record 1: ST 0 0x10000030 32 0: access of 32 bytes at 0x10000030 crosses a 64-byte line"),
+        (format!("{a}ST 0 0x10000000 0 0\n"), "T: record 1: ST 0 0x10000000 0 0: a store of 0 bytes touches nothing"),
+        (format!("{a}LD 0 0x10000040 0 0\n"), "T: record 1: LD 0 0x10000040 0 0: a load of 0 bytes touches nothing"),
         (format!("{a}EXIT 0\nEXIT 0\n"), "T: record 2: EXIT 0: unknown pid 0 (live: none;"),
         (format!("{a}R 0x100000000000 64 0\n"), "T: record 1: R 0x100000000000 64 0: address 0x100000000000 + 64 bytes is beyond"),
         (format!("{a}FORK 0 1\nBOGUS\n"), "T:4: unknown operation 'BOGUS'"),
