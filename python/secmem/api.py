@@ -41,7 +41,8 @@ def _uint(name: str, value: Any, minimum: int = 0, optional: bool = False, maxim
     if value is None and optional:
         return
     if isinstance(value, bool) or not isinstance(value, int) or not minimum <= value <= maximum:
-        bound = f">= {minimum}" if maximum == _U64_MAX else f"in {minimum}..={maximum}"
+        too_big = isinstance(value, int) and not isinstance(value, bool) and value > maximum
+        bound = f"in {minimum}..={maximum}" if maximum != _U64_MAX or too_big else f">= {minimum}"
         raise SecmemError(f"{name} must be an integer {bound}, got {value!r}")
 
 

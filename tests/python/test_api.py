@@ -142,6 +142,14 @@ def test_a_bad_sweep_point_fails_before_any_run_naming_the_point(tmp_path):
             secmem.sweep(**bad, params=SMALL)
 
 
+def test_a_count_too_large_for_the_engine_names_the_range_it_must_be_in(tmp_path):
+    # ">= 0" alone would not say what is wrong with 2**64.
+    with pytest.raises(secmem.SecmemError, match=r"seed must be an integer in 0\.\.=18446744073709551615, got 18446744073709551616"):
+        secmem.trace_gen(str(tmp_path / "t.bin"), pattern="random", seed=2**64)
+    with pytest.raises(secmem.SecmemError, match=r"seed must be an integer >= 0, got -1"):
+        secmem.trace_gen(str(tmp_path / "t.bin"), pattern="random", seed=-1)
+
+
 def test_errors_are_secmem_errors_naming_the_field():
     with pytest.raises(secmem.SecmemError, match="tree.arity"):
         secmem.run(params={"tree.arity": 0})

@@ -620,7 +620,7 @@ impl<R: Read> BinaryReader<R> {
             return self.fail(
                 at + off,
                 ErrorKind::ReservedBits,
-                format!("{field} of a {op} record is {v} (unused by {op}: must be 0)"),
+                format!("{field} of this {op} record is {v} (unused by {op}: must be 0)"),
             );
         }
         if op.is_extended() {

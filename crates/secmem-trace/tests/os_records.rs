@@ -209,7 +209,7 @@ fn malformed_binary_os_records_name_the_offset() {
     // ones must be zero).
     let e = mutate(&|b| b[alloc + 20] = 1);
     assert_eq!((e.kind(), e.offset()), (ErrorKind::ReservedBits, Some(52)));
-    assert_eq!(e.message(), "pid2 of a ALLOC record is 1 (unused by ALLOC: must be 0)");
+    assert_eq!(e.message(), "pid2 of this ALLOC record is 1 (unused by ALLOC: must be 0)");
     let e = mutate(&|b| b[16 + 4] = 7);
     assert_eq!(e.offset(), Some(20));
     // Truncated record: the OS extension cut short, and the fixed part cut short.
