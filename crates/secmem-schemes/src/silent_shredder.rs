@@ -182,4 +182,23 @@ mod tests {
         assert_eq!((m.stats.write_latency.count, m.stats.write_latency.sum), (1, (written - t_write).0 as u128));
         assert_eq!((m.stats.read_latency.count, m.stats.read_latency.sum), (1, (read - t_read).0 as u128));
     }
+
+    #[test]
+    fn zeroing_a_page_outside_memory_is_refused() {
+        let (mut m, mut d) = (mc(true), SilentShredder::default());
+        assert!(d.page_command(&mut m, PageCommand::Zero { page: PAGES - 1 }, Cycle(0)).is_ok());
+        let e = d.page_command(&mut m, PageCommand::Zero { page: PAGES }, Cycle(0)).unwrap_err();
+        assert!(matches!(e, PageCommandError::Unsupported(_)), "{e}");
+        assert_eq!(d.zeroed_pages, 1);
+    }
+
+    #[test]
+    fn without_security_zeroing_is_refused_so_the_kernel_zero_fills_the_page_itself() {
+        // Without security a read returns the stored data whatever the counters say: a
+        // counter reset would leave the page's old content readable.
+        let (mut m, mut d) = (mc(false), SilentShredder::default());
+        let e = d.page_command(&mut m, PageCommand::Zero { page: 3 }, Cycle(0)).unwrap_err();
+        assert!(matches!(e, PageCommandError::Unsupported(_)), "{e}");
+        assert_eq!(d.zeroed_pages, 0);
+    }
 }
