@@ -201,4 +201,16 @@ mod tests {
         assert!(matches!(e, PageCommandError::Unsupported(_)), "{e}");
         assert_eq!(d.zeroed_pages, 0);
     }
+
+    #[test]
+    fn the_report_counts_zeroed_pages_and_zero_reads() {
+        let (mut m, mut d) = (mc(true), SilentShredder::default());
+        for page in [3, 4] {
+            d.page_command(&mut m, PageCommand::Zero { page }, Cycle(0)).unwrap();
+        }
+        for line in [3 * 64, 3 * 64 + 1, 4 * 64 + 9] {
+            d.read(&mut m, line, Cycle(0)).unwrap();
+        }
+        assert_eq!(d.extra_stats(), vec![("zeroed_pages", 2.0), ("zero_reads", 3.0)]);
+    }
 }
