@@ -636,3 +636,45 @@ impl Os {
 }
 
 fn is_zero(frame: u64) -> bool { frame == ZERO_FRAME || frame == HUGE_ZERO_FRAME }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const VA: u64 = 1 << 32;
+
+    /// The `lelantus` preset on 1 GiB, counting mode unless `functional`; its caches are large
+    /// enough that the few lines a test stores stay dirty in them.
+    fn os(design: &str, functional: bool) -> Os {
+        let o = [format!("run.design=\"{design}\""), format!("run.functional={functional}"), "pcm.capacity_gib=1".into(), "run.progress=false".into()];
+        Os::new(&Config::load(Some("lelantus"), None, &o).unwrap()).unwrap()
+    }
+
+    fn memory_writes(os: &Os) -> u64 { os.engine.core_stats().memory_writes_issued }
+
+    #[test]
+    fn fork_writes_back_the_dirty_lines_of_the_pages_it_shares_only_when_the_controller_copies() {
+        for (design, size) in [("lelantus", PageSize::Small), ("lelantus", PageSize::Huge), ("baseline", PageSize::Small), ("baseline", PageSize::Huge)] {
+            // The controller's lazy copies read memory (Lelantus III-B); the kernel's own copies
+            // read through the caches.
+            let want = |n: u64| if design == "lelantus" { n } else { 0 };
+            let mut os = os(design, false);
+            let (a, c) = (VA, VA + 64 * size.bytes());
+            os.alloc(0, a, size.bytes(), size).unwrap();
+            os.alloc(0, c, size.bytes(), size).unwrap();
+            os.store(0, a, None).unwrap();
+            os.store(0, a + size.bytes() - 64, None).unwrap();
+            let before = memory_writes(&os);
+            let child = os.fork(0).unwrap();
+            assert_eq!(memory_writes(&os) - before, want(2), "{design} {size:?}: the first and last line of the page");
+            // The child's private copy of A (dirty) lies between A and the parent's new page C:
+            // the second fork shares A (clean now) and C, not the child's copy.
+            os.store(child, a + 5 * 64, None).unwrap();
+            os.store(0, c, None).unwrap();
+            let before = memory_writes(&os);
+            os.fork(0).unwrap();
+            assert_eq!(memory_writes(&os) - before, want(1), "{design} {size:?}: C's line only");
+            assert_eq!(os.stats.forks, 2);
+        }
+    }
+}
