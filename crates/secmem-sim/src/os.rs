@@ -677,4 +677,52 @@ mod tests {
             assert_eq!(os.stats.forks, 2);
         }
     }
+
+    /// The content of the `n`th store of a test.
+    fn tag(n: u64) -> [u8; 64] { [n as u8 + 1; 64] }
+
+    #[test]
+    fn every_4k_frame_of_a_huge_page_is_zero_filled_copied_and_reclaimed() {
+        // Frames 1, 2 and the last: wrong per-frame arithmetic shows in any frame but the first.
+        let probes = |h: u64| [1u64, 2, 511].map(|f| h + f * 4096 + 2 * 64);
+        for design in ["baseline", "lelantus", "lelantus-cow", "silent-shredder"] {
+            let mut os = os(design, true);
+            // The first 4 KB frame, holding data in memory, is a wrong source a huge zero fill
+            // could read.
+            os.alloc(0, VA, 4096, PageSize::Small).unwrap();
+            os.store(0, VA + 2 * 64, Some(tag(100))).unwrap();
+            os.engine.flush_hierarchy().unwrap();
+            let h = VA + (2 << 20);
+            os.alloc(0, h, 2 << 20, PageSize::Huge).unwrap();
+            for (n, va) in probes(h).into_iter().enumerate() {
+                os.store(0, va, Some(tag(n as u64))).unwrap();
+            }
+            // Freed and faulted in again (the same frames): zeros everywhere.
+            os.free(0, h, 2 << 20).unwrap();
+            os.alloc(0, h, 2 << 20, PageSize::Huge).unwrap();
+            os.store(0, h, Some(tag(9))).unwrap();
+            for va in probes(h) {
+                assert_eq!(os.load(0, va).unwrap(), Some([0; 64]), "{design}: {va:#x} after the zero fault");
+            }
+            for (n, va) in probes(h).into_iter().enumerate() {
+                os.store(0, va, Some(tag(10 + n as u64))).unwrap();
+            }
+            // The parent's CoW fault copies every frame; the child's later reuse fault must
+            // first give the parent's (lazy) copy every line it still reads from the child's frames.
+            let child = os.fork(0).unwrap();
+            os.store(0, h, Some(tag(20))).unwrap();
+            os.store(child, h, Some(tag(21))).unwrap();
+            assert_eq!((os.stats.cow_faults, os.stats.reuse_faults), (1, 1), "{design}");
+            for (n, va) in probes(h).into_iter().enumerate() {
+                os.store(child, va, Some(tag(30 + n as u64))).unwrap();
+            }
+            // In memory, where a copy still lazy would read them.
+            os.engine.flush_hierarchy().unwrap();
+            for (n, va) in probes(h).into_iter().enumerate() {
+                assert_eq!(os.load(0, va).unwrap(), Some(tag(10 + n as u64)), "{design}: parent {va:#x}");
+                assert_eq!(os.load(child, va).unwrap(), Some(tag(30 + n as u64)), "{design}: child {va:#x}");
+            }
+            assert_eq!(os.load(0, VA + 2 * 64).unwrap(), Some(tag(100)), "{design}: the small page");
+        }
+    }
 }
