@@ -725,4 +725,17 @@ mod tests {
             assert_eq!(os.load(0, VA + 2 * 64).unwrap(), Some(tag(100)), "{design}: the small page");
         }
     }
+
+    #[test]
+    fn after_a_reuse_fault_the_page_is_writable_without_faulting_again() {
+        let mut os = os("lelantus", false);
+        os.alloc(0, VA, 4096, PageSize::Small).unwrap();
+        os.store(0, VA, None).unwrap();
+        let child = os.fork(0).unwrap();
+        os.exit(child).unwrap();
+        for i in 0..3 {
+            os.store(0, VA + i * 64, None).unwrap();
+        }
+        assert_eq!((os.stats.zero_faults, os.stats.cow_faults, os.stats.reuse_faults), (1, 0, 1));
+    }
 }
