@@ -738,4 +738,15 @@ mod tests {
         }
         assert_eq!((os.stats.zero_faults, os.stats.cow_faults, os.stats.reuse_faults), (1, 0, 1));
     }
+
+    #[test]
+    fn a_range_freed_from_the_start_of_a_mapping_can_be_mapped_again() {
+        let mut os = os("baseline", false);
+        os.alloc(0, VA, 4 * 4096, PageSize::Small).unwrap();
+        os.free(0, VA, 2 * 4096).unwrap();
+        assert_eq!(os.first_mapped(0, VA, 4 * 4096), Some(VA + 2 * 4096));
+        os.alloc(0, VA, 2 * 4096, PageSize::Small).unwrap();
+        os.free(0, VA, 4 * 4096).unwrap();
+        os.alloc(0, VA, 4 * 4096, PageSize::Small).unwrap();
+    }
 }
