@@ -749,4 +749,13 @@ mod tests {
         os.free(0, VA, 4 * 4096).unwrap();
         os.alloc(0, VA, 4 * 4096, PageSize::Small).unwrap();
     }
+
+    #[test]
+    fn a_mapping_at_address_zero_can_be_written_and_freed() {
+        let mut os = os("baseline", false);
+        os.alloc(0, 0, 2 * 4096, PageSize::Small).unwrap();
+        os.store(0, 4096, None).unwrap();
+        os.free(0, 0, 2 * 4096).unwrap();
+        assert_eq!((os.first_mapped(0, 0, 2 * 4096), os.stats.frames_freed), (None, 1));
+    }
 }
