@@ -723,6 +723,20 @@ mod tests {
                 assert_eq!(os.load(child, va).unwrap(), Some(tag(30 + n as u64)), "{design}: child {va:#x}");
             }
             assert_eq!(os.load(0, VA + 2 * 64).unwrap(), Some(tag(100)), "{design}: the small page");
+            // A grandchild's copy reads from the parent's frames; the parent exits, its frames
+            // are freed and given to a new huge page: the copy must have got its lines first.
+            let grandchild = os.fork(0).unwrap();
+            os.store(grandchild, h, Some(tag(40))).unwrap();
+            os.exit(0).unwrap();
+            let h2 = h + (2 << 20);
+            os.alloc(child, h2, 2 << 20, PageSize::Huge).unwrap();
+            for (n, va) in probes(h2).into_iter().enumerate() {
+                os.store(child, va, Some(tag(50 + n as u64))).unwrap();
+            }
+            os.engine.flush_hierarchy().unwrap();
+            for (n, va) in probes(h).into_iter().enumerate() {
+                assert_eq!(os.load(grandchild, va).unwrap(), Some(tag(10 + n as u64)), "{design}: grandchild {va:#x}");
+            }
         }
     }
 
@@ -757,5 +771,25 @@ mod tests {
         os.store(0, 4096, None).unwrap();
         os.free(0, 0, 2 * 4096).unwrap();
         assert_eq!((os.first_mapped(0, 0, 2 * 4096), os.stats.frames_freed), (None, 1));
+    }
+
+    #[test]
+    fn unmapping_a_huge_page_frees_each_of_its_4k_frames() {
+        // The controller materialises the copies of a page it copies into anyway; only its
+        // page_free commands show which frames the kernel freed.
+        let mut os = os("lelantus", false);
+        let freed = std::rc::Rc::new(std::cell::RefCell::new(Vec::new()));
+        let log = freed.clone();
+        os.engine.on_page_command = Some(Box::new(move |c| {
+            if let PageCommand::Free { page } = c {
+                log.borrow_mut().push(page);
+            }
+        }));
+        os.alloc(0, VA, 2 << 20, PageSize::Huge).unwrap();
+        os.store(0, VA, None).unwrap();
+        let frame = os.lookup(0, VA).unwrap().1.frame;
+        os.free(0, VA, 2 << 20).unwrap();
+        assert_eq!(*freed.borrow(), (frame..frame + 512).collect::<Vec<_>>());
+        assert_eq!(os.stats.frames_freed, 512);
     }
 }
