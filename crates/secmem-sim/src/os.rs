@@ -774,6 +774,20 @@ mod tests {
     }
 
     #[test]
+    fn a_zero_page_fault_is_a_zero_command_a_copy_of_the_zero_page_or_the_kernels_own_fill() {
+        // (design, page commands, lines the kernel stores, frame the new page lazily copies)
+        let cases = [("baseline", 0, 64, None), ("lelantus", 1, 0, Some(ZERO_FRAME)), ("lelantus-cow", 1, 0, Some(ZERO_FRAME)), ("silent-shredder", 1, 0, None)];
+        for (design, commands, kernel_lines, source) in cases {
+            let mut os = os(design, false);
+            os.alloc(0, VA, 4096, PageSize::Small).unwrap();
+            os.store(0, VA, None).unwrap();
+            let frame = os.lookup(0, VA).unwrap().1.frame;
+            assert_eq!((os.stats.zero_faults, os.stats.page_commands, os.stats.kernel_lines), (1, commands, kernel_lines), "{design}");
+            assert_eq!(os.lazy_source(frame), source, "{design}");
+        }
+    }
+
+    #[test]
     fn unmapping_a_huge_page_frees_each_of_its_4k_frames() {
         // The controller materialises the copies of a page it copies into anyway; only its
         // page_free commands show which frames the kernel freed.
