@@ -788,6 +788,20 @@ mod tests {
     }
 
     #[test]
+    fn a_reuse_fault_materialises_the_lazy_copy_reading_from_the_page() {
+        let mut os = os("lelantus", false);
+        os.alloc(0, VA, 4096, PageSize::Small).unwrap();
+        os.store(0, VA, None).unwrap();
+        let original = os.lookup(0, VA).unwrap().1.frame;
+        let child = os.fork(0).unwrap();
+        os.store(0, VA, None).unwrap();
+        let copy = os.lookup(0, VA).unwrap().1.frame;
+        assert_eq!(os.lazy_source(copy), Some(original));
+        os.store(child, VA, None).unwrap();
+        assert_eq!((os.stats.reuse_faults, os.stats.materialize_commands, os.lazy_source(copy)), (1, 1, None));
+    }
+
+    #[test]
     fn unmapping_a_huge_page_frees_each_of_its_4k_frames() {
         // The controller materialises the copies of a page it copies into anyway; only its
         // page_free commands show which frames the kernel freed.
