@@ -820,4 +820,21 @@ mod tests {
         assert_eq!(*freed.borrow(), (frame..frame + 512).collect::<Vec<_>>());
         assert_eq!(os.stats.frames_freed, 512);
     }
+
+    #[test]
+    fn a_cow_copy_sees_what_a_device_wrote_to_the_shared_frame_after_the_fork() {
+        // A physical record of an OS trace dirties a line of a write-protected frame in the
+        // caches; the controller copies from memory, so the fault must write the line back.
+        for design in ["lelantus", "lelantus-cow", "baseline"] {
+            let mut os = os(design, true);
+            os.alloc(0, VA, 4096, PageSize::Small).unwrap();
+            os.store(0, VA, Some(tag(1))).unwrap();
+            let child = os.fork(0).unwrap();
+            let frame = os.lookup(0, VA).unwrap().1.frame;
+            os.step(Record::write_data(frame * 4096 + 3 * 64, 1, tag(2))).unwrap();
+            os.store(child, VA, Some(tag(3))).unwrap();
+            assert_eq!(os.stats.cow_faults, 1, "{design}");
+            assert_eq!(os.load(child, VA + 3 * 64).unwrap(), Some(tag(2)), "{design}");
+        }
+    }
 }
