@@ -837,4 +837,15 @@ mod tests {
             assert_eq!(os.load(child, VA + 3 * 64).unwrap(), Some(tag(2)), "{design}");
         }
     }
+
+    #[test]
+    fn the_kernels_huge_page_fill_writes_every_line_to_memory_and_a_small_pages_stays_cached() {
+        // Linux clears a huge page with non-temporal stores, a 4 KB page with cached ones.
+        for (size, lines, written) in [(PageSize::Small, 64, 0), (PageSize::Huge, 512 * 64, 512 * 64)] {
+            let mut os = os("baseline", false);
+            os.alloc(0, VA, size.bytes(), size).unwrap();
+            os.store(0, VA, None).unwrap();
+            assert_eq!((os.stats.kernel_lines, os.records(), memory_writes(&os)), (lines, lines + 1, written), "{size:?}");
+        }
+    }
 }
