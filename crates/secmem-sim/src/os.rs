@@ -848,4 +848,21 @@ mod tests {
             assert_eq!((os.stats.kernel_lines, os.records(), memory_writes(&os)), (lines, lines + 1, written), "{size:?}");
         }
     }
+
+    #[test]
+    fn a_copy_of_an_unmodified_lazy_copy_reads_from_the_original() {
+        // A huge page's zero fill makes 512 lazy copies of the huge zero page; the first store
+        // modifies one. Copying the page again (CoW) records the zero page's frames as the
+        // source of the other 511 (the recursive-chain rule, section III-D).
+        let mut os = os("lelantus", false);
+        os.alloc(0, VA, 2 << 20, PageSize::Huge).unwrap();
+        os.store(0, VA, None).unwrap();
+        let first = os.lookup(0, VA).unwrap().1.frame;
+        assert_eq!(os.lazy_source(first + 1), Some(HUGE_ZERO_FRAME + 1));
+        os.fork(0).unwrap();
+        os.store(0, VA, None).unwrap();
+        let copy = os.lookup(0, VA).unwrap().1.frame;
+        assert_eq!(os.lazy_source(copy), Some(first), "modified: the copy reads from it");
+        assert_eq!(os.lazy_source(copy + 1), Some(HUGE_ZERO_FRAME + 1));
+    }
 }
