@@ -865,4 +865,22 @@ mod tests {
         assert_eq!(os.lazy_source(copy), Some(first), "modified: the copy reads from it");
         assert_eq!(os.lazy_source(copy + 1), Some(HUGE_ZERO_FRAME + 1));
     }
+
+    #[test]
+    fn small_frames_go_up_from_1024_and_huge_pages_down_from_the_top_until_they_meet() {
+        let mut os = os("baseline", false);
+        let top = os.next_huge_top;
+        assert_eq!((os.alloc_frames(PageSize::Small), os.alloc_frames(PageSize::Small)), (Ok(FIRST_FREE_FRAME), Ok(FIRST_FREE_FRAME + 1)));
+        assert_eq!(os.alloc_frames(PageSize::Huge), Ok(top - 512));
+        // Room for exactly one more huge page: the two ends meet and nothing is left.
+        os.next_small = top - 1024;
+        assert_eq!(os.free_bytes(), 2 << 20);
+        assert_eq!(os.alloc_frames(PageSize::Huge), Ok(top - 1024));
+        assert!(os.alloc_frames(PageSize::Huge).is_err() && os.alloc_frames(PageSize::Small).is_err());
+        // Freed pages are given out again.
+        os.free_small.push(FIRST_FREE_FRAME);
+        os.free_huge.push(top - 512);
+        assert_eq!(os.free_bytes(), 4096 + (2 << 20));
+        assert_eq!((os.alloc_frames(PageSize::Small), os.alloc_frames(PageSize::Huge)), (Ok(FIRST_FREE_FRAME), Ok(top - 512)));
+    }
 }
