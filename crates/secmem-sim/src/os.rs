@@ -883,4 +883,15 @@ mod tests {
         assert_eq!(os.free_bytes(), 4096 + (2 << 20));
         assert_eq!((os.alloc_frames(PageSize::Small), os.alloc_frames(PageSize::Huge)), (Ok(FIRST_FREE_FRAME), Ok(top - 512)));
     }
+
+    #[test]
+    fn a_mapping_must_start_and_end_on_a_page_boundary_and_cover_at_least_a_page() {
+        // Trace drivers check this before calling; the model must not rely on it.
+        let mut os = os("baseline", false);
+        for (vaddr, bytes, size) in [(VA + 64, 4096, PageSize::Small), (VA, 100, PageSize::Small), (VA, 0, PageSize::Small), (VA + 4096, 2 << 20, PageSize::Huge), (VA, 4096, PageSize::Huge)] {
+            let e = os.alloc(0, vaddr, bytes, size).unwrap_err();
+            assert!(e.0.contains("non-zero multiples"), "{vaddr:#x} {bytes} {size:?}: {e}");
+        }
+        assert_eq!(os.first_mapped(0, 0, u64::MAX), None);
+    }
 }
