@@ -894,4 +894,14 @@ mod tests {
         }
         assert_eq!(os.first_mapped(0, 0, u64::MAX), None);
     }
+
+    #[test]
+    fn processes_lists_the_live_pids_and_an_exited_pid_is_gone_for_good() {
+        let mut os = os("baseline", false);
+        let (a, b) = (os.fork(0).unwrap(), os.fork(0).unwrap());
+        assert_eq!(os.processes(), vec![0, a, b]);
+        os.exit(0).unwrap();
+        assert_eq!(os.processes(), vec![a, b]);
+        assert!(os.fork(0).is_err() && os.exit(0).is_err());
+    }
 }
