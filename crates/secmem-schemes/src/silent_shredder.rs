@@ -155,7 +155,8 @@ mod tests {
 
     fn mc(secure: bool) -> SecureMc {
         let sec = SecurityConfig { enabled: secure, ..Default::default() };
-        let caches = MetadataCachesConfig { counter: CacheConfig::new(64, 16, 2), mac: CacheConfig::new(64, 16, 2), tree: CacheConfig::new(64, 16, 2) };
+        let cache = || CacheConfig::new(64, 16, 2);
+        let caches = MetadataCachesConfig { counter: cache(), mac: cache(), tree: cache() };
         SecureMc::new(&sec, &TreeConfig::default(), &caches, PAGES * 4096, Box::new(FixedLatencyMedia::new(100, 300, 1 << 30)), 1).unwrap()
     }
 

@@ -646,15 +646,24 @@ mod tests {
     /// The `lelantus` preset on 1 GiB, counting mode unless `functional`; its caches are large
     /// enough that the few lines a test stores stay dirty in them.
     fn os(design: &str, functional: bool) -> Os {
-        let o = [format!("run.design=\"{design}\""), format!("run.functional={functional}"), "pcm.capacity_gib=1".into(), "run.progress=false".into()];
+        let o = [
+            format!("run.design=\"{design}\""),
+            format!("run.functional={functional}"),
+            "pcm.capacity_gib=1".into(),
+            "run.progress=false".into(),
+        ];
         Os::new(&Config::load(Some("lelantus"), None, &o).unwrap()).unwrap()
     }
 
     fn memory_writes(os: &Os) -> u64 { os.engine.core_stats().memory_writes_issued }
 
+    /// The content of the `n`th store of a test.
+    fn tag(n: u64) -> [u8; 64] { [n as u8 + 1; 64] }
+
     #[test]
     fn fork_writes_back_the_dirty_lines_of_the_pages_it_shares_only_when_the_controller_copies() {
-        for (design, size) in [("lelantus", PageSize::Small), ("lelantus", PageSize::Huge), ("baseline", PageSize::Small), ("baseline", PageSize::Huge)] {
+        let (small, huge) = (PageSize::Small, PageSize::Huge);
+        for (design, size) in [("lelantus", small), ("lelantus", huge), ("baseline", small), ("baseline", huge)] {
             // The controller's lazy copies read memory (Lelantus III-B); the kernel's own copies
             // read through the caches.
             let want = |n: u64| if design == "lelantus" { n } else { 0 };
@@ -677,9 +686,6 @@ mod tests {
             assert_eq!(os.stats.forks, 2);
         }
     }
-
-    /// The content of the `n`th store of a test.
-    fn tag(n: u64) -> [u8; 64] { [n as u8 + 1; 64] }
 
     #[test]
     fn every_4k_frame_of_a_huge_page_is_zero_filled_copied_and_reclaimed() {
@@ -776,7 +782,12 @@ mod tests {
     #[test]
     fn a_zero_page_fault_is_a_zero_command_a_copy_of_the_zero_page_or_the_kernels_own_fill() {
         // (design, page commands, lines the kernel stores, frame the new page lazily copies)
-        let cases = [("baseline", 0, 64, None), ("lelantus", 1, 0, Some(ZERO_FRAME)), ("lelantus-cow", 1, 0, Some(ZERO_FRAME)), ("silent-shredder", 1, 0, None)];
+        let cases = [
+            ("baseline", 0, 64, None),
+            ("lelantus", 1, 0, Some(ZERO_FRAME)),
+            ("lelantus-cow", 1, 0, Some(ZERO_FRAME)),
+            ("silent-shredder", 1, 0, None),
+        ];
         for (design, commands, kernel_lines, source) in cases {
             let mut os = os(design, false);
             os.alloc(0, VA, 4096, PageSize::Small).unwrap();
@@ -888,7 +899,8 @@ mod tests {
     fn a_mapping_must_start_and_end_on_a_page_boundary_and_cover_at_least_a_page() {
         // Trace drivers check this before calling; the model must not rely on it.
         let mut os = os("baseline", false);
-        for (vaddr, bytes, size) in [(VA + 64, 4096, PageSize::Small), (VA, 100, PageSize::Small), (VA, 0, PageSize::Small), (VA + 4096, 2 << 20, PageSize::Huge), (VA, 4096, PageSize::Huge)] {
+        let (small, huge) = (PageSize::Small, PageSize::Huge);
+        for (vaddr, bytes, size) in [(VA + 64, 4096, small), (VA, 100, small), (VA, 0, small), (VA + 4096, 2 << 20, huge), (VA, 4096, huge)] {
             let e = os.alloc(0, vaddr, bytes, size).unwrap_err();
             assert!(e.0.contains("non-zero multiples"), "{vaddr:#x} {bytes} {size:?}: {e}");
         }
