@@ -227,3 +227,17 @@ pub fn build(name: &str, ctx: &DesignContext) -> Result<Box<dyn Design>, String>
         other => Err(format!("unknown design '{other}'; known: {}", DESIGNS.join(", "))),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_design_built_by_its_config_name_reports_that_name() {
+        // Reports and error messages name the design through `name()`.
+        let ctx = DesignContext { hierarchy_lines: 1024, metadata_lines: 256 };
+        for &name in DESIGNS {
+            assert_eq!(build(name, &ctx).unwrap().name(), name);
+        }
+    }
+}

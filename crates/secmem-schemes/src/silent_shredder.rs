@@ -142,3 +142,76 @@ impl Design for SilentShredder {
         vec![("zeroed_pages", self.zeroed_pages as f64), ("zero_reads", self.zero_reads as f64)]
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::{MetadataCachesConfig, SecurityConfig, TreeConfig};
+    use crate::testing::FixedLatencyMedia;
+    use secmem_core::cache::CacheConfig;
+
+    /// Pages of the controllers below (counting mode, fixed device latencies).
+    const PAGES: u64 = 64;
+
+    fn mc(secure: bool) -> SecureMc {
+        let sec = SecurityConfig { enabled: secure, ..Default::default() };
+        let cache = || CacheConfig::new(64, 16, 2);
+        let caches = MetadataCachesConfig { counter: cache(), mac: cache(), tree: cache() };
+        SecureMc::new(&sec, &TreeConfig::default(), &caches, PAGES * 4096, Box::new(FixedLatencyMedia::new(100, 300, 1 << 30)), 1).unwrap()
+    }
+
+    #[test]
+    fn a_zero_line_is_usable_one_cycle_after_its_counter_and_records_that_latency() {
+        let (mut m, mut d) = (mc(true), SilentShredder::default());
+        let now = Cycle(10_000);
+        // An identical controller tells when the (missing) counter block is verified.
+        let ctr_at = mc(true).ensure_block(0, 0, false, now).unwrap();
+        let (done, _) = d.read(&mut m, 0, now).unwrap();
+        assert_eq!(done, ctr_at + Cycle(1));
+        assert_eq!(m.stats.data_reads, 0);
+        let l = &m.stats.read_latency;
+        assert_eq!((l.count, l.sum, l.max), (1, (done - now).0 as u128, (done - now).0));
+    }
+
+    #[test]
+    fn reads_and_writes_of_written_lines_record_their_own_latency() {
+        let (mut m, mut d) = (mc(true), SilentShredder::default());
+        let (t_write, t_read) = (Cycle(10_000), Cycle(20_000));
+        let written = d.write(&mut m, 5, None, t_write).unwrap();
+        let (read, _) = d.read(&mut m, 5, t_read).unwrap();
+        assert_eq!(m.stats.data_reads, 1, "a written line is fetched");
+        assert_eq!((m.stats.write_latency.count, m.stats.write_latency.sum), (1, (written - t_write).0 as u128));
+        assert_eq!((m.stats.read_latency.count, m.stats.read_latency.sum), (1, (read - t_read).0 as u128));
+    }
+
+    #[test]
+    fn zeroing_a_page_outside_memory_is_refused() {
+        let (mut m, mut d) = (mc(true), SilentShredder::default());
+        assert!(d.page_command(&mut m, PageCommand::Zero { page: PAGES - 1 }, Cycle(0)).is_ok());
+        let e = d.page_command(&mut m, PageCommand::Zero { page: PAGES }, Cycle(0)).unwrap_err();
+        assert!(matches!(e, PageCommandError::Unsupported(_)), "{e}");
+        assert_eq!(d.zeroed_pages, 1);
+    }
+
+    #[test]
+    fn without_security_zeroing_is_refused_so_the_kernel_zero_fills_the_page_itself() {
+        // Without security a read returns the stored data whatever the counters say: a
+        // counter reset would leave the page's old content readable.
+        let (mut m, mut d) = (mc(false), SilentShredder::default());
+        let e = d.page_command(&mut m, PageCommand::Zero { page: 3 }, Cycle(0)).unwrap_err();
+        assert!(matches!(e, PageCommandError::Unsupported(_)), "{e}");
+        assert_eq!(d.zeroed_pages, 0);
+    }
+
+    #[test]
+    fn the_report_counts_zeroed_pages_and_zero_reads() {
+        let (mut m, mut d) = (mc(true), SilentShredder::default());
+        for page in [3, 4] {
+            d.page_command(&mut m, PageCommand::Zero { page }, Cycle(0)).unwrap();
+        }
+        for line in [3 * 64, 3 * 64 + 1, 4 * 64 + 9] {
+            d.read(&mut m, line, Cycle(0)).unwrap();
+        }
+        assert_eq!(d.extra_stats(), vec![("zeroed_pages", 2.0), ("zero_reads", 3.0)]);
+    }
+}

@@ -636,3 +636,284 @@ impl Os {
 }
 
 fn is_zero(frame: u64) -> bool { frame == ZERO_FRAME || frame == HUGE_ZERO_FRAME }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const VA: u64 = 1 << 32;
+
+    /// The `lelantus` preset on 1 GiB, counting mode unless `functional`; its caches are large
+    /// enough that the few lines a test stores stay dirty in them.
+    fn os(design: &str, functional: bool) -> Os {
+        let o = [
+            format!("run.design=\"{design}\""),
+            format!("run.functional={functional}"),
+            "pcm.capacity_gib=1".into(),
+            "run.progress=false".into(),
+        ];
+        Os::new(&Config::load(Some("lelantus"), None, &o).unwrap()).unwrap()
+    }
+
+    fn memory_writes(os: &Os) -> u64 { os.engine.core_stats().memory_writes_issued }
+
+    /// The content of the `n`th store of a test.
+    fn tag(n: u64) -> [u8; 64] { [n as u8 + 1; 64] }
+
+    #[test]
+    fn fork_writes_back_the_dirty_lines_of_the_pages_it_shares_only_when_the_controller_copies() {
+        let (small, huge) = (PageSize::Small, PageSize::Huge);
+        for (design, size) in [("lelantus", small), ("lelantus", huge), ("baseline", small), ("baseline", huge)] {
+            // The controller's lazy copies read memory (Lelantus III-B); the kernel's own copies
+            // read through the caches.
+            let want = |n: u64| if design == "lelantus" { n } else { 0 };
+            let mut os = os(design, false);
+            let (a, c) = (VA, VA + 64 * size.bytes());
+            os.alloc(0, a, size.bytes(), size).unwrap();
+            os.alloc(0, c, size.bytes(), size).unwrap();
+            os.store(0, a, None).unwrap();
+            os.store(0, a + size.bytes() - 64, None).unwrap();
+            let before = memory_writes(&os);
+            let child = os.fork(0).unwrap();
+            assert_eq!(memory_writes(&os) - before, want(2), "{design} {size:?}: the first and last line of the page");
+            // The child's private copy of A (dirty) lies between A and the parent's new page C:
+            // the second fork shares A (clean now) and C, not the child's copy.
+            os.store(child, a + 5 * 64, None).unwrap();
+            os.store(0, c, None).unwrap();
+            let before = memory_writes(&os);
+            os.fork(0).unwrap();
+            assert_eq!(memory_writes(&os) - before, want(1), "{design} {size:?}: C's line only");
+            assert_eq!(os.stats.forks, 2);
+        }
+    }
+
+    #[test]
+    fn every_4k_frame_of_a_huge_page_is_zero_filled_copied_and_reclaimed() {
+        // Frames 1, 2 and the last: wrong per-frame arithmetic shows in any frame but the first.
+        let probes = |h: u64| [1u64, 2, 511].map(|f| h + f * 4096 + 2 * 64);
+        for design in ["baseline", "lelantus", "lelantus-cow", "silent-shredder"] {
+            let mut os = os(design, true);
+            // The first 4 KB frame, holding data in memory, is a wrong source a huge zero fill
+            // could read.
+            os.alloc(0, VA, 4096, PageSize::Small).unwrap();
+            os.store(0, VA + 2 * 64, Some(tag(100))).unwrap();
+            os.engine.flush_hierarchy().unwrap();
+            let h = VA + (2 << 20);
+            os.alloc(0, h, 2 << 20, PageSize::Huge).unwrap();
+            for (n, va) in probes(h).into_iter().enumerate() {
+                os.store(0, va, Some(tag(n as u64))).unwrap();
+            }
+            // Freed and faulted in again (the same frames): zeros everywhere.
+            os.free(0, h, 2 << 20).unwrap();
+            os.alloc(0, h, 2 << 20, PageSize::Huge).unwrap();
+            os.store(0, h, Some(tag(9))).unwrap();
+            for va in probes(h) {
+                assert_eq!(os.load(0, va).unwrap(), Some([0; 64]), "{design}: {va:#x} after the zero fault");
+            }
+            for (n, va) in probes(h).into_iter().enumerate() {
+                os.store(0, va, Some(tag(10 + n as u64))).unwrap();
+            }
+            // The parent's CoW fault copies every frame; the child's later reuse fault must
+            // first give the parent's (lazy) copy every line it still reads from the child's frames.
+            let child = os.fork(0).unwrap();
+            os.store(0, h, Some(tag(20))).unwrap();
+            os.store(child, h, Some(tag(21))).unwrap();
+            assert_eq!((os.stats.cow_faults, os.stats.reuse_faults), (1, 1), "{design}");
+            for (n, va) in probes(h).into_iter().enumerate() {
+                os.store(child, va, Some(tag(30 + n as u64))).unwrap();
+            }
+            // In memory, where a copy still lazy would read them.
+            os.engine.flush_hierarchy().unwrap();
+            for (n, va) in probes(h).into_iter().enumerate() {
+                assert_eq!(os.load(0, va).unwrap(), Some(tag(10 + n as u64)), "{design}: parent {va:#x}");
+                assert_eq!(os.load(child, va).unwrap(), Some(tag(30 + n as u64)), "{design}: child {va:#x}");
+            }
+            assert_eq!(os.load(0, VA + 2 * 64).unwrap(), Some(tag(100)), "{design}: the small page");
+            // A grandchild's copy reads from the parent's frames; the parent exits, its frames
+            // are freed and given to a new huge page: the copy must have got its lines first.
+            let grandchild = os.fork(0).unwrap();
+            os.store(grandchild, h, Some(tag(40))).unwrap();
+            os.exit(0).unwrap();
+            let h2 = h + (2 << 20);
+            os.alloc(child, h2, 2 << 20, PageSize::Huge).unwrap();
+            for (n, va) in probes(h2).into_iter().enumerate() {
+                os.store(child, va, Some(tag(50 + n as u64))).unwrap();
+            }
+            os.engine.flush_hierarchy().unwrap();
+            for (n, va) in probes(h).into_iter().enumerate() {
+                assert_eq!(os.load(grandchild, va).unwrap(), Some(tag(10 + n as u64)), "{design}: grandchild {va:#x}");
+            }
+        }
+    }
+
+    #[test]
+    fn after_a_reuse_fault_the_page_is_writable_without_faulting_again() {
+        let mut os = os("lelantus", false);
+        os.alloc(0, VA, 4096, PageSize::Small).unwrap();
+        os.store(0, VA, None).unwrap();
+        let child = os.fork(0).unwrap();
+        os.exit(child).unwrap();
+        for i in 0..3 {
+            os.store(0, VA + i * 64, None).unwrap();
+        }
+        assert_eq!((os.stats.zero_faults, os.stats.cow_faults, os.stats.reuse_faults), (1, 0, 1));
+    }
+
+    #[test]
+    fn a_range_freed_from_the_start_of_a_mapping_can_be_mapped_again() {
+        let mut os = os("baseline", false);
+        os.alloc(0, VA, 4 * 4096, PageSize::Small).unwrap();
+        os.free(0, VA, 2 * 4096).unwrap();
+        assert_eq!(os.first_mapped(0, VA, 4 * 4096), Some(VA + 2 * 4096));
+        os.alloc(0, VA, 2 * 4096, PageSize::Small).unwrap();
+        os.free(0, VA, 4 * 4096).unwrap();
+        os.alloc(0, VA, 4 * 4096, PageSize::Small).unwrap();
+    }
+
+    #[test]
+    fn a_mapping_at_address_zero_can_be_written_and_freed() {
+        let mut os = os("baseline", false);
+        os.alloc(0, 0, 2 * 4096, PageSize::Small).unwrap();
+        os.store(0, 4096, None).unwrap();
+        os.free(0, 0, 2 * 4096).unwrap();
+        assert_eq!((os.first_mapped(0, 0, 2 * 4096), os.stats.frames_freed), (None, 1));
+    }
+
+    #[test]
+    fn a_zero_page_fault_is_a_zero_command_a_copy_of_the_zero_page_or_the_kernels_own_fill() {
+        // (design, page commands, lines the kernel stores, frame the new page lazily copies)
+        let cases = [
+            ("baseline", 0, 64, None),
+            ("lelantus", 1, 0, Some(ZERO_FRAME)),
+            ("lelantus-cow", 1, 0, Some(ZERO_FRAME)),
+            ("silent-shredder", 1, 0, None),
+        ];
+        for (design, commands, kernel_lines, source) in cases {
+            let mut os = os(design, false);
+            os.alloc(0, VA, 4096, PageSize::Small).unwrap();
+            os.store(0, VA, None).unwrap();
+            let frame = os.lookup(0, VA).unwrap().1.frame;
+            assert_eq!((os.stats.zero_faults, os.stats.page_commands, os.stats.kernel_lines), (1, commands, kernel_lines), "{design}");
+            assert_eq!(os.lazy_source(frame), source, "{design}");
+        }
+    }
+
+    #[test]
+    fn a_reuse_fault_materialises_the_lazy_copy_reading_from_the_page() {
+        let mut os = os("lelantus", false);
+        os.alloc(0, VA, 4096, PageSize::Small).unwrap();
+        os.store(0, VA, None).unwrap();
+        let original = os.lookup(0, VA).unwrap().1.frame;
+        let child = os.fork(0).unwrap();
+        os.store(0, VA, None).unwrap();
+        let copy = os.lookup(0, VA).unwrap().1.frame;
+        assert_eq!(os.lazy_source(copy), Some(original));
+        os.store(child, VA, None).unwrap();
+        assert_eq!((os.stats.reuse_faults, os.stats.materialize_commands, os.lazy_source(copy)), (1, 1, None));
+    }
+
+    #[test]
+    fn unmapping_a_huge_page_frees_each_of_its_4k_frames() {
+        // The controller materialises the copies of a page it copies into anyway; only its
+        // page_free commands show which frames the kernel freed.
+        let mut os = os("lelantus", false);
+        let freed = std::rc::Rc::new(std::cell::RefCell::new(Vec::new()));
+        let log = freed.clone();
+        os.engine.on_page_command = Some(Box::new(move |c| {
+            if let PageCommand::Free { page } = c {
+                log.borrow_mut().push(page);
+            }
+        }));
+        os.alloc(0, VA, 2 << 20, PageSize::Huge).unwrap();
+        os.store(0, VA, None).unwrap();
+        let frame = os.lookup(0, VA).unwrap().1.frame;
+        os.free(0, VA, 2 << 20).unwrap();
+        assert_eq!(*freed.borrow(), (frame..frame + 512).collect::<Vec<_>>());
+        assert_eq!(os.stats.frames_freed, 512);
+    }
+
+    #[test]
+    fn a_cow_copy_sees_what_a_device_wrote_to_the_shared_frame_after_the_fork() {
+        // A physical record of an OS trace dirties a line of a write-protected frame in the
+        // caches; the controller copies from memory, so the fault must write the line back.
+        for design in ["lelantus", "lelantus-cow", "baseline"] {
+            let mut os = os(design, true);
+            os.alloc(0, VA, 4096, PageSize::Small).unwrap();
+            os.store(0, VA, Some(tag(1))).unwrap();
+            let child = os.fork(0).unwrap();
+            let frame = os.lookup(0, VA).unwrap().1.frame;
+            os.step(Record::write_data(frame * 4096 + 3 * 64, 1, tag(2))).unwrap();
+            os.store(child, VA, Some(tag(3))).unwrap();
+            assert_eq!(os.stats.cow_faults, 1, "{design}");
+            assert_eq!(os.load(child, VA + 3 * 64).unwrap(), Some(tag(2)), "{design}");
+        }
+    }
+
+    #[test]
+    fn the_kernels_huge_page_fill_writes_every_line_to_memory_and_a_small_pages_stays_cached() {
+        // Linux clears a huge page with non-temporal stores, a 4 KB page with cached ones.
+        for (size, lines, written) in [(PageSize::Small, 64, 0), (PageSize::Huge, 512 * 64, 512 * 64)] {
+            let mut os = os("baseline", false);
+            os.alloc(0, VA, size.bytes(), size).unwrap();
+            os.store(0, VA, None).unwrap();
+            assert_eq!((os.stats.kernel_lines, os.records(), memory_writes(&os)), (lines, lines + 1, written), "{size:?}");
+        }
+    }
+
+    #[test]
+    fn a_copy_of_an_unmodified_lazy_copy_reads_from_the_original() {
+        // A huge page's zero fill makes 512 lazy copies of the huge zero page; the first store
+        // modifies one. Copying the page again (CoW) records the zero page's frames as the
+        // source of the other 511 (the recursive-chain rule, section III-D).
+        let mut os = os("lelantus", false);
+        os.alloc(0, VA, 2 << 20, PageSize::Huge).unwrap();
+        os.store(0, VA, None).unwrap();
+        let first = os.lookup(0, VA).unwrap().1.frame;
+        assert_eq!(os.lazy_source(first + 1), Some(HUGE_ZERO_FRAME + 1));
+        os.fork(0).unwrap();
+        os.store(0, VA, None).unwrap();
+        let copy = os.lookup(0, VA).unwrap().1.frame;
+        assert_eq!(os.lazy_source(copy), Some(first), "modified: the copy reads from it");
+        assert_eq!(os.lazy_source(copy + 1), Some(HUGE_ZERO_FRAME + 1));
+    }
+
+    #[test]
+    fn small_frames_go_up_from_1024_and_huge_pages_down_from_the_top_until_they_meet() {
+        let mut os = os("baseline", false);
+        let top = os.next_huge_top;
+        assert_eq!((os.alloc_frames(PageSize::Small), os.alloc_frames(PageSize::Small)), (Ok(FIRST_FREE_FRAME), Ok(FIRST_FREE_FRAME + 1)));
+        assert_eq!(os.alloc_frames(PageSize::Huge), Ok(top - 512));
+        // Room for exactly one more huge page: the two ends meet and nothing is left.
+        os.next_small = top - 1024;
+        assert_eq!(os.free_bytes(), 2 << 20);
+        assert_eq!(os.alloc_frames(PageSize::Huge), Ok(top - 1024));
+        assert!(os.alloc_frames(PageSize::Huge).is_err() && os.alloc_frames(PageSize::Small).is_err());
+        // Freed pages are given out again.
+        os.free_small.push(FIRST_FREE_FRAME);
+        os.free_huge.push(top - 512);
+        assert_eq!(os.free_bytes(), 4096 + (2 << 20));
+        assert_eq!((os.alloc_frames(PageSize::Small), os.alloc_frames(PageSize::Huge)), (Ok(FIRST_FREE_FRAME), Ok(top - 512)));
+    }
+
+    #[test]
+    fn a_mapping_must_start_and_end_on_a_page_boundary_and_cover_at_least_a_page() {
+        // Trace drivers check this before calling; the model must not rely on it.
+        let mut os = os("baseline", false);
+        let (small, huge) = (PageSize::Small, PageSize::Huge);
+        for (vaddr, bytes, size) in [(VA + 64, 4096, small), (VA, 100, small), (VA, 0, small), (VA + 4096, 2 << 20, huge), (VA, 4096, huge)] {
+            let e = os.alloc(0, vaddr, bytes, size).unwrap_err();
+            assert!(e.0.contains("non-zero multiples"), "{vaddr:#x} {bytes} {size:?}: {e}");
+        }
+        assert_eq!(os.first_mapped(0, 0, u64::MAX), None);
+    }
+
+    #[test]
+    fn processes_lists_the_live_pids_and_an_exited_pid_is_gone_for_good() {
+        let mut os = os("baseline", false);
+        let (a, b) = (os.fork(0).unwrap(), os.fork(0).unwrap());
+        assert_eq!(os.processes(), vec![0, a, b]);
+        os.exit(0).unwrap();
+        assert_eq!(os.processes(), vec![a, b]);
+        assert!(os.fork(0).is_err() && os.exit(0).is_err());
+    }
+}
