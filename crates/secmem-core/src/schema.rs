@@ -171,10 +171,12 @@ pub fn parse_override(spec: &str) -> Result<toml::Value, ConfigError> {
         return Err(ConfigError::new(key, format!("override '{spec}' has an empty key")));
     }
     let raw = raw.trim();
-    // TOML integers are signed 64-bit: a larger one would otherwise fall through to a string
-    // and be reported as the wrong type.
-    if raw.parse::<u128>().is_ok_and(|v| v > i64::MAX as u128) {
-        return Err(ConfigError::new(key, format!("{raw} is larger than the largest value a config takes ({})", i64::MAX)));
+    // TOML integers are signed 64-bit: a larger one (of any length, either sign) would
+    // otherwise fall through to a string and be reported as the wrong type.
+    let digits = raw.strip_prefix(['-', '+']).unwrap_or(raw);
+    if !digits.is_empty() && digits.bytes().all(|b| b.is_ascii_digit()) && raw.parse::<i64>().is_err() {
+        let (what, bound) = if raw.starts_with('-') { ("smaller than the smallest", i64::MIN) } else { ("larger than the largest", i64::MAX) };
+        return Err(ConfigError::new(key, format!("{} is {what} value a config takes ({bound})", quote_value(raw))));
     }
     // One TOML value, nothing after it: `1\n[l2]\nsize_kib=1` parses as a document with more
     // keys than `v`, whose extra keys were dropped silently; such a value is a string (and
@@ -190,6 +192,11 @@ pub fn parse_override(spec: &str) -> Result<toml::Value, ConfigError> {
         layer = toml::Value::Table(t);
     }
     Ok(layer)
+}
+
+/// An override's value as quoted in an error: a number of a thousand digits is cut short.
+fn quote_value(raw: &str) -> String {
+    if raw.len() <= 40 { raw.to_string() } else { format!("{}... ({} characters)", &raw[..40], raw.len()) }
 }
 
 /// Parses TOML text as a layer, naming `origin` (a file name or preset) in errors.
@@ -294,6 +301,18 @@ mod tests {
         assert_eq!(e.field, "workload.stride_bytes");
         assert!(e.message.contains("larger than the largest value"), "{e}");
         assert!(parse_override("workload.stride_bytes=9223372036854775807").is_ok());
+        // Negative ones and ones too long for any integer type said "found a string".
+        for (spec, says) in [
+            ("run.seed=-99999999999999999999999", "smaller than the smallest value a config takes (-9223372036854775808)"),
+            ("run.seed=-9223372036854775809", "smaller than the smallest"),
+            ("run.seed=+9223372036854775808", "larger than the largest"),
+            ("run.seed=1000000000000000000000000000000000000000000000000000", "larger than the largest"),
+        ] {
+            let e = parse_override(spec).unwrap_err();
+            assert_eq!(e.field, "run.seed");
+            assert!(e.message.contains(says), "{spec}: {e}");
+        }
+        assert!(parse_override("run.seed=-9223372036854775808").is_ok());
     }
 
     #[test]
