@@ -113,7 +113,11 @@ fn kind(v: &toml::Value) -> &'static str {
 }
 
 fn join(prefix: &str, key: &str) -> String {
-    if prefix.is_empty() { key.to_string() } else { format!("{prefix}.{key}") }
+    // A key that a dotted path cannot spell (empty, or holding a dot, space or control
+    // character: `"" = 1`, `"llc.size_kib" = 1`) is quoted, so the path names it unambiguously.
+    let bare = !key.is_empty() && !key.chars().any(|c| c == '.' || c.is_whitespace() || c.is_control());
+    let key = if bare { key.to_string() } else { format!("{key:?}") };
+    if prefix.is_empty() { key } else { format!("{prefix}.{key}") }
 }
 
 /// Merges `layer` onto `base` key by key. Every key of `layer` must exist in `base`
@@ -167,14 +171,19 @@ pub fn parse_override(spec: &str) -> Result<toml::Value, ConfigError> {
         return Err(ConfigError::new(key, format!("override '{spec}' has an empty key")));
     }
     let raw = raw.trim();
-    // TOML integers are signed 64-bit: a larger one would otherwise fall through to a string
-    // and be reported as the wrong type.
-    if raw.parse::<u128>().is_ok_and(|v| v > i64::MAX as u128) {
-        return Err(ConfigError::new(key, format!("{raw} is larger than the largest value a config takes ({})", i64::MAX)));
+    // TOML integers are signed 64-bit: a larger one (of any length, either sign) would
+    // otherwise fall through to a string and be reported as the wrong type.
+    let digits = raw.strip_prefix(['-', '+']).unwrap_or(raw);
+    if !digits.is_empty() && digits.bytes().all(|b| b.is_ascii_digit()) && raw.parse::<i64>().is_err() {
+        let (what, bound) = if raw.starts_with('-') { ("smaller than the smallest", i64::MIN) } else { ("larger than the largest", i64::MAX) };
+        return Err(ConfigError::new(key, format!("{} is {what} value a config takes ({bound})", quote_value(raw))));
     }
+    // One TOML value, nothing after it: `1\n[l2]\nsize_kib=1` parses as a document with more
+    // keys than `v`, whose extra keys were dropped silently; such a value is a string (and
+    // so the wrong type for anything but a string field), as any other non-TOML text is.
     let value = match toml::from_str::<toml::Table>(&format!("v = {raw}")) {
-        Ok(mut t) => t.remove("v").expect("parsed table has key v"),
-        Err(_) => toml::Value::String(raw.to_string()),
+        Ok(mut t) if t.len() == 1 => t.remove("v").expect("parsed table has key v"),
+        _ => toml::Value::String(raw.to_string()),
     };
     let mut layer = value;
     for part in key.rsplit('.') {
@@ -183,6 +192,11 @@ pub fn parse_override(spec: &str) -> Result<toml::Value, ConfigError> {
         layer = toml::Value::Table(t);
     }
     Ok(layer)
+}
+
+/// An override's value as quoted in an error: a number of a thousand digits is cut short.
+fn quote_value(raw: &str) -> String {
+    if raw.len() <= 40 { raw.to_string() } else { format!("{}... ({} characters)", &raw[..40], raw.len()) }
 }
 
 /// Parses TOML text as a layer, naming `origin` (a file name or preset) in errors.
@@ -287,6 +301,48 @@ mod tests {
         assert_eq!(e.field, "workload.stride_bytes");
         assert!(e.message.contains("larger than the largest value"), "{e}");
         assert!(parse_override("workload.stride_bytes=9223372036854775807").is_ok());
+        // Negative ones and ones too long for any integer type said "found a string".
+        for (spec, says) in [
+            ("run.seed=-99999999999999999999999", "smaller than the smallest value a config takes (-9223372036854775808)"),
+            ("run.seed=-9223372036854775809", "smaller than the smallest"),
+            ("run.seed=+9223372036854775808", "larger than the largest"),
+            ("run.seed=1000000000000000000000000000000000000000000000000000", "larger than the largest"),
+        ] {
+            let e = parse_override(spec).unwrap_err();
+            assert_eq!(e.field, "run.seed");
+            assert!(e.message.contains(says), "{spec}: {e}");
+        }
+        assert!(parse_override("run.seed=-9223372036854775808").is_ok());
+    }
+
+    #[test]
+    fn an_override_value_with_more_toml_after_it_is_not_silently_cut_short() {
+        // `v = 1\n[l2]\nsize_kib = 1` is a valid TOML document: its [l2] part was dropped.
+        let layer = parse_override("l1.size_kib=1\n[l2]\nsize_kib=1").unwrap();
+        assert_eq!(layer["l1"]["size_kib"], toml::Value::String("1\n[l2]\nsize_kib=1".into()));
+        let e = load_with_override("l1.size_kib=1\n[l2]\nsize_kib=1").unwrap_err();
+        assert_eq!(e.field, "l1.size_kib");
+        assert!(e.message.contains("expected an integer, found a string"), "{e}");
+    }
+
+    fn load_with_override(spec: &str) -> Result<Outer, ConfigError> {
+        let mut tree = default_tree::<Outer>();
+        merge_layer(&mut tree, &parse_override(spec)?, "")?;
+        finish(tree)
+    }
+
+    #[test]
+    fn a_key_a_dotted_path_cannot_spell_is_quoted_in_the_error() {
+        // `"" = 1` gave an error with no field name at all, and `"l1.size_kib" = 1` (one key
+        // with a dot in it) was reported as the field l1.size_kib, which exists.
+        let e = load(&["\"\" = 1"]).unwrap_err();
+        assert_eq!(e.field, "\"\"");
+        assert!(e.to_string().starts_with("config field '\"\"': unknown key"), "{e}");
+        let e = load(&["\"l1.size_kib\" = 1"]).unwrap_err();
+        assert_eq!(e.field, "\"l1.size_kib\"");
+        let e = load(&["[l1]\n\"\" = 1"]).unwrap_err();
+        assert_eq!(e.field, "l1.\"\"");
+        assert_eq!(load(&["[l1]\nsize_kb = 1"]).unwrap_err().field, "l1.size_kb");
     }
 
     #[test]

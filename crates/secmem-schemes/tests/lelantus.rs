@@ -335,8 +335,7 @@ fn a_page_copy_whose_record_line_evicts_the_destination_counter_block_still_upda
         cmd(&mut d, &mut m, PageCommand::Copy { src: A, dst });
     }
     // Every copy reads its source's lines through counter blocks fetched and verified again.
-    m.drop_metadata_caches();
-    d.drop_cow_cache();
+    d.drop_metadata_caches(&mut m);
     for dst in dsts {
         for i in [0, 63] {
             assert_eq!(rd(&mut d, &mut m, line(dst, i)), data(100 + i), "page {dst} line {i}");

@@ -400,6 +400,42 @@ fn a_saved_image_with_a_written_line_cut_out_fails_verification() {
 }
 
 #[test]
+fn a_saved_image_with_a_line_no_read_covers_changed_fails_verification() {
+    // Verification read only data lines and the pages of stored counter blocks, and recovery
+    // compares only the root: a tree node or MAC block of a part of memory no read visits,
+    // or a line past the tree, could be added or changed (checksum redone) and still verify
+    // "ok". Every stored line must now be covered by a secure read.
+    use secmem_core::tree::SecureLayout;
+    use secmem_schemes::{functional::NvmImage, image_file};
+    use secmem_sim::harness::verify_image;
+    let dir = std::env::temp_dir().join(format!("secmem-uncovered-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let c = cfg("horus", &["workload.requests=2000", "run.functional=true", "pcm.capacity_gib=1"]);
+    let (full, bad) = (dir.join("full.img"), dir.join("bad.img"));
+    secmem_sim::run::run_saving(&c, &TraceInput::Workload, Some(&full)).unwrap();
+    let check = verify_image(&c, &full).unwrap();
+    assert!(check.ok(), "{check:?}");
+    let (meta, root, image) = image_file::load(&full).unwrap();
+    let l = SecureLayout::new(c.data_bytes(), c.tree.arity, c.security.mac_bits).unwrap();
+    // The last block of each region: nothing the short run wrote is near it.
+    let last_mac = (l.mac_base >> 6) + l.mac_blocks - 1;
+    let last_node = l.tree.node_addr(1, l.tree.nodes[1] - 1) >> 6;
+    let past_tree = l.end >> 6;
+    for (what, line) in [("MAC block", last_mac), ("tree node", last_node), ("line past the tree", past_tree)] {
+        assert!(image.lines_in(line, line + 1).is_empty(), "{what} {line:#x} is already in the image");
+        let mut changed = NvmImage::default();
+        for (l, b) in image.iter() {
+            changed.put(l, *b);
+        }
+        changed.put(line, [0xab; 64]);
+        image_file::save(&bad, &meta, &root, &changed).unwrap();
+        let check = verify_image(&c, &bad).unwrap();
+        assert!(!check.ok() && check.integrity_failures >= 1, "{what} {line:#x} added, yet {check:?}");
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
 fn saving_an_image_without_security_is_an_error_and_a_failed_run_leaves_no_stale_report() {
     // A non-secure image verified as all tampered; a failing run kept the previous report.
     let dir = std::env::temp_dir().join(format!("secmem-stale-{}", std::process::id()));

@@ -172,16 +172,23 @@ impl std::error::Error for TraceError {
     }
 }
 
-/// Shortens untrusted text quoted in an error message (a token may be a megabyte long).
+/// Shortens untrusted text quoted in an error message (a token may be a megabyte long), and
+/// escapes its control characters (`\r`, `\0`...), which a terminal would otherwise act on: the
+/// one "line" of a file with lone CR line endings printed as its last line alone.
 pub(crate) fn quote(token: &str) -> String {
     const MAX: usize = 40;
-    if token.chars().count() <= MAX {
-        token.to_string()
-    } else {
-        let mut s: String = token.chars().take(MAX).collect();
-        s.push_str("...");
-        s
+    let mut s = String::new();
+    for c in token.chars().take(MAX) {
+        if c.is_control() {
+            s.extend(c.escape_default());
+        } else {
+            s.push(c);
+        }
     }
+    if token.chars().nth(MAX).is_some() {
+        s.push_str("...");
+    }
+    s
 }
 
 #[cfg(test)]
@@ -249,5 +256,12 @@ mod tests {
         assert_eq!(q.len(), 43);
         assert!(q.ends_with("..."));
         assert_eq!(quote("FOO"), "FOO");
+    }
+
+    #[test]
+    fn quoted_tokens_show_control_characters_escaped() {
+        assert_eq!(quote("0x1000 READ 12\r0x2000 READ 13\0"), "0x1000 READ 12\\r0x2000 READ 13\\u{0}");
+        assert_eq!(quote("a\tb"), "a\\tb");
+        assert_eq!(quote("\u{e9}t\u{e9}"), "\u{e9}t\u{e9}");
     }
 }

@@ -207,7 +207,8 @@ fn parse_data(tok: &str) -> Result<[u8; 64], String> {
                 // All bytes before `col` are ASCII hex digits, so `col` is a char boundary.
                 let c = tok.get(col..).and_then(|s| s.chars().next()).unwrap_or('?');
                 return Err(format!(
-                    "bad hex digit '{c}' at position {} of the data",
+                    "bad hex digit '{}' at position {} of the data",
+                    quote(c.encode_utf8(&mut [0; 4])),
                     col + 1
                 ));
             }
@@ -724,6 +725,14 @@ mod tests {
         s.push('0');
         let e = decode(&format!("# secmem-trace v1\nW 0x0 64 0 {s}\n")).unwrap_err();
         assert_eq!(e.message(), "bad hex digit 'é' at position 126 of the data");
+    }
+
+    #[test]
+    fn a_control_character_in_the_data_is_shown_escaped() {
+        let mut data = "ab".repeat(64);
+        data.replace_range(26..27, "\0");
+        let e = decode(&format!("# secmem-trace v1\nW 0x0 64 0 {data}\n")).unwrap_err();
+        assert_eq!(e.message(), "bad hex digit '\\u{0}' at position 27 of the data");
     }
 
     #[test]

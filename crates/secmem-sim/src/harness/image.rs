@@ -6,8 +6,10 @@ use super::crash::fresh_controller;
 use crate::config::Config;
 use crate::run::SimError;
 use secmem_core::addr::{LINES_PER_PAGE, LINE_SHIFT};
+use secmem_core::tree::SecureLayout;
 use secmem_core::Cycle;
 use secmem_core::ConfigError;
+use secmem_schemes::functional::NvmImage;
 use secmem_schemes::image_file;
 use secmem_schemes::recovery::RecoveryReport;
 use serde::Serialize;
@@ -64,21 +66,19 @@ pub fn verify_image(cfg: &Config, path: &Path) -> Result<ImageCheck, SimError> {
     fcfg.validate()?;
     let mut mc = fresh_controller(&fcfg)?;
     let mut design = crate::engine::build_design(&fcfg)?;
-    // Every data line the image holds, and every line of a page whose counter block it holds:
-    // a written line deleted from the image reads back as boot content under its advanced
-    // counter, which the secure read must reject (reading only the lines present would
-    // pass an image with written lines cut out).
-    let data_lines_end = cfg.data_bytes() >> LINE_SHIFT;
-    let mut data_lines: Vec<u64> = image.lines_in(0, data_lines_end);
-    let l = &mc.layout;
-    let counter_first = l.counter_base >> LINE_SHIFT;
-    for ctr in image.lines_in(counter_first, counter_first + l.counter_blocks) {
-        let page = ctr - counter_first;
-        data_lines.extend(page * LINES_PER_PAGE..(page + 1) * LINES_PER_PAGE);
-    }
-    data_lines.sort_unstable();
-    data_lines.dedup();
+    let data_lines = lines_to_read(&mc.layout, &image);
     let mut out = ImageCheck { lines_in_image: image.len() as u64, ..Default::default() };
+    // Nothing a run saves lies past the tree (the reserved region above it is a drain's, and
+    // no secure read covers it): such a line is not part of a verifiable image.
+    let end_line = mc.layout.end >> LINE_SHIFT;
+    for line in image.lines_in(end_line, u64::MAX) {
+        out.integrity_failures += 1;
+        out.first_failure.get_or_insert(format!(
+            "line {line:#x} (address {:#x}) is past secure memory (data, counters, MACs and tree end at address {:#x}): a saved image holds nothing there",
+            line << LINE_SHIFT,
+            mc.layout.end
+        ));
+    }
     {
         let f = mc.func.as_mut().expect("functional");
         f.image = image;
@@ -102,4 +102,45 @@ pub fn verify_image(cfg: &Config, path: &Path) -> Result<ImageCheck, SimError> {
         }
     }
     Ok(out)
+}
+
+/// The data lines whose secure reads cover every line of `image` within secure memory, so that
+/// no stored byte goes unchecked:
+/// * every data line it holds;
+/// * every line of a page whose counter block it holds (a written line cut out of the image
+///   reads as boot content under its advanced counter and fails);
+/// * every line whose MAC a stored MAC block holds (a MAC slot changed for a line nothing else
+///   names would otherwise pass);
+/// * for every stored tree node, the first line under each of its children, so that each
+///   entry is compared with its child on the way up (recovery compares only the root: a
+///   changed entry of a subtree no read visits would otherwise pass).
+fn lines_to_read(l: &SecureLayout, image: &NvmImage) -> Vec<u64> {
+    let mut lines: Vec<u64> = image.lines_in(0, l.data_bytes >> LINE_SHIFT);
+    let counter_first = l.counter_base >> LINE_SHIFT;
+    for ctr in image.lines_in(counter_first, counter_first + l.counter_blocks) {
+        let page = ctr - counter_first;
+        lines.extend(page * LINES_PER_PAGE..(page + 1) * LINES_PER_PAGE);
+    }
+    let mac_first = l.mac_base >> LINE_SHIFT;
+    let data_lines = l.data_bytes >> LINE_SHIFT;
+    for mac in image.lines_in(mac_first, mac_first + l.mac_blocks) {
+        let first = (mac - mac_first) * l.macs_per_block;
+        lines.extend(first..(first + l.macs_per_block).min(data_lines));
+    }
+    let tree = &l.tree;
+    // Pages under one node of level `level - 1`: arity^(level - 1).
+    let mut pages_per_child = 1u64;
+    for level in 1..tree.root_level() {
+        let base = tree.base[level] >> LINE_SHIFT;
+        for node in image.lines_in(base, base + tree.nodes[level]) {
+            let first_child = (node - base) * tree.arity;
+            for child in first_child..(first_child + tree.arity).min(tree.nodes[level - 1]) {
+                lines.push(child * pages_per_child * LINES_PER_PAGE);
+            }
+        }
+        pages_per_child = pages_per_child.saturating_mul(tree.arity);
+    }
+    lines.sort_unstable();
+    lines.dedup();
+    lines
 }
