@@ -5,6 +5,15 @@ use secmem_schemes::Canaries;
 use secmem_sim::harness::{attack_campaign, crash_campaign};
 use secmem_sim::{Config, TraceInput};
 
+/// A temporary directory removed when dropped (also when the test fails).
+struct TmpDir(std::path::PathBuf);
+impl TmpDir {
+    fn new(name: &str) -> TmpDir { TmpDir(std::env::temp_dir().join(format!("secmem-{name}-{}", std::process::id()))) }
+}
+impl Drop for TmpDir {
+    fn drop(&mut self) { let _ = std::fs::remove_dir_all(&self.0); }
+}
+
 fn cfg(preset: &str, extra: &[&str]) -> Config {
     let mut o: Vec<String> = [
         "run.progress=false",
@@ -378,8 +387,9 @@ fn a_saved_image_with_a_written_line_cut_out_fails_verification() {
     // written; a deleted one reads as boot content under its advanced counter and must fail.
     use secmem_schemes::{functional::NvmImage, image_file};
     use secmem_sim::harness::verify_image;
-    let dir = std::env::temp_dir().join(format!("secmem-cut-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
+    let tmp = TmpDir::new("cut");
+    let dir = &tmp.0;
+    std::fs::create_dir_all(dir).unwrap();
     for init in ["security.counter_init=zero", "security.counter_init=random"] {
         let c = cfg("horus", &["workload.requests=2000", "run.functional=true", init]);
         let (full, cut) = (dir.join("full.img"), dir.join("cut.img"));
@@ -396,7 +406,6 @@ fn a_saved_image_with_a_written_line_cut_out_fails_verification() {
         let check = verify_image(&c, &cut).unwrap();
         assert!(!check.ok() && check.integrity_failures >= 1, "{init}: line {victim:#x} cut out, yet {check:?}");
     }
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 #[test]
@@ -408,8 +417,9 @@ fn a_saved_image_with_a_line_no_read_covers_changed_fails_verification() {
     use secmem_core::tree::SecureLayout;
     use secmem_schemes::{functional::NvmImage, image_file};
     use secmem_sim::harness::verify_image;
-    let dir = std::env::temp_dir().join(format!("secmem-uncovered-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
+    let tmp = TmpDir::new("uncovered");
+    let dir = &tmp.0;
+    std::fs::create_dir_all(dir).unwrap();
     let c = cfg("horus", &["workload.requests=2000", "run.functional=true", "pcm.capacity_gib=1"]);
     let (full, bad) = (dir.join("full.img"), dir.join("bad.img"));
     secmem_sim::run::run_saving(&c, &TraceInput::Workload, Some(&full)).unwrap();
@@ -432,21 +442,20 @@ fn a_saved_image_with_a_line_no_read_covers_changed_fails_verification() {
         let check = verify_image(&c, &bad).unwrap();
         assert!(!check.ok() && check.integrity_failures >= 1, "{what} {line:#x} added, yet {check:?}");
     }
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 #[test]
 fn saving_an_image_without_security_is_an_error_and_a_failed_run_leaves_no_stale_report() {
     // A non-secure image verified as all tampered; a failing run kept the previous report.
-    let dir = std::env::temp_dir().join(format!("secmem-stale-{}", std::process::id()));
+    let tmp = TmpDir::new("stale");
+    let dir = &tmp.0;
     let img = dir.join("x.img");
     let plain = cfg("horus", &["security.enabled=false", "workload.requests=200"]);
     let e = secmem_sim::run::run_saving(&plain, &TraceInput::Workload, Some(&img)).unwrap_err().to_string();
     assert!(e.contains("security.enabled"), "{e}");
-    secmem_sim::run_to_dir(&plain, &TraceInput::Workload, &dir).unwrap();
+    secmem_sim::run_to_dir(&plain, &TraceInput::Workload, dir).unwrap();
     assert!(dir.join("report.json").exists());
     let missing = TraceInput::File(dir.join("no-such-trace.txt"));
-    assert!(secmem_sim::run_to_dir(&plain, &missing, &dir).is_err());
+    assert!(secmem_sim::run_to_dir(&plain, &missing, dir).is_err());
     assert!(!dir.join("report.json").exists(), "the earlier run's report is still there");
-    let _ = std::fs::remove_dir_all(&dir);
 }
