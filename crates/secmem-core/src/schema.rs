@@ -178,6 +178,11 @@ pub fn parse_override(spec: &str) -> Result<toml::Value, ConfigError> {
         let (what, bound) = if raw.starts_with('-') { ("smaller than the smallest", i64::MIN) } else { ("larger than the largest", i64::MAX) };
         return Err(ConfigError::new(key, format!("{} is {what} value a config takes ({bound})", quote_value(raw))));
     }
+    // A number literal beyond f64's range (1e999; not TOML's `inf`) is no TOML float: it too
+    // fell through to a string.
+    if raw.parse::<f64>().is_ok_and(f64::is_infinite) && !raw.to_ascii_lowercase().contains("inf") {
+        return Err(ConfigError::new(key, format!("{} is beyond the largest number a config takes (about 1.8e308)", quote_value(raw))));
+    }
     // One TOML value, nothing after it: `1\n[l2]\nsize_kib=1` parses as a document with more
     // keys than `v`, whose extra keys were dropped silently; such a value is a string (and
     // so the wrong type for anything but a string field), as any other non-TOML text is.
@@ -313,6 +318,12 @@ mod tests {
             assert!(e.message.contains(says), "{spec}: {e}");
         }
         assert!(parse_override("run.seed=-9223372036854775808").is_ok());
+        // Floats beyond f64 said "found a string" too; TOML's own inf is a number.
+        for spec in ["core.ipc=1e999", "core.ipc=-1e400"] {
+            let e = parse_override(spec).unwrap_err();
+            assert!(e.message.contains("beyond the largest number"), "{spec}: {e}");
+        }
+        assert_eq!(parse_override("core.ipc=inf").unwrap()["core"]["ipc"].as_float(), Some(f64::INFINITY));
     }
 
     #[test]

@@ -88,7 +88,7 @@
 
 use crate::{AccessKind, MediaStats, MemRequest, MemoryPort, TrafficClass};
 use secmem_core::addr::{LINE_SHIFT, PAGE_SHIFT};
-use secmem_core::error::{ensure, ConfigError};
+use secmem_core::error::{ensure, number, ConfigError};
 use secmem_core::{config_enum, config_section, Cycle};
 use std::hint::select_unpredictable;
 
@@ -162,8 +162,8 @@ impl PcmConfig {
             ("write_latency_ns", self.write_latency_ns, 1e6),
             ("bus_transfer_ns", self.bus_transfer_ns, 1e3),
         ] {
-            ensure(v.is_finite() && v > 0.0, &f(name), || format!("must be a positive number of ns, got {v}"))?;
-            ensure(v <= max, &f(name), || format!("must be at most {max} ns, got {v}"))?;
+            ensure(v.is_finite() && v > 0.0, &f(name), || format!("must be a positive number of ns, got {}", number(v)))?;
+            ensure(v <= max, &f(name), || format!("must be at most {max} ns, got {}", number(v)))?;
         }
         for (name, v) in [("read_queue_entries", self.read_queue_entries), ("write_queue_entries", self.write_queue_entries)] {
             ensure(v > 0, &f(name), || "must be at least 1".into())?;
@@ -182,7 +182,7 @@ impl PcmConfig {
         // and the report's energy overflowed to infinity, written as JSON null.
         for (name, v) in [("read_energy_nj", self.read_energy_nj), ("write_energy_nj", self.write_energy_nj)] {
             ensure(v.is_finite() && (0.0..=MAX_ACCESS_ENERGY_NJ).contains(&v), &f(name), || {
-                format!("must be a number of nJ from 0 to {MAX_ACCESS_ENERGY_NJ:e} (1 mJ per 64 B access), got {v}")
+                format!("must be a number of nJ from 0 to {MAX_ACCESS_ENERGY_NJ:e} (1 mJ per 64 B access), got {}", number(v))
             })?;
         }
         Ok(())

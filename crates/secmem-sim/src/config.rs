@@ -3,7 +3,7 @@
 
 use crate::presets;
 use secmem_core::cache::CacheConfig;
-use secmem_core::error::{ensure, ConfigError};
+use secmem_core::error::{ensure, number, ConfigError};
 use secmem_core::schema::{default_tree, finish, leaf_paths, merge_layer, parse_layer, parse_override, render_commented};
 use std::collections::HashMap;
 use secmem_core::{config_enum, config_section};
@@ -148,9 +148,9 @@ impl Config {
         presets::get(&self.preset)?;
         ensure(self.core.freq_mhz > 0, "core.freq_mhz", || "must be > 0".into())?;
         ensure(self.core.freq_mhz <= 100_000, "core.freq_mhz", || format!("must be at most 100000 (100 GHz), got {}", self.core.freq_mhz))?;
-        ensure(self.core.ipc > 0.0 && self.core.ipc.is_finite(), "core.ipc", || format!("must be > 0, got {}", self.core.ipc))?;
+        ensure(self.core.ipc > 0.0 && self.core.ipc.is_finite(), "core.ipc", || format!("must be > 0, got {}", number(self.core.ipc)))?;
         // Below 1/1000 an instruction gap of 2^32 would overflow the cycle count within a run.
-        ensure((1e-3..=1e3).contains(&self.core.ipc), "core.ipc", || format!("must be in 0.001..=1000, got {}", self.core.ipc))?;
+        ensure((1e-3..=1e3).contains(&self.core.ipc), "core.ipc", || format!("must be in 0.001..=1000, got {}", number(self.core.ipc)))?;
         ensure(self.core.max_outstanding_misses > 0, "core.max_outstanding_misses", || "must be > 0".into())?;
         ensure(self.core.max_outstanding_misses <= 4096, "core.max_outstanding_misses", || {
             format!("must be at most 4096, got {}", self.core.max_outstanding_misses)
@@ -205,7 +205,7 @@ impl Config {
         ensure(["sequential", "random", "stride", "zipf"].contains(&w.pattern.as_str()), "workload.pattern", || {
             format!("unknown pattern '{}'; known: sequential, random, stride, zipf", w.pattern)
         })?;
-        ensure((0.0..=1.0).contains(&w.read_ratio), "workload.read_ratio", || format!("must be in [0, 1], got {}", w.read_ratio))?;
+        ensure((0.0..=1.0).contains(&w.read_ratio), "workload.read_ratio", || format!("must be in [0, 1], got {}", number(w.read_ratio)))?;
         ensure(w.footprint_bytes >= 64 && w.footprint_bytes.is_multiple_of(64), "workload.footprint_bytes", || {
             format!("must be a positive multiple of 64, got {}", w.footprint_bytes)
         })?;

@@ -21,7 +21,7 @@ use crate::run::{SimError, TraceInput};
 use rand::seq::SliceRandom;
 use rand::SeedableRng;
 use rustc_hash::FxHashMap;
-use secmem_core::error::ConfigError;
+use secmem_core::error::{number, ConfigError};
 use secmem_core::{config_enum, config_section, Cycle};
 use secmem_media::{Media, MemoryPort};
 use secmem_schemes::config::TreeUpdate;
@@ -52,7 +52,7 @@ impl DrainConfig {
             ("supercap_wh_per_cm3", self.supercap_wh_per_cm3, 1e-9, 1e3),
             ("lithin_wh_per_cm3", self.lithin_wh_per_cm3, 1e-9, 1e3),
         ] {
-            secmem_core::error::ensure(v.is_finite() && (lo..=hi).contains(&v), &f(n), || format!("must be in {lo}..={hi}, got {v}"))?;
+            secmem_core::error::ensure(v.is_finite() && (lo..=hi).contains(&v), &f(n), || format!("must be in {}..={}, got {}", number(lo), number(hi), number(v)))?;
         }
         secmem_core::error::ensure(
             self.worst_case_spacing_bytes >= 64 && self.worst_case_spacing_bytes.is_multiple_of(64) && self.worst_case_spacing_bytes <= 1 << 40,
