@@ -144,9 +144,9 @@ pub fn attack_campaign(
     let replay = Replay::load(&fcfg, input)?;
     let mut live = Live::new(&fcfg, &replay)?;
     // Check the class names before spending a whole run.
-    let root_level = live.engine().mc.layout.tree.root_level();
+    let base_classes = class_names(live.engine().mc.layout.tree.root_level());
     let surface_name = live.engine().design.attack_surface_name();
-    let mut known = class_names(root_level);
+    let mut known = base_classes.clone();
     known.extend(surface_name.map(surface_class_names).unwrap_or_default());
     if let Some(c) = classes {
         for n in c {
@@ -194,15 +194,11 @@ pub fn attack_campaign(
     let mut readable: Vec<u64> = oracle.lines.keys().copied().collect();
     readable.sort_unstable();
     let surface = design.attack_surface(mc);
+    // By default the design's own classes only when the run leaves something to attack.
     let names: Vec<String> = match classes {
         Some(c) => c.to_vec(),
-        None => {
-            let mut n = class_names(root_level);
-            if !surface.is_empty() {
-                n.extend(surface_name.map(surface_class_names).unwrap_or_default());
-            }
-            n
-        }
+        None if surface.is_empty() => base_classes,
+        None => known,
     };
     let image_now = mc.func.as_ref().unwrap().image.clone();
     let world = World { image_now, image_old, written, changed, pages, readable, oracle: oracle.lines, surface, surface_name };
@@ -262,7 +258,7 @@ fn flip(bytes: &mut [u8; 64], rng: &mut impl Rng) {
 /// A random element of `v` satisfying `ok`, or None if none does: a few random draws, then
 /// (when candidates are rare or absent, e.g. every written page holding the same counter
 /// block) one pass from a random start, so the search always ends.
-fn pick_where(v: &[u64], rng: &mut impl Rng, ok: impl Fn(u64) -> bool) -> Option<u64> {
+fn pick_where<T: Copy>(v: &[T], rng: &mut impl Rng, ok: impl Fn(T) -> bool) -> Option<T> {
     if v.is_empty() {
         return None;
     }
@@ -406,7 +402,6 @@ fn prepare_surface(name: &str, w: &World, mc: &SecureMc, rng: &mut impl Rng, old
     let layout = &mc.layout;
     let mac_line = |l: u64| layout.mac_addr(l).0 >> LINE_SHIFT;
     let expect = |l: u64| ("data-mac".to_string(), l << LINE_SHIFT);
-    let indices: Vec<u64> = (0..w.surface.len() as u64).collect();
     match kind {
         "tamper" => {
             let (l, reader) = w.surface[rng.gen_range(0..w.surface.len())];
@@ -415,21 +410,13 @@ fn prepare_surface(name: &str, w: &World, mc: &SecureMc, rng: &mut impl Rng, old
             Some(Injection { writes: vec![(l, b)], target: reader, expect: expect(l) })
         }
         "replay" => {
-            let i = pick_where(&indices, rng, |i| {
-                let l = w.surface[i as usize].0;
-                old(l) != w.image_now.get(l)
-            })?;
-            let (l, reader) = w.surface[i as usize];
+            let (l, reader) = pick_where(&w.surface, rng, |(l, _)| old(l) != w.image_now.get(l))?;
             Some(Injection { writes: vec![(l, old(l)), (mac_line(l), old(mac_line(l)))], target: reader, expect: expect(l) })
         }
         "splice" => {
             let i = rng.gen_range(0..w.surface.len());
             let (a, reader) = w.surface[i];
-            let j = pick_where(&indices, rng, |j| {
-                let b = w.surface[j as usize].0;
-                b != a && w.image_now.get(a) != w.image_now.get(b)
-            })?;
-            let b = w.surface[j as usize].0;
+            let (b, _) = pick_where(&w.surface, rng, |(b, _)| b != a && w.image_now.get(a) != w.image_now.get(b))?;
             Some(Injection { writes: swap_with_macs(w, layout, a, b), target: reader, expect: expect(a) })
         }
         _ => None,
