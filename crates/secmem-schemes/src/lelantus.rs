@@ -62,6 +62,11 @@ pub const REGULAR_MINOR_BITS: u32 = 7;
 pub const COW_CACHE_BYTES: u64 = 32 * 1024;
 /// Associativity of the CoW-metadata cache (that of the Table III counter cache).
 pub const COW_CACHE_WAYS: usize = 16;
+
+/// Lines a counter cache of `counter_lines` keeps once Lelantus-CoW carves its CoW cache out
+/// of it (0 if the CoW cache takes them all). The config refuses a leftover that is not a
+/// whole, non-zero number of sets.
+pub fn counter_lines_left(counter_lines: u64) -> u64 { counter_lines.saturating_sub(COW_CACHE_BYTES / 64) }
 /// Source-address records per 64 B record line (8 B each).
 pub const RECORDS_PER_LINE: u64 = 8;
 /// Marks a valid record (a record of 0 means "not a CoW page").
@@ -162,8 +167,8 @@ impl Lelantus {
         if self.enc == Encoding::Supplementary {
             let ways = mc.counter_cache.ways();
             let cow_lines = (COW_CACHE_BYTES / 64) as usize;
-            let total = mc.counter_cache.capacity_lines();
-            let counter_sets = (total.saturating_sub(cow_lines) / ways).max(1) as u64;
+            // (A controller built without a config check keeps at least one set.)
+            let counter_sets = (counter_lines_left(mc.counter_cache.capacity_lines() as u64) / ways as u64).max(1);
             let mut cc = SetAssocCache::with_geometry(counter_sets, ways, Replacement::Lru);
             if mc.is_functional() {
                 cc = cc.with_data();

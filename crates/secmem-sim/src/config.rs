@@ -180,8 +180,7 @@ impl Config {
             // Its CoW cache is carved out of the counter cache (section V-A): what is left must
             // still be a counter cache of whole sets (it was silently made one set).
             let c = &self.metadata_cache.counter;
-            let cow_lines = secmem_schemes::lelantus::COW_CACHE_BYTES / 64;
-            let left = c.lines().saturating_sub(cow_lines);
+            let left = secmem_schemes::lelantus::counter_lines_left(c.lines());
             ensure(left >= c.ways as u64 && left.is_multiple_of(c.ways as u64), "metadata_cache.counter.size_kib", || {
                 format!(
                     "lelantus-cow carves its {} KiB CoW cache out of the counter cache: {} KiB leaves {left} lines, not a whole number of sets of {} ways (at least one)",
