@@ -201,7 +201,10 @@ pub fn parse_override(spec: &str) -> Result<toml::Value, ConfigError> {
 
 /// An override's value as quoted in an error: a number of a thousand digits is cut short.
 fn quote_value(raw: &str) -> String {
-    if raw.len() <= 40 { raw.to_string() } else { format!("{}... ({} characters)", &raw[..40], raw.len()) }
+    // By characters, not bytes: slicing at byte 40 would panic inside a multi-byte character
+    // (today's callers pass only digits and signs, but nothing here relies on that).
+    let chars = raw.chars().count();
+    if chars <= 40 { raw.to_string() } else { format!("{}... ({chars} characters)", raw.chars().take(40).collect::<String>()) }
 }
 
 /// Parses TOML text as a layer, naming `origin` (a file name or preset) in errors.
@@ -255,6 +258,15 @@ fn render_table(docs: &[FieldDoc], tree: &toml::Value, prefix: &str, out: &mut S
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_long_quoted_value_is_cut_at_a_character_not_a_byte() {
+        assert_eq!(quote_value("12345"), "12345");
+        let long = "\u{e9}".repeat(41); // two bytes each: byte 40 is a character boundary, 41 not
+        assert_eq!(quote_value(&long), format!("{}... (41 characters)", "\u{e9}".repeat(40)));
+        let odd = format!("1{}", "\u{e9}".repeat(45)); // byte 40 falls inside a character
+        assert_eq!(quote_value(&odd), format!("1{}... (46 characters)", "\u{e9}".repeat(39)));
+    }
 
     config_enum! {
         /// Test enum.

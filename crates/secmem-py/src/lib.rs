@@ -145,7 +145,7 @@ fn cow_trace(
     use secmem_sim::cow_workloads::{CowSpec, CowWorkload};
     use secmem_sim::os::PageSize;
     let workload: CowWorkload = workload.parse().map_err(err)?;
-    let page_size: PageSize = page_size.parse().map_err(err)?;
+    let page_size = secmem_sim::os::parse_page_size(page_size).map_err(err)?;
     let format: secmem_trace::Format = format.parse().map_err(err)?;
     let lines_per_page = lines_per_page.unwrap_or(if page_size == PageSize::Huge { 512 } else { 32 });
     let spec = CowSpec { workload, page_size, footprint_bytes, lines_per_page, ops, seed };
@@ -303,7 +303,7 @@ fn cow_workload(
     use secmem_sim::cow_workloads::{CowSpec, CowWorkload};
     use secmem_sim::os::PageSize;
     let workload: CowWorkload = workload.parse().map_err(err)?;
-    let page_size: PageSize = page_size.parse().map_err(err)?;
+    let page_size = secmem_sim::os::parse_page_size(page_size).map_err(err)?;
     let mut o = vec![format!("run.design={}", serde_json::to_string(scheme).unwrap())];
     o.extend(overrides);
     let cfg = load(Some(preset), None, o)?;

@@ -117,7 +117,7 @@ pub fn emit(spec: &CowSpec, with_data: bool, sink: &mut dyn FnMut(Event) -> Resu
     let lines_per = pb / 64;
     // Evenly spaced updated lines of a page (the paper spreads the child's writes uniformly).
     let stride = lines_per / spec.lines_per_page;
-    let page = if spec.page_size == PageSize::Huge { secmem_trace::PageSize::Huge } else { secmem_trace::PageSize::Small };
+    let page = spec.page_size;
     sink(Event::Alloc { pid: 0, vaddr: BASE_VADDR, length: spec.footprint_bytes, page })?;
     // Initialisation, then every dirty line is written back: the measured phase starts from
     // memory holding the data set (the paper fast-forwards past initialisation), so the
@@ -195,7 +195,7 @@ fn emit_churn(spec: &CowSpec, with_data: bool, sink: &mut dyn FnMut(Event) -> Re
     let mut rng = ChaCha8Rng::seed_from_u64(spec.seed);
     let pb = spec.page_size.bytes();
     let max_pages = spec.footprint_bytes / pb;
-    let page = if spec.page_size == PageSize::Huge { secmem_trace::PageSize::Huge } else { secmem_trace::PageSize::Small };
+    let page = spec.page_size;
     // Live (pid, allocations as (vaddr, pages)).
     let mut procs: Vec<(u32, Vec<(u64, u64)>)> = vec![(0, Vec::new())];
     let (mut next_pid, mut next_region, mut seq) = (1u32, 0u64, 0u64);
@@ -296,7 +296,7 @@ pub fn run(cfg: &Config, spec: &CowSpec) -> Result<Value, OsError> {
     Ok(json!({
         "workload": format!("{:?}", spec.workload).to_lowercase(),
         "scheme": cfg.run.design,
-        "page_size": if spec.page_size == PageSize::Huge { "2m" } else { "4k" },
+        "page_size": spec.page_size.name(),
         "footprint_bytes": spec.footprint_bytes,
         "lines_per_page": spec.lines_per_page,
         "ops": spec.ops,

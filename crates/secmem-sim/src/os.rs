@@ -42,34 +42,21 @@ use secmem_core::error::ConfigError;
 use secmem_schemes::PageCommand;
 use secmem_trace::Record;
 
-/// Page sizes the model maps.
-#[derive(Copy, Clone, Debug, PartialEq, Eq)]
-pub enum PageSize {
-    /// 4 KB.
-    Small,
-    /// 2 MB (512 contiguous 4 KB frames).
-    Huge,
-}
+/// Page sizes the model maps: the trace format's, so an OS-level trace's `alloc` needs no
+/// conversion.
+pub use secmem_trace::PageSize;
 
-impl PageSize {
-    pub fn bytes(self) -> u64 {
-        match self {
-            PageSize::Small => 4096,
-            PageSize::Huge => 2 << 20,
-        }
-    }
-    /// 4 KB frames per page.
-    pub fn frames(self) -> u64 { self.bytes() / 4096 }
-}
+/// 4 KB frames per page.
+fn frames(size: PageSize) -> u64 { size.bytes() / 4096 }
 
-impl std::str::FromStr for PageSize {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, String> {
-        match s.to_ascii_lowercase().as_str() {
-            "4k" | "4kb" | "4096" => Ok(PageSize::Small),
-            "2m" | "2mb" | "2097152" => Ok(PageSize::Huge),
-            other => Err(format!("unknown page size '{other}'; known: 4k, 2m")),
-        }
+/// A page size as a person types it on a command line or in the Python API: the trace
+/// format's `4k` or `2m`, or `4kb`, `4096`, `2mb`, `2097152`, in any case. (A text trace
+/// takes only `4k` and `2m`: a file format has one spelling.)
+pub fn parse_page_size(s: &str) -> Result<PageSize, String> {
+    match s.to_ascii_lowercase().as_str() {
+        "4k" | "4kb" | "4096" => Ok(PageSize::Small),
+        "2m" | "2mb" | "2097152" => Ok(PageSize::Huge),
+        _ => Err(format!("unknown page size '{}'; known: 4k, 2m", secmem_trace::error::quote(s))),
     }
 }
 
@@ -334,7 +321,7 @@ impl Os {
             // the controller's lazy copies read the current content from memory.
             shared.sort_by_key(|p| p.frame);
             for pte in shared {
-                for l in pte.frame * LINES_PER_PAGE..(pte.frame + pte.size.frames()) * LINES_PER_PAGE {
+                for l in pte.frame * LINES_PER_PAGE..(pte.frame + frames(pte.size)) * LINES_PER_PAGE {
                     self.engine.clean_line(l)?;
                 }
             }
@@ -396,7 +383,7 @@ impl Os {
     /// Handles a write to a write-protected page; returns the new entry.
     fn fault(&mut self, pid: usize, key: u64, pte: Pte) -> Result<Pte, OsError> {
         self.engine.stall(secmem_core::Cycle(self.engine.cfg.os.page_fault_cycles));
-        let n = pte.size.frames();
+        let n = frames(pte.size);
         let new = if is_zero(pte.frame) {
             self.stats.zero_faults += 1;
             let new = self.alloc_frames(pte.size)?;
@@ -612,7 +599,7 @@ impl Os {
         *c -= 1;
         if *c == 0 {
             self.mapcount.remove(&pte.frame);
-            for i in 0..pte.size.frames() {
+            for i in 0..frames(pte.size) {
                 self.free_frame(pte.frame + i)?;
             }
             match pte.size {
@@ -642,6 +629,21 @@ mod tests {
     use super::*;
 
     const VA: u64 = 1 << 32;
+
+    #[test]
+    fn a_typed_page_size_takes_its_usual_spellings_and_names_the_known_ones_otherwise() {
+        for s in ["4k", "4K", "4kb", "4KB", "4096"] {
+            assert_eq!(parse_page_size(s), Ok(PageSize::Small), "{s}");
+        }
+        for s in ["2m", "2M", "2mb", "2097152"] {
+            assert_eq!(parse_page_size(s), Ok(PageSize::Huge), "{s}");
+        }
+        assert_eq!(parse_page_size("1g").unwrap_err(), "unknown page size '1g'; known: 4k, 2m");
+        // The offending text is quoted as typed, control characters escaped.
+        assert_eq!(parse_page_size("4K\n").unwrap_err(), "unknown page size '4K\\n'; known: 4k, 2m");
+        assert_eq!(frames(PageSize::Small), 1);
+        assert_eq!(frames(PageSize::Huge), 512);
+    }
 
     /// The `lelantus` preset on 1 GiB, counting mode unless `functional`; its caches are large
     /// enough that the few lines a test stores stay dirty in them.

@@ -65,13 +65,6 @@ pub struct OsDriver {
     applied: u64,
 }
 
-fn to_os_page(p: secmem_trace::PageSize) -> PageSize {
-    match p {
-        secmem_trace::PageSize::Small => PageSize::Small,
-        secmem_trace::PageSize::Huge => PageSize::Huge,
-    }
-}
-
 fn err(m: impl Into<String>) -> OsError { OsError(m.into()) }
 
 impl OsDriver {
@@ -153,9 +146,9 @@ impl OsDriver {
                 // All of the range must be free (a huge page would hide small ones).
                 if let Some(v) = self.os.first_mapped(p, vaddr, length) {
                     let (key, size) = self.os.page_of(p, v).expect("a mapped address is in a page");
-                    return Err(err(format!("pid {pid}: {v:#x} is already mapped (a {} page at {key:#x})", if size == PageSize::Huge { "2m" } else { "4k" })));
+                    return Err(err(format!("pid {pid}: {v:#x} is already mapped (a {} page at {key:#x})", size.name())));
                 }
-                self.os.alloc(p, vaddr, length, to_os_page(page))?;
+                self.os.alloc(p, vaddr, length, page)?;
             }
             Event::Free { pid, vaddr, length } => {
                 let p = self.pid(pid)?;

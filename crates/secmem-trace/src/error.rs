@@ -175,7 +175,7 @@ impl std::error::Error for TraceError {
 /// Shortens untrusted text quoted in an error message (a token may be a megabyte long), and
 /// escapes its control characters (`\r`, `\0`...), which a terminal would otherwise act on: the
 /// one "line" of a file with lone CR line endings printed as its last line alone.
-pub(crate) fn quote(token: &str) -> String {
+pub fn quote(token: &str) -> String {
     const MAX: usize = 40;
     let mut s = String::new();
     for c in token.chars().take(MAX) {
