@@ -412,6 +412,54 @@ mod tests {
     }
 
     #[test]
+    fn a_hierarchy_built_without_contents_says_so_and_drops_store_data() {
+        // The OS model asks `tracks_data` whether its kernel copies should carry bytes.
+        assert!(tiny(true, true).tracks_data());
+        let mut h = tiny(true, false);
+        assert!(!h.tracks_data());
+        h.access(7, true, Some(&[5; 64]));
+        assert_eq!(h.cached_data(7), None, "no level keeps bytes");
+        assert_eq!(h.flush_line(7), Some(Writeback { line: 7, data: None }));
+    }
+
+    #[test]
+    fn dirty_lines_name_each_dirty_line_once_with_its_uppermost_dirty_copy() {
+        let mut h = tiny(true, true);
+        h.access(0, true, Some(&[1; 64]));
+        h.set_filled_data(0, &[9; 64], true);
+        // Sixteen more lines push line 0 out of the 16-line L1: its dirty copy is written into L2.
+        for l in 1..=16 {
+            h.access(l, false, None);
+        }
+        // A second store hits L2 and fills L1 dirty: L1 [2], L2 [1] (dirty), LLC [9] (clean).
+        assert_eq!(h.access(0, true, Some(&[2; 64])), Level::L2);
+        assert!(h.l2.is_dirty(h.l2.probe(0).unwrap()));
+        h.restore_dirty(200, Some([7; 64]));
+        let l1_copy = Writeback { line: 0, data: Some([2; 64]) };
+        let restored = Writeback { line: 200, data: Some([7; 64]) };
+        assert_eq!(h.dirty_lines_with_level(), vec![(l1_copy.clone(), Level::L1), (restored.clone(), Level::Llc)]);
+        assert_eq!(h.dirty_lines(), vec![l1_copy, restored]);
+    }
+
+    #[test]
+    fn a_restored_line_sits_dirty_in_the_llc_only_and_its_victim_goes_to_memory() {
+        let mut h = tiny(true, true);
+        h.access(0, true, Some(&[0xAA; 64]));
+        // 63 more lines fill the 64-line LLC; line 0's dirty copy has moved down to the LLC
+        // (out of L1 at line 16, out of L2 at line 32) and is the LLC's LRU line.
+        for l in 1..64 {
+            h.access(l, false, None);
+        }
+        assert!(h.writebacks.is_empty());
+        h.restore_dirty(500, Some([7; 64]));
+        assert_eq!(h.writebacks, vec![Writeback { line: 0, data: Some([0xAA; 64]) }]);
+        assert!(h.l1.probe(500).is_none() && h.l2.probe(500).is_none());
+        assert!(h.llc.is_dirty(h.llc.probe(500).unwrap()));
+        assert_eq!(h.access(500, false, None), Level::Llc);
+        assert_eq!(h.cached_data(500), Some([7; 64]));
+    }
+
+    #[test]
     fn evicted_dirty_data_reaches_the_writeback() {
         let mut h = tiny(true, true);
         h.access(0, true, Some(&[0xAA; 64]));
