@@ -671,8 +671,9 @@ impl Engine {
 
 #[cfg(test)]
 mod tests {
-    use super::Engine;
+    use super::{build_media, design_context, CoreStats, Engine};
     use crate::config::Config;
+    use secmem_core::Cycle;
     use secmem_trace::{Op, Record};
 
     fn engine() -> Engine {
@@ -704,5 +705,61 @@ mod tests {
         let err = e.step(&rec(Op::Read, 0x1000, 128), 8).unwrap_err();
         assert!(err.message.contains("larger than a 64-byte line"), "{}", err.message);
         assert!(e.step(&rec(Op::Fence, 0, 0), 9).is_ok());
+    }
+
+    #[test]
+    fn every_core_counter_of_a_region_is_its_end_value_minus_its_warm_up_value() {
+        let c = |base: u64| CoreStats {
+            records: base + 1,
+            reads: base + 2,
+            writes: base + 3,
+            fences: base + 4,
+            flushes: base + 5,
+            instructions: base + 6,
+            llc_misses: base + 7,
+            memory_writes_issued: base + 8,
+            mlp_stall_cycles: base + 9,
+            fence_stall_cycles: base + 10,
+        };
+        let region = c(100).since(&c(10));
+        assert_eq!(region, CoreStats { records: 90, reads: 90, writes: 90, fences: 90, flushes: 90, instructions: 90, llc_misses: 90, memory_writes_issued: 90, mlp_stall_cycles: 90, fence_stall_cycles: 90 });
+    }
+
+    #[test]
+    fn a_region_of_interest_lasts_from_the_warm_up_clock_to_the_end_clock() {
+        // Fences with nothing to wait for cost only their instructions: (gap + 1) cycles at IPC 1.
+        let mut e = engine();
+        e.step(&Record::fence(99), 0).unwrap();
+        let start = e.roi_start();
+        assert_eq!((e.now(), start.cycle), (Cycle(100), Cycle(100)));
+        e.step(&Record::fence(199), 1).unwrap();
+        let region = e.snapshot().since(&start);
+        assert_eq!(region.cycle, Cycle(200));
+        assert_eq!((region.core.records, region.core.fences, region.core.instructions), (1, 1, 200));
+    }
+
+    #[test]
+    fn an_access_may_end_at_the_last_byte_of_memory_but_not_beyond() {
+        let mut e = engine();
+        let end = 32u64 << 30; // pcm.capacity_gib = 32
+        assert!(e.step(&Record::read(end - 64, 0), 0).is_ok());
+        let err = e.step(&Record::read(end, 0), 1).unwrap_err();
+        assert!(err.message.contains("beyond the 34359738368 bytes"), "{}", err.message);
+    }
+
+    #[test]
+    fn the_design_context_counts_every_hierarchy_line_and_metadata_block() {
+        let ctx = design_context(&engine().cfg);
+        // 64 KiB + 2 MiB + 16 MiB of 64 B lines; 256 + 512 + 256 KiB of metadata blocks.
+        assert_eq!(ctx.hierarchy_lines, 1024 + 32768 + 262144);
+        assert_eq!(ctx.metadata_lines, 4096 + 8192 + 4096);
+    }
+
+    #[test]
+    fn the_device_holds_the_data_its_metadata_and_the_drain_vault_in_whole_gib() {
+        use secmem_media::MemoryPort;
+        // 32 GiB of data, 0.5 GiB of counters (64 B per 4 KiB page), 4 GiB of 64-bit MACs, an
+        // 8-ary tree of ~77 MB and a vault of ~25 MB for 312 320 lines: 36.6 GiB, so 37.
+        assert_eq!(build_media(&engine().cfg).unwrap().capacity_bytes(), 37 << 30);
     }
 }
