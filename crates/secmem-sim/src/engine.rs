@@ -676,8 +676,13 @@ mod tests {
     use secmem_core::Cycle;
     use secmem_trace::{Op, Record};
 
-    fn engine() -> Engine {
-        Engine::new(&Config::load(Some("default"), None, &["run.progress=false".into()]).unwrap()).unwrap()
+    fn engine() -> Engine { engine_with(&[]) }
+
+    /// The default config with `-p` style overrides.
+    fn engine_with(overrides: &[&str]) -> Engine {
+        let mut o: Vec<String> = overrides.iter().map(|s| s.to_string()).collect();
+        o.push("run.progress=false".into());
+        Engine::new(&Config::load(Some("default"), None, &o).unwrap()).unwrap()
     }
 
     fn rec(op: Op, addr: u64, size_bytes: u16) -> Record { Record { op, addr, size_bytes, inst_gap: 0, data: None } }
@@ -761,5 +766,31 @@ mod tests {
         // 32 GiB of data, 0.5 GiB of counters (64 B per 4 KiB page), 4 GiB of 64-bit MACs, an
         // 8-ary tree of ~77 MB and a vault of ~25 MB for 312 320 lines: 36.6 GiB, so 37.
         assert_eq!(build_media(&engine().cfg).unwrap().capacity_bytes(), 37 << 30);
+    }
+
+    #[test]
+    fn instructions_retire_at_the_configured_ipc_with_fractions_carried_over() {
+        let mut e = engine_with(&["core.ipc=2"]);
+        e.step(&Record::fence(99), 0).unwrap();
+        assert_eq!(e.now(), Cycle(50), "100 instructions at IPC 2");
+        // At IPC 4 a lone instruction is a quarter cycle: the fourth completes the first cycle.
+        let mut e = engine_with(&["core.ipc=4"]);
+        let mut clock = vec![];
+        for i in 0..5 {
+            e.step(&Record::fence(0), i).unwrap();
+            clock.push(e.now().0);
+        }
+        assert_eq!(clock, [0, 0, 0, 1, 1]);
+    }
+
+    #[test]
+    fn an_access_not_aligned_to_its_own_size_is_an_error_when_alignment_is_required() {
+        let mut e = engine();
+        let rec = |addr, size_bytes| Record { op: Op::Read, addr, size_bytes, inst_gap: 0, data: None };
+        assert!(e.step(&rec(0x1008, 8), 0).is_ok());
+        for (i, (addr, size)) in [(0x1004, 8), (0x1000, 48)].into_iter().enumerate() {
+            let err = e.step(&rec(addr, size), 1 + i as u64).unwrap_err();
+            assert!(err.message.contains("not naturally aligned"), "{size} B at {addr:#x}: {}", err.message);
+        }
     }
 }
