@@ -793,4 +793,41 @@ mod tests {
             assert!(err.message.contains("not naturally aligned"), "{size} B at {addr:#x}: {}", err.message);
         }
     }
+
+    #[test]
+    fn a_store_without_data_writes_the_line_and_sequence_pattern_in_functional_mode() {
+        let mut e = engine_with(&["run.functional=true", "pcm.capacity_gib=1"]);
+        // Chunk i of the n-th store, as a little-endian u64:
+        // line.rotate_left(17) ^ n * 0x9E37_79B9_7F4A_7C15 ^ i * 0xD6E8_FEB8_6659_FD93.
+        let chunks = |d: [u8; 64]| -> Vec<u64> { d.chunks_exact(8).map(|c| u64::from_le_bytes(c.try_into().unwrap())).collect() };
+        e.step(&Record::write(5 << 6, 0), 0).unwrap();
+        let first = chunks(e.hier.cached_data(5).unwrap());
+        assert_eq!(first[..2], [0x9e37_79b9_7f40_7c15, 0x48df_8701_1919_8186]);
+        e.step(&Record::write(5 << 6, 0), 1).unwrap();
+        let second = chunks(e.hier.cached_data(5).unwrap());
+        assert_eq!(second[..2], [0x3c6e_f372_fe9e_f82a, 0xea86_0dca_98c7_05b9]);
+        for (i, c) in second.iter().enumerate() {
+            let n = 2u64;
+            assert_eq!(*c, 5u64.rotate_left(17) ^ n.wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ (i as u64).wrapping_mul(0xD6E8_FEB8_6659_FD93));
+        }
+    }
+
+    #[test]
+    fn at_memory_level_a_read_is_a_miss_a_write_is_posted_and_a_fence_waits_for_it() {
+        // No security, no ADR: a write is persistent when its array write ends. An idle PCM
+        // read is 150 ns (600 cycles at 4 GHz) plus a 5 ns (20-cycle) burst; a write is the
+        // burst and then 500 ns (2000 cycles) in the array.
+        let mut e = engine_with(&["run.trace_level=memory", "security.enabled=false", "pcm.adr=false"]);
+        e.step(&Record::read(0x1000, 0), 0).unwrap();
+        assert_eq!(e.core_stats().llc_misses, 1);
+        assert_eq!(e.snapshot().cycle, Cycle(1 + 620), "the run ends when the read returns");
+        // Line-interleaved: line 0x41 is on the other channel, so the read is no obstacle.
+        e.step(&Record::write(0x1040, 0), 1).unwrap(); // at cycle 2
+        e.step(&Record::flush(0x1040, 0), 2).unwrap(); // only counted
+        e.step(&Record::fence(0), 3).unwrap(); // at cycle 4
+        let s = e.core_stats();
+        assert_eq!((s.memory_writes_issued, s.flushes, s.fences), (1, 1, 1));
+        assert_eq!(s.fence_stall_cycles, 2 + 2020 - 4);
+        assert_eq!(e.now(), Cycle(2 + 2020));
+    }
 }
