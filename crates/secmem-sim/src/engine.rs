@@ -830,4 +830,84 @@ mod tests {
         assert_eq!(s.fence_stall_cycles, 2 + 2020 - 4);
         assert_eq!(e.now(), Cycle(2 + 2020));
     }
+
+    #[test]
+    fn settle_moves_the_clock_to_the_last_miss_and_stall_adds_its_cycles() {
+        let mut e = engine_with(&["run.trace_level=memory", "security.enabled=false"]);
+        e.step(&Record::read(0x1000, 0), 0).unwrap();
+        assert_eq!(e.now(), Cycle(1));
+        e.settle();
+        assert_eq!(e.now(), Cycle(1 + 620), "an idle PCM read: 600 array + 20 burst cycles");
+        e.stall(Cycle(100));
+        assert_eq!(e.now(), Cycle(721));
+    }
+
+    #[test]
+    fn quiesce_waits_until_a_write_held_in_the_wpq_is_in_the_array() {
+        // Under ADR the write is persistent when the WPQ accepts it, at once: a fence does not
+        // wait. The watermark policy keeps it queued; quiesce drains it: burst + array write.
+        let mut e = engine_with(&["run.trace_level=memory", "security.enabled=false"]);
+        e.step(&Record::write(0x1000, 0), 0).unwrap();
+        e.step(&Record::fence(0), 1).unwrap();
+        assert_eq!((e.now(), e.core_stats().fence_stall_cycles), (Cycle(2), 0));
+        e.quiesce();
+        assert_eq!(e.now(), Cycle(2 + 20 + 2000));
+    }
+
+    #[test]
+    fn flush_hierarchy_writes_each_dirty_line_once_and_leaves_the_hierarchy_clean() {
+        let mut e = engine();
+        for (i, a) in [0x1000, 0x1040, 0x2000, 0x1000].into_iter().enumerate() {
+            e.step(&Record::write(a, 0), i as u64).unwrap();
+        }
+        e.step(&Record::read(0x3000, 0), 4).unwrap();
+        assert_eq!(e.flush_hierarchy(), Ok(3));
+        assert_eq!(e.core_stats().memory_writes_issued, 3);
+        assert!(e.hier.dirty_lines().is_empty());
+        assert_eq!(e.flush_hierarchy(), Ok(0));
+    }
+
+    #[test]
+    fn a_restored_line_is_cached_dirty_in_the_llc() {
+        let mut e = engine();
+        assert_eq!(e.restore_dirty_line(9, None), Ok(()));
+        assert_eq!(e.hier.dirty_lines_with_level(), vec![(crate::hierarchy::Writeback { line: 9, data: None }, crate::hierarchy::Level::Llc)]);
+        assert_eq!(e.core_stats().memory_writes_issued, 0, "an empty LLC displaces nothing");
+    }
+
+    #[test]
+    fn finish_design_writes_the_dirty_counter_and_mac_blocks_back() {
+        use secmem_media::TrafficClass;
+        let mut e = engine();
+        e.step(&Record::write(0x1000, 0), 0).unwrap();
+        e.step(&Record::flush(0x1000, 0), 1).unwrap();
+        let writes = |e: &Engine, c: TrafficClass| e.mc.snapshot().1.writes_by_class[c as usize];
+        // The data write bumped a counter and replaced a MAC; both blocks sit dirty in the
+        // metadata caches until the design makes its state durable.
+        assert_eq!((writes(&e, TrafficClass::Counter), writes(&e, TrafficClass::Mac)), (0, 0));
+        let done = e.finish_design().unwrap();
+        assert_eq!((writes(&e, TrafficClass::Counter), writes(&e, TrafficClass::Mac)), (1, 1));
+        assert!(done > e.now(), "the metadata writes take time: {done:?}");
+    }
+
+    #[test]
+    fn a_non_temporal_store_drops_every_cached_copy_and_goes_to_memory() {
+        let mut e = engine();
+        e.step(&Record::write(0x1000, 0), 0).unwrap();
+        e.store_non_temporal(0x40, None).unwrap();
+        assert!(e.hier.l1.probe(0x40).is_none() && e.hier.l2.probe(0x40).is_none() && e.hier.llc.probe(0x40).is_none());
+        let s = e.core_stats();
+        assert_eq!((s.writes, s.instructions, s.memory_writes_issued), (2, 2, 1));
+    }
+
+    #[cfg(feature = "canaries")]
+    #[test]
+    fn canaries_switched_on_for_this_thread_reach_controllers_built_later() {
+        let planted = secmem_schemes::Canaries { skip_root_check: true, ..Default::default() };
+        super::set_test_canaries(planted);
+        let e = engine_with(&["run.functional=true", "pcm.capacity_gib=1"]);
+        super::set_test_canaries(Default::default());
+        assert_eq!(e.mc.func.as_ref().unwrap().canaries, planted);
+        assert_eq!(super::test_canaries(), Default::default());
+    }
 }
