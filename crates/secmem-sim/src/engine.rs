@@ -672,6 +672,7 @@ impl Engine {
 #[cfg(test)]
 mod tests {
     use super::{build_media, design_context, CoreStats, Engine};
+    use crate::hierarchy::{Level, Writeback};
     use crate::config::Config;
     use secmem_core::Cycle;
     use secmem_trace::{Op, Record};
@@ -727,7 +728,19 @@ mod tests {
             fence_stall_cycles: base + 10,
         };
         let region = c(100).since(&c(10));
-        assert_eq!(region, CoreStats { records: 90, reads: 90, writes: 90, fences: 90, flushes: 90, instructions: 90, llc_misses: 90, memory_writes_issued: 90, mlp_stall_cycles: 90, fence_stall_cycles: 90 });
+        let ninety = CoreStats {
+            records: 90,
+            reads: 90,
+            writes: 90,
+            fences: 90,
+            flushes: 90,
+            instructions: 90,
+            llc_misses: 90,
+            memory_writes_issued: 90,
+            mlp_stall_cycles: 90,
+            fence_stall_cycles: 90,
+        };
+        assert_eq!(region, ninety);
     }
 
     #[test]
@@ -871,7 +884,7 @@ mod tests {
     fn a_restored_line_is_cached_dirty_in_the_llc() {
         let mut e = engine();
         assert_eq!(e.restore_dirty_line(9, None), Ok(()));
-        assert_eq!(e.hier.dirty_lines_with_level(), vec![(crate::hierarchy::Writeback { line: 9, data: None }, crate::hierarchy::Level::Llc)]);
+        assert_eq!(e.hier.dirty_lines_with_level(), vec![(Writeback { line: 9, data: None }, Level::Llc)]);
         assert_eq!(e.core_stats().memory_writes_issued, 0, "an empty LLC displaces nothing");
     }
 
