@@ -671,12 +671,19 @@ impl Engine {
 
 #[cfg(test)]
 mod tests {
-    use super::Engine;
+    use super::{build_media, design_context, CoreStats, Engine};
+    use crate::hierarchy::{Level, Writeback};
     use crate::config::Config;
+    use secmem_core::Cycle;
     use secmem_trace::{Op, Record};
 
-    fn engine() -> Engine {
-        Engine::new(&Config::load(Some("default"), None, &["run.progress=false".into()]).unwrap()).unwrap()
+    fn engine() -> Engine { engine_with(&[]) }
+
+    /// The default config with `-p` style overrides.
+    fn engine_with(overrides: &[&str]) -> Engine {
+        let mut o: Vec<String> = overrides.iter().map(|s| s.to_string()).collect();
+        o.push("run.progress=false".into());
+        Engine::new(&Config::load(Some("default"), None, &o).unwrap()).unwrap()
     }
 
     fn rec(op: Op, addr: u64, size_bytes: u16) -> Record { Record { op, addr, size_bytes, inst_gap: 0, data: None } }
@@ -704,5 +711,216 @@ mod tests {
         let err = e.step(&rec(Op::Read, 0x1000, 128), 8).unwrap_err();
         assert!(err.message.contains("larger than a 64-byte line"), "{}", err.message);
         assert!(e.step(&rec(Op::Fence, 0, 0), 9).is_ok());
+    }
+
+    #[test]
+    fn every_core_counter_of_a_region_is_its_end_value_minus_its_warm_up_value() {
+        let c = |base: u64| CoreStats {
+            records: base + 1,
+            reads: base + 2,
+            writes: base + 3,
+            fences: base + 4,
+            flushes: base + 5,
+            instructions: base + 6,
+            llc_misses: base + 7,
+            memory_writes_issued: base + 8,
+            mlp_stall_cycles: base + 9,
+            fence_stall_cycles: base + 10,
+        };
+        let region = c(100).since(&c(10));
+        let ninety = CoreStats {
+            records: 90,
+            reads: 90,
+            writes: 90,
+            fences: 90,
+            flushes: 90,
+            instructions: 90,
+            llc_misses: 90,
+            memory_writes_issued: 90,
+            mlp_stall_cycles: 90,
+            fence_stall_cycles: 90,
+        };
+        assert_eq!(region, ninety);
+    }
+
+    #[test]
+    fn a_region_of_interest_lasts_from_the_warm_up_clock_to_the_end_clock() {
+        // Fences with nothing to wait for cost only their instructions: (gap + 1) cycles at IPC 1.
+        let mut e = engine();
+        e.step(&Record::fence(99), 0).unwrap();
+        let start = e.roi_start();
+        assert_eq!((e.now(), start.cycle), (Cycle(100), Cycle(100)));
+        e.step(&Record::fence(199), 1).unwrap();
+        let region = e.snapshot().since(&start);
+        assert_eq!(region.cycle, Cycle(200));
+        assert_eq!((region.core.records, region.core.fences, region.core.instructions), (1, 1, 200));
+    }
+
+    #[test]
+    fn an_access_may_end_at_the_last_byte_of_memory_but_not_beyond() {
+        let mut e = engine();
+        let end = 32u64 << 30; // pcm.capacity_gib = 32
+        assert!(e.step(&Record::read(end - 64, 0), 0).is_ok());
+        let err = e.step(&Record::read(end, 0), 1).unwrap_err();
+        assert!(err.message.contains("beyond the 34359738368 bytes"), "{}", err.message);
+    }
+
+    #[test]
+    fn the_design_context_counts_every_hierarchy_line_and_metadata_block() {
+        let ctx = design_context(&engine().cfg);
+        // 64 KiB + 2 MiB + 16 MiB of 64 B lines; 256 + 512 + 256 KiB of metadata blocks.
+        assert_eq!(ctx.hierarchy_lines, 1024 + 32768 + 262144);
+        assert_eq!(ctx.metadata_lines, 4096 + 8192 + 4096);
+    }
+
+    #[test]
+    fn the_device_holds_the_data_its_metadata_and_the_drain_vault_in_whole_gib() {
+        use secmem_media::MemoryPort;
+        // 32 GiB of data, 0.5 GiB of counters (64 B per 4 KiB page), 4 GiB of 64-bit MACs, an
+        // 8-ary tree of ~77 MB and a vault of ~25 MB for 312 320 lines: 36.6 GiB, so 37.
+        assert_eq!(build_media(&engine().cfg).unwrap().capacity_bytes(), 37 << 30);
+    }
+
+    #[test]
+    fn instructions_retire_at_the_configured_ipc_with_fractions_carried_over() {
+        let mut e = engine_with(&["core.ipc=2"]);
+        e.step(&Record::fence(99), 0).unwrap();
+        assert_eq!(e.now(), Cycle(50), "100 instructions at IPC 2");
+        // At IPC 4 a lone instruction is a quarter cycle: the fourth completes the first cycle.
+        let mut e = engine_with(&["core.ipc=4"]);
+        let mut clock = vec![];
+        for i in 0..5 {
+            e.step(&Record::fence(0), i).unwrap();
+            clock.push(e.now().0);
+        }
+        assert_eq!(clock, [0, 0, 0, 1, 1]);
+    }
+
+    #[test]
+    fn an_access_not_aligned_to_its_own_size_is_an_error_when_alignment_is_required() {
+        let mut e = engine();
+        let rec = |addr, size_bytes| Record { op: Op::Read, addr, size_bytes, inst_gap: 0, data: None };
+        assert!(e.step(&rec(0x1008, 8), 0).is_ok());
+        for (i, (addr, size)) in [(0x1004, 8), (0x1000, 48)].into_iter().enumerate() {
+            let err = e.step(&rec(addr, size), 1 + i as u64).unwrap_err();
+            assert!(err.message.contains("not naturally aligned"), "{size} B at {addr:#x}: {}", err.message);
+        }
+    }
+
+    #[test]
+    fn a_store_without_data_writes_the_line_and_sequence_pattern_in_functional_mode() {
+        let mut e = engine_with(&["run.functional=true", "pcm.capacity_gib=1"]);
+        // Chunk i of the n-th store, as a little-endian u64:
+        // line.rotate_left(17) ^ n * 0x9E37_79B9_7F4A_7C15 ^ i * 0xD6E8_FEB8_6659_FD93.
+        let chunks = |d: [u8; 64]| -> Vec<u64> { d.chunks_exact(8).map(|c| u64::from_le_bytes(c.try_into().unwrap())).collect() };
+        e.step(&Record::write(5 << 6, 0), 0).unwrap();
+        let first = chunks(e.hier.cached_data(5).unwrap());
+        assert_eq!(first[..2], [0x9e37_79b9_7f40_7c15, 0x48df_8701_1919_8186]);
+        e.step(&Record::write(5 << 6, 0), 1).unwrap();
+        let second = chunks(e.hier.cached_data(5).unwrap());
+        assert_eq!(second[..2], [0x3c6e_f372_fe9e_f82a, 0xea86_0dca_98c7_05b9]);
+        for (i, c) in second.iter().enumerate() {
+            let n = 2u64;
+            assert_eq!(*c, 5u64.rotate_left(17) ^ n.wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ (i as u64).wrapping_mul(0xD6E8_FEB8_6659_FD93));
+        }
+    }
+
+    #[test]
+    fn at_memory_level_a_read_is_a_miss_a_write_is_posted_and_a_fence_waits_for_it() {
+        // No security, no ADR: a write is persistent when its array write ends. An idle PCM
+        // read is 150 ns (600 cycles at 4 GHz) plus a 5 ns (20-cycle) burst; a write is the
+        // burst and then 500 ns (2000 cycles) in the array.
+        let mut e = engine_with(&["run.trace_level=memory", "security.enabled=false", "pcm.adr=false"]);
+        e.step(&Record::read(0x1000, 0), 0).unwrap();
+        assert_eq!(e.core_stats().llc_misses, 1);
+        assert_eq!(e.snapshot().cycle, Cycle(1 + 620), "the run ends when the read returns");
+        // Line-interleaved: line 0x41 is on the other channel, so the read is no obstacle.
+        e.step(&Record::write(0x1040, 0), 1).unwrap(); // at cycle 2
+        e.step(&Record::flush(0x1040, 0), 2).unwrap(); // only counted
+        e.step(&Record::fence(0), 3).unwrap(); // at cycle 4
+        let s = e.core_stats();
+        assert_eq!((s.memory_writes_issued, s.flushes, s.fences), (1, 1, 1));
+        assert_eq!(s.fence_stall_cycles, 2 + 2020 - 4);
+        assert_eq!(e.now(), Cycle(2 + 2020));
+    }
+
+    #[test]
+    fn settle_moves_the_clock_to_the_last_miss_and_stall_adds_its_cycles() {
+        let mut e = engine_with(&["run.trace_level=memory", "security.enabled=false"]);
+        e.step(&Record::read(0x1000, 0), 0).unwrap();
+        assert_eq!(e.now(), Cycle(1));
+        e.settle();
+        assert_eq!(e.now(), Cycle(1 + 620), "an idle PCM read: 600 array + 20 burst cycles");
+        e.stall(Cycle(100));
+        assert_eq!(e.now(), Cycle(721));
+    }
+
+    #[test]
+    fn quiesce_waits_until_a_write_held_in_the_wpq_is_in_the_array() {
+        // Under ADR the write is persistent when the WPQ accepts it, at once: a fence does not
+        // wait. The watermark policy keeps it queued; quiesce drains it: burst + array write.
+        let mut e = engine_with(&["run.trace_level=memory", "security.enabled=false"]);
+        e.step(&Record::write(0x1000, 0), 0).unwrap();
+        e.step(&Record::fence(0), 1).unwrap();
+        assert_eq!((e.now(), e.core_stats().fence_stall_cycles), (Cycle(2), 0));
+        e.quiesce();
+        assert_eq!(e.now(), Cycle(2 + 20 + 2000));
+    }
+
+    #[test]
+    fn flush_hierarchy_writes_each_dirty_line_once_and_leaves_the_hierarchy_clean() {
+        let mut e = engine();
+        for (i, a) in [0x1000, 0x1040, 0x2000, 0x1000].into_iter().enumerate() {
+            e.step(&Record::write(a, 0), i as u64).unwrap();
+        }
+        e.step(&Record::read(0x3000, 0), 4).unwrap();
+        assert_eq!(e.flush_hierarchy(), Ok(3));
+        assert_eq!(e.core_stats().memory_writes_issued, 3);
+        assert!(e.hier.dirty_lines().is_empty());
+        assert_eq!(e.flush_hierarchy(), Ok(0));
+    }
+
+    #[test]
+    fn a_restored_line_is_cached_dirty_in_the_llc() {
+        let mut e = engine();
+        assert_eq!(e.restore_dirty_line(9, None), Ok(()));
+        assert_eq!(e.hier.dirty_lines_with_level(), vec![(Writeback { line: 9, data: None }, Level::Llc)]);
+        assert_eq!(e.core_stats().memory_writes_issued, 0, "an empty LLC displaces nothing");
+    }
+
+    #[test]
+    fn finish_design_writes_the_dirty_counter_and_mac_blocks_back() {
+        use secmem_media::TrafficClass;
+        let mut e = engine();
+        e.step(&Record::write(0x1000, 0), 0).unwrap();
+        e.step(&Record::flush(0x1000, 0), 1).unwrap();
+        let writes = |e: &Engine, c: TrafficClass| e.mc.snapshot().1.writes_by_class[c as usize];
+        // The data write bumped a counter and replaced a MAC; both blocks sit dirty in the
+        // metadata caches until the design makes its state durable.
+        assert_eq!((writes(&e, TrafficClass::Counter), writes(&e, TrafficClass::Mac)), (0, 0));
+        let done = e.finish_design().unwrap();
+        assert_eq!((writes(&e, TrafficClass::Counter), writes(&e, TrafficClass::Mac)), (1, 1));
+        assert!(done > e.now(), "the metadata writes take time: {done:?}");
+    }
+
+    #[test]
+    fn a_non_temporal_store_drops_every_cached_copy_and_goes_to_memory() {
+        let mut e = engine();
+        e.step(&Record::write(0x1000, 0), 0).unwrap();
+        e.store_non_temporal(0x40, None).unwrap();
+        assert!(e.hier.l1.probe(0x40).is_none() && e.hier.l2.probe(0x40).is_none() && e.hier.llc.probe(0x40).is_none());
+        let s = e.core_stats();
+        assert_eq!((s.writes, s.instructions, s.memory_writes_issued), (2, 2, 1));
+    }
+
+    #[cfg(feature = "canaries")]
+    #[test]
+    fn canaries_switched_on_for_this_thread_reach_controllers_built_later() {
+        let planted = secmem_schemes::Canaries { skip_root_check: true, ..Default::default() };
+        super::set_test_canaries(planted);
+        let e = engine_with(&["run.functional=true", "pcm.capacity_gib=1"]);
+        super::set_test_canaries(Default::default());
+        assert_eq!(e.mc.func.as_ref().unwrap().canaries, planted);
+        assert_eq!(super::test_canaries(), Default::default());
     }
 }

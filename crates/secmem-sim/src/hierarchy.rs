@@ -412,6 +412,125 @@ mod tests {
     }
 
     #[test]
+    fn a_hierarchy_built_without_contents_says_so_and_drops_store_data() {
+        // The OS model asks `tracks_data` whether its kernel copies should carry bytes.
+        assert!(tiny(true, true).tracks_data());
+        let mut h = tiny(true, false);
+        assert!(!h.tracks_data());
+        h.access(7, true, Some(&[5; 64]));
+        assert_eq!(h.cached_data(7), None, "no level keeps bytes");
+        assert_eq!(h.flush_line(7), Some(Writeback { line: 7, data: None }));
+    }
+
+    #[test]
+    fn dirty_lines_name_each_dirty_line_once_with_its_uppermost_dirty_copy() {
+        let mut h = tiny(true, true);
+        h.access(0, true, Some(&[1; 64]));
+        h.set_filled_data(0, &[9; 64], true);
+        // Sixteen more lines push line 0 out of the 16-line L1: its dirty copy is written into L2.
+        for l in 1..=16 {
+            h.access(l, false, None);
+        }
+        // A second store hits L2 and fills L1 dirty: L1 [2], L2 [1] (dirty), LLC [9] (clean).
+        assert_eq!(h.access(0, true, Some(&[2; 64])), Level::L2);
+        assert!(h.l2.is_dirty(h.l2.probe(0).unwrap()));
+        h.restore_dirty(200, Some([7; 64]));
+        let l1_copy = Writeback { line: 0, data: Some([2; 64]) };
+        let restored = Writeback { line: 200, data: Some([7; 64]) };
+        assert_eq!(h.dirty_lines_with_level(), vec![(l1_copy.clone(), Level::L1), (restored.clone(), Level::Llc)]);
+        assert_eq!(h.dirty_lines(), vec![l1_copy, restored]);
+    }
+
+    #[test]
+    fn a_restored_line_sits_dirty_in_the_llc_only_and_its_victim_goes_to_memory() {
+        let mut h = tiny(true, true);
+        h.access(0, true, Some(&[0xAA; 64]));
+        // 63 more lines fill the 64-line LLC; line 0's dirty copy has moved down to the LLC
+        // (out of L1 at line 16, out of L2 at line 32) and is the LLC's LRU line.
+        for l in 1..64 {
+            h.access(l, false, None);
+        }
+        assert!(h.writebacks.is_empty());
+        h.restore_dirty(500, Some([7; 64]));
+        assert_eq!(h.writebacks, vec![Writeback { line: 0, data: Some([0xAA; 64]) }]);
+        assert!(h.l1.probe(500).is_none() && h.l2.probe(500).is_none());
+        assert!(h.llc.is_dirty(h.llc.probe(500).unwrap()));
+        assert_eq!(h.access(500, false, None), Level::Llc);
+        assert_eq!(h.cached_data(500), Some([7; 64]));
+    }
+
+    #[test]
+    fn an_inclusive_llc_victim_writes_back_its_dirty_l1_content_not_the_stale_llc_copy() {
+        let mut h = tiny(true, true);
+        h.access(0, true, Some(&[0xAB; 64]));
+        h.set_filled_data(0, &[9; 64], true);
+        // Line 0 stays hot in L1 (dirty, [0xAB]) while 63 lines fill the LLC around its clean
+        // [9] copy; L1 hits never reach the LLC's LRU, so line 64 evicts line 0 from the LLC.
+        for l in 1..64 {
+            h.access(l, false, None);
+            h.access(0, false, None);
+        }
+        assert!(h.writebacks.is_empty());
+        h.access(64, false, None);
+        assert_eq!(h.writebacks, vec![Writeback { line: 0, data: Some([0xAB; 64]) }]);
+        assert!(h.l1.probe(0).is_none());
+    }
+
+    #[test]
+    fn a_line_read_from_memory_keeps_its_content_in_l2_after_leaving_l1() {
+        let mut h = tiny(true, true);
+        assert_eq!(h.access(8, false, None), Level::Memory);
+        h.set_filled_data(8, &[3; 64], false);
+        for l in 100..116 {
+            h.access(l, false, None);
+        }
+        assert!(h.l1.probe(8).is_none());
+        assert_eq!(h.access(8, false, None), Level::L2);
+        assert_eq!(h.cached_data(8), Some([3; 64]));
+    }
+
+    #[test]
+    fn a_dirty_l1_victim_that_l2_dropped_is_filled_into_l2_dirty() {
+        let mut h = tiny(true, true);
+        h.access(0, true, Some(&[0xAB; 64]));
+        // Hot in L1 while 32 lines pass through the 32-line L2: its clean L2 copy leaves.
+        for l in 1..=32 {
+            h.access(l, false, None);
+            h.access(0, false, None);
+        }
+        assert!(h.l2.probe(0).is_none());
+        // Sixteen new lines push it out of L1: it must come back into L2, dirty.
+        for l in 33..=48 {
+            h.access(l, false, None);
+        }
+        assert!(h.l1.probe(0).is_none());
+        assert_eq!(h.dirty_lines_with_level(), vec![(Writeback { line: 0, data: Some([0xAB; 64]) }, Level::L2)]);
+    }
+
+    #[test]
+    fn a_dirty_line_the_lower_levels_dropped_still_reaches_memory_without_inclusion() {
+        for track_data in [false, true] {
+            let mut h = tiny(false, track_data);
+            h.access(0, true, Some(&[0xAB; 64]));
+            // Hot in L1 while 64 lines pass through L2 and the LLC: both drop their clean copies
+            // (a non-inclusive LLC does not back-invalidate L1).
+            for l in 1..=64 {
+                h.access(l, false, None);
+                h.access(0, false, None);
+            }
+            assert!(h.l2.probe(0).is_none() && h.llc.probe(0).is_none() && h.writebacks.is_empty());
+            // Untouched from here, the dirty line leaves L1 within 16 new lines, L2 within 32
+            // more (into the LLC, dirty) and the LLC within 64 more: 112 in all.
+            for l in 65..=(64 + 112) {
+                h.access(l, false, None);
+            }
+            let data = track_data.then_some([0xAB; 64]);
+            assert_eq!(h.writebacks, vec![Writeback { line: 0, data }], "track_data = {track_data}");
+            assert!(h.dirty_lines().is_empty());
+        }
+    }
+
+    #[test]
     fn evicted_dirty_data_reaches_the_writeback() {
         let mut h = tiny(true, true);
         h.access(0, true, Some(&[0xAA; 64]));
