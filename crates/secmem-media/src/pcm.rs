@@ -1596,7 +1596,8 @@ mod tests {
     }
 
     #[test]
-    fn a_search_for_a_short_burst_does_not_skip_gaps_only_too_short_for_a_longer_one() {
+    fn a_search_for_a_burst_does_not_skip_gaps_only_too_short_for_a_longer_one() {
+        // Bursts within a word (the bit search).
         let mut cal = BusCalendar::new(BUS_WINDOW_WORDS);
         // Booked: [100, 120), [122, 142), [150, 170); free gaps of 2 and 8 cycles between.
         assert_eq!(cal.book(100, 20), 100);
@@ -1609,6 +1610,30 @@ mod tests {
         // 8-cycle one at 142: what the search learnt about 20-cycle windows says nothing
         // about 5-cycle ones.
         assert_eq!(cal.book(101, 5), 142);
+
+        // Bursts longer than a word (the word-by-word search), likewise.
+        let mut cal = BusCalendar::new(BUS_WINDOW_WORDS);
+        // Booked: [1000, 1100), [1110, 1210), [1290, 1390); free gaps of 10 and 80 cycles.
+        assert_eq!(cal.book(1000, 100), 1000);
+        assert_eq!(cal.book(1110, 100), 1110);
+        assert_eq!(cal.book(1290, 100), 1290);
+        // No free 100-cycle window starts in 1001..1490.
+        assert_eq!(cal.book(1001, 100), 1390);
+        // The 80-cycle gap takes a 70-cycle burst.
+        assert_eq!(cal.book(1001, 70), 1210);
+    }
+
+    #[test]
+    fn a_burst_ready_in_a_booked_run_steps_over_every_run_too_close_after_it() {
+        // Cycles 0 and 2 booked (bursts of other lengths): a 20-cycle burst ready at 0 cannot
+        // start at 0 nor at 1 (it would hold cycle 2); [3, 23) is the first free window.
+        let mut cal = BusCalendar::new(BUS_WINDOW_WORDS);
+        assert_eq!(cal.book(0, 1), 0);
+        assert_eq!(cal.book(2, 1), 2);
+        assert_eq!(cal.book(0, 20), 3);
+        // The search found no free 20-cycle window in 0..23: the next one ready at 0 goes
+        // right after the burst it booked.
+        assert_eq!(cal.book(0, 20), 23);
     }
 
     #[test]
