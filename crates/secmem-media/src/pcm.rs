@@ -1559,6 +1559,19 @@ mod tests {
     }
 
     #[test]
+    fn burst_mask_is_the_low_len_bits_for_bursts_of_one_to_64_cycles_else_zero() {
+        // Its zero sends a burst to the word-by-word search, whose answers are the same, so
+        // no booking shows a wrong mask here: only the fast path's eligibility depends on it.
+        assert_eq!(burst_mask(1), 1);
+        assert_eq!(burst_mask(20), (1 << 20) - 1);
+        assert_eq!(burst_mask(63), u64::MAX >> 1);
+        // A whole word still fits in a word.
+        assert_eq!(burst_mask(64), u64::MAX);
+        assert_eq!(burst_mask(65), 0);
+        assert_eq!(burst_mask(0), 0);
+    }
+
+    #[test]
     fn bus_calendar_fills_a_gap_before_a_later_booking() {
         let mut cal = BusCalendar::new(BUS_WINDOW_WORDS);
         assert_eq!(cal.book(100, 20), 100);
@@ -1569,6 +1582,58 @@ mod tests {
         assert_eq!(cal.book(62, 10), 70);
         cal.prune(1 << 30);
         assert_eq!(cal.book((1 << 30) + 5, 20), (1 << 30) + 5);
+    }
+
+    #[test]
+    fn a_whole_word_burst_after_a_one_cycle_booking_needs_the_cycle_a_word_later_free_too() {
+        // 64-cycle bursts (16 ns at 4 GHz). Cycles 0 and 64 are booked, 1..64 free.
+        let mut cal = BusCalendar::new(BUS_WINDOW_WORDS);
+        assert_eq!(cal.book(0, 1), 0);
+        assert_eq!(cal.book(64, 1), 64);
+        // Ready at 0: the run there ends at 1, but [1, 65) holds cycle 64, which lies past
+        // the 64 cycles read from `ready`; the first free window is [65, 129).
+        assert_eq!(cal.book(0, 64), 65);
+    }
+
+    #[test]
+    fn a_search_for_a_burst_does_not_skip_gaps_only_too_short_for_a_longer_one() {
+        // Bursts within a word (the bit search).
+        let mut cal = BusCalendar::new(BUS_WINDOW_WORDS);
+        // Booked: [100, 120), [122, 142), [150, 170); free gaps of 2 and 8 cycles between.
+        assert_eq!(cal.book(100, 20), 100);
+        assert_eq!(cal.book(122, 20), 122);
+        assert_eq!(cal.book(150, 20), 150);
+        // A 20-cycle burst ready at 101 fits in neither gap: [170, 190). The search learnt
+        // that no free 20-cycle window starts in 101..190.
+        assert_eq!(cal.book(101, 20), 170);
+        // A 5-cycle burst ready at 101 does not fit in the 2-cycle gap but does in the
+        // 8-cycle one at 142: what the search learnt about 20-cycle windows says nothing
+        // about 5-cycle ones.
+        assert_eq!(cal.book(101, 5), 142);
+
+        // Bursts longer than a word (the word-by-word search), likewise.
+        let mut cal = BusCalendar::new(BUS_WINDOW_WORDS);
+        // Booked: [1000, 1100), [1110, 1210), [1290, 1390); free gaps of 10 and 80 cycles.
+        assert_eq!(cal.book(1000, 100), 1000);
+        assert_eq!(cal.book(1110, 100), 1110);
+        assert_eq!(cal.book(1290, 100), 1290);
+        // No free 100-cycle window starts in 1001..1490.
+        assert_eq!(cal.book(1001, 100), 1390);
+        // The 80-cycle gap takes a 70-cycle burst.
+        assert_eq!(cal.book(1001, 70), 1210);
+    }
+
+    #[test]
+    fn a_burst_ready_in_a_booked_run_steps_over_every_run_too_close_after_it() {
+        // Cycles 0 and 2 booked (bursts of other lengths): a 20-cycle burst ready at 0 cannot
+        // start at 0 nor at 1 (it would hold cycle 2); [3, 23) is the first free window.
+        let mut cal = BusCalendar::new(BUS_WINDOW_WORDS);
+        assert_eq!(cal.book(0, 1), 0);
+        assert_eq!(cal.book(2, 1), 2);
+        assert_eq!(cal.book(0, 20), 3);
+        // The search found no free 20-cycle window in 0..23: the next one ready at 0 goes
+        // right after the burst it booked.
+        assert_eq!(cal.book(0, 20), 23);
     }
 
     #[test]
