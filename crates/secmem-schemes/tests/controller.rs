@@ -121,6 +121,31 @@ fn write_with_counter_miss_is_persistent_after_counter_pad_mac_and_the_device_wr
 }
 
 #[test]
+fn an_eager_write_completes_when_the_last_of_its_sequential_path_hashes_updates_the_root() {
+    // 4096 pages (16 MiB) at arity 8: counters (4096) -> 512 -> 64 -> 8 -> root. The eager
+    // path from a counter block to the root is four hashes, one after another, and with every
+    // block cached they outlast the data write, so they decide when the write is done.
+    let sec = SecurityConfig::default();
+    let tree = TreeConfig { arity: 8, update: TreeUpdate::Eager };
+    let caches = MetadataCachesConfig {
+        counter: CacheConfig::new(64, 16, 2),
+        mac: CacheConfig::new(64, 16, 2),
+        tree: CacheConfig::new(64, 16, 2),
+    };
+    let media = Box::new(FixedLatencyMedia::new(100, 300, 1 << 30));
+    let mut m = SecureMc::new(&sec, &tree, &caches, 4096 * 4096, media, 1).unwrap();
+    assert_eq!(m.layout.tree.nodes, vec![4096, 512, 64, 8, 1]);
+    m.write_line(0, None, Cycle(0)).unwrap(); // brings in the counter, MAC and path
+    let now = 100_000u64;
+    let done = m.write_line(1, None, Cycle(now)).unwrap();
+    // Counter hit (2); the first hash waits for its parent's hit (2 more), the later parents
+    // hit while earlier hashes run; then 4 hashes of 160. The data write alone would be done
+    // after 2 + 40 + 1 (pad, XOR) + 160 (MAC) + 300 = 503 cycles.
+    let ctr_at_cycles = 2;
+    assert_eq!(done, Cycle(now + ctr_at_cycles + 2 + 4 * 160));
+}
+
+#[test]
 fn non_secure_mode_sends_only_data_traffic() {
     let mut m = mc_with(TreeUpdate::Lazy, 64, MetadataPersistence::WriteBack, false);
     m.write_line(0, None, Cycle(0)).unwrap();

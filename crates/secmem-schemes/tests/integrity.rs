@@ -558,3 +558,36 @@ fn a_regular_resized_page_keeps_minors_past_63_through_a_crash() {
     assert_eq!(d.read(&mut m, A * 64, Cycle(1 << 32)).unwrap().1.unwrap(), content(A * 64, 99));
 }
 
+
+// ---------------------------------------------------------------- hash memos
+
+#[test]
+fn a_fetched_block_without_a_memo_is_hashed_and_that_hash_memoised_on_its_own_line() {
+    // verify_chain hashes a fetched block that has no memo and records the hash as that
+    // block's memo (nvm_image module docs: a refetch of the unchanged block need not hash it
+    // again). The memo must be exactly the block's tree entry, on the block's own line.
+    let mut m = functional(TreeUpdate::Lazy, MetadataPersistence::WriteBack);
+    let line = 9 * 64 + 1; // page 9, under level-1 node 1
+    m.write_line(line, Some(&content(line, 1)), Cycle(0)).unwrap();
+    m.flush_metadata(Cycle(1000)).unwrap();
+    m.drop_metadata_caches();
+    let counter_key = m.layout.counter_addr(9) >> 6;
+    let node_key = m.layout.tree.node_addr(1, 1) >> 6;
+    let f = m.func.as_mut().unwrap();
+    let tag = f.memo_tag();
+    // Writing a line clears its memo (the write-back above memoised both blocks): putting the
+    // same bytes back leaves blocks the next read must hash.
+    for key in [counter_key, node_key] {
+        let b = f.image.get(key);
+        f.image.put(key, b);
+        assert_eq!(f.image.get_opt_with_memo(key, &tag).1, 0);
+    }
+    m.read_line(line, Cycle(2000)).unwrap();
+    let f = m.func.as_ref().unwrap();
+    for (level, index, key) in [(0, 9, counter_key), (1, 1, node_key)] {
+        let (bytes, memo) = f.image.get_opt_with_memo(key, &tag);
+        let entry = f.child_entry(level, index, &bytes.unwrap());
+        assert_ne!(entry, 0, "level {level}: a written block's entry is never 0");
+        assert_eq!(memo, entry, "level {level}");
+    }
+}
