@@ -1637,6 +1637,27 @@ mod tests {
     }
 
     #[test]
+    fn a_burst_with_no_free_window_before_the_calendar_end_gets_the_first_stepped_start_ending_past_it() {
+        // A 4-word window: cycles 0..256. The answer is unrecorded; it replays the original
+        // search, which stepped from a candidate to just past the highest booked cycle it
+        // overlaps, until a candidate's window ends past 256.
+        let mut cal = BusCalendar::new(4);
+        assert_eq!(cal.book(200, 20), 200);
+        assert_eq!(cal.book(236, 20), 236);
+        // Ready at 195: 195 overlaps up to 214, so 215; that overlaps up to 219, so 220; that
+        // overlaps 236..239, so 240, whose window [240, 260) ends past the calendar.
+        assert_eq!(cal.book(195, 20), 240);
+
+        // A candidate whose first word is free: the stepping reads on into the next word.
+        let mut cal = BusCalendar::new(4);
+        assert_eq!(cal.book(200, 20), 200);
+        assert_eq!(cal.book(230, 20), 230);
+        // Ready at 170: [170, 210) is free up to 191 (word 2) and booked to 209 (word 3), so
+        // 210; [210, 250) overlaps up to 249, so 250, whose window ends past 256.
+        assert_eq!(cal.book(170, 40), 250);
+    }
+
+    #[test]
     fn a_long_burst_ending_at_the_window_end_keeps_the_first_words_bookings() {
         // A 4-word window: cycles 0..256, ring slots 0..4. Bursts over 64 cycles (bus
         // transfers over 16 ns at 4 GHz) take the word-by-word search.
