@@ -116,6 +116,46 @@ fn recovery_names_the_lowest_leftmost_bad_node_after_matching_ones_and_stray_one
 }
 
 #[test]
+fn what_does_a_failed_recovery_say_when_a_replayed_counter_block_leaves_a_stored_node_stale() {
+    // docs/security.md "Recovery", step 3: the error reads "recovery failed closed: <why>;
+    // first bad node: <node>". Page 40 belongs to level-1 node 40 / 8 = 5; replaying its
+    // counter block makes the rebuilt node 5 differ from the stored one (nodes 0..4 are
+    // never written, so absent in NVM and rebuilt as absent: they match).
+    let mut m = functional(TreeUpdate::Eager, MetadataPersistence::Strict);
+    let line = 40 * 64 + 2;
+    m.write_line(line, Some(&content(line, 1)), Cycle(0)).unwrap();
+    let caddr = m.layout.counter_addr(40) >> 6;
+    let old = m.func.as_ref().unwrap().image.get(caddr);
+    m.write_line(line, Some(&content(line, 2)), Cycle(1000)).unwrap();
+    m.crash(false);
+    m.func.as_mut().unwrap().image.put(caddr, old);
+    let node = m.layout.tree.node_addr(1, 5);
+    let e = rebuild_and_verify(&mut m, Cycle(0)).unwrap_err();
+    assert_eq!(
+        e.to_string(),
+        format!(
+            "recovery failed closed: the tree rebuilt from persisted counters does not match the on-chip root; \
+             first bad node: tree level 1 index 5 (address {node:#x})"
+        )
+    );
+}
+
+#[test]
+fn what_does_a_failed_recovery_name_when_every_stored_node_matches_but_the_root_register_does_not() {
+    // Step 3: the first bad node is `root` when every stored node equals its rebuilt value.
+    // NVM is consistent after a strict run; only the on-chip root register is altered.
+    let mut m = functional(TreeUpdate::Eager, MetadataPersistence::Strict);
+    m.write_line(70, Some(&content(70, 1)), Cycle(0)).unwrap();
+    m.crash(false);
+    m.func.as_mut().unwrap().root[0] ^= 1;
+    let e = rebuild_and_verify(&mut m, Cycle(0)).unwrap_err();
+    assert_eq!(
+        e.to_string(),
+        "recovery failed closed: the tree rebuilt from persisted counters does not match the on-chip root; first bad node: root"
+    );
+}
+
+#[test]
 fn counting_mode_recovery_reports_the_same_reads_hashes_and_cycles_as_functional_mode() {
     // Counting mode has no bytes to rebuild from; its report must still be the work the
     // functional rebuild does over the same persisted counter blocks: the same device reads
