@@ -121,7 +121,7 @@ fn rebuild(
         if plevel == root {
             let rebuilt = next.first().map(|x| x.1).unwrap_or([0; 64]);
             if rebuilt != func.root && !func.canaries.skip_root_check {
-                report.cycles = (issue_last - now).0 + report.hashes * mc.p.hash.0;
+                // (No work is reported on failure: the caller drops the report with the error.)
                 return Err(RecoveryError {
                     first_bad: first_bad.unwrap_or_else(|| "root".to_string()),
                     message: "the tree rebuilt from persisted counters does not match the on-chip root".into(),
