@@ -756,7 +756,7 @@ impl SecureMc {
             }
             if kind != MetaKind::Mac && self.p.update == TreeUpdate::Lazy {
                 let (level, index) = self.meta_key_to_node(kind, key);
-                let entry = self.update_parent(level, index, payload.as_ref(), now)?.1;
+                let entry = self.update_parent(level, index, payload.as_ref(), now)?;
                 if let (Some(f), Some(p), Some(e)) = (self.func.as_mut(), payload, entry) {
                     // The hash of the bytes just persisted: a refetch need not hash them again.
                     if e != 0 {
@@ -771,10 +771,13 @@ impl SecureMc {
 
     /// Recomputes the hash of block (level, index) (content `bytes` in functional mode) into
     /// its parent (one hash), marking the parent dirty, or into the root register. Returns
-    /// when done and the entry computed (functional mode).
-    fn update_parent(&mut self, level: usize, index: u64, bytes: Option<&[u8; 64]>, now: Cycle) -> Result<(Cycle, Option<u64>), IntegrityError> {
+    /// the entry computed (functional mode). No cycle: the only caller is a metadata
+    /// write-back, which costs no latency to the access that caused it (module docs,
+    /// "Timing"), so when the hash is done is never needed; the parent's fetch still
+    /// occupies the device.
+    fn update_parent(&mut self, level: usize, index: u64, bytes: Option<&[u8; 64]>, now: Cycle) -> Result<Option<u64>, IntegrityError> {
         if self.func.as_ref().is_some_and(|f| f.canaries.skip_tree_update) {
-            return Ok((now, None));
+            return Ok(None);
         }
         let (plvl, pidx) = self.layout.tree.parent(level, index);
         self.stats.mac_ops.tree_update += 1;
@@ -788,14 +791,14 @@ impl SecureMc {
             if let (Some(f), Some(e)) = (self.func.as_mut(), entry) {
                 f.set_root_entry(slot, e);
             }
-            return Ok((now + self.p.hash, entry));
+            return Ok(entry);
         }
-        let t = self.ensure_block(plvl, pidx, true, now)?;
+        self.ensure_block(plvl, pidx, true, now)?;
         if let Some(e) = entry {
             let pkey = self.layout.tree.node_addr(plvl, pidx) >> LINE_SHIFT;
             set_node_entry(self.payload_mut(MetaKind::Tree, pkey), slot, e);
         }
-        Ok((t + self.p.hash, entry))
+        Ok(entry)
     }
 
     /// Eager update: recompute every hash from the counter block of `page` to the root.
