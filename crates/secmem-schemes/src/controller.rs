@@ -444,6 +444,25 @@ impl SecureMc {
         }
     }
 
+    /// Functional mode, first look-ahead stage for a record in the page of the one before:
+    /// only its data line's index entry (the page's metadata lines are the ones the first
+    /// record of the page prefetched). Changes no simulated state; no-op in counting mode.
+    #[inline]
+    pub fn prefetch_image_data_index(&self, line: u64) {
+        if let Some(f) = self.func.as_ref() {
+            f.image.prefetch_index(line);
+        }
+    }
+
+    /// Second stage of [`prefetch_image_data_index`](Self::prefetch_image_data_index): the
+    /// data line's stored bytes.
+    #[inline]
+    pub fn prefetch_image_data_bytes(&self, line: u64) {
+        if let Some(f) = self.func.as_ref() {
+            f.image.prefetch_bytes(line);
+        }
+    }
+
     /// Functional mode, second look-ahead stage (after
     /// [`prefetch_image_index`](Self::prefetch_image_index)): hints the host CPU to fetch the
     /// stored bytes of those lines. Changes no simulated state; no-op in counting mode.

@@ -484,8 +484,12 @@ impl Engine {
                 return;
             }
             // A record in the page of the previous one (sequential traffic) touches the sets
-            // next to its predecessor's, which the hardware prefetcher follows.
+            // next to its predecessor's, which the hardware prefetcher follows — except, in
+            // functional mode, its data line's image index entry, which hashing puts anywhere.
             if self.prefetch_page_early.replace(line >> 6) == line >> 6 {
+                if self.functional {
+                    self.mc.prefetch_image_data_index(line);
+                }
                 return;
             }
             self.hier.l2.prefetch(line);
@@ -510,8 +514,15 @@ impl Engine {
         }
         let line = rec.addr >> LINE_SHIFT;
         // Records in the page of the previous one (sequential traffic) find everything in
-        // the host caches already, and the hardware prefetcher follows their victims.
+        // the host caches already, and the hardware prefetcher follows their victims — but
+        // for, in functional mode, the line's own image bytes (placed in first-write order)
+        // and the content slots its fills overwrite (a set's slots are `ways` lines apart).
         if self.prefetch_page.replace(line >> 6) == line >> 6 {
+            if self.functional {
+                self.mc.prefetch_image_data_bytes(line);
+                self.hier.llc.prefetch_data(line);
+                self.hier.l2.prefetch_data(line);
+            }
             return;
         }
         if let Some((v2, true)) = self.hier.l2.next_victim(line) {
