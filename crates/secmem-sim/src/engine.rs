@@ -481,6 +481,9 @@ impl Engine {
                 if rec.op == Op::Write {
                     self.mc.counters.prefetch_line(line);
                 }
+                if self.functional {
+                    self.mc.prefetch_image_index(line);
+                }
                 return;
             }
             // A record in the page of the previous one (sequential traffic) touches the sets
@@ -509,10 +512,17 @@ impl Engine {
     /// Changes no simulated state; a wrong guess costs one useless host prefetch.
     #[inline]
     pub fn prefetch_late(&self, rec: &Record) {
-        if self.memory_level || !matches!(rec.op, Op::Read | Op::Write) {
+        if !matches!(rec.op, Op::Read | Op::Write) {
             return;
         }
         let line = rec.addr >> LINE_SHIFT;
+        if self.memory_level {
+            // No hierarchy: only the controller's image reads are worth fetching ahead.
+            if self.functional {
+                self.mc.prefetch_image_bytes(line);
+            }
+            return;
+        }
         // Records in the page of the previous one (sequential traffic) find everything in
         // the host caches already, and the hardware prefetcher follows their victims — but
         // for, in functional mode, the line's own image bytes (placed in first-write order)
