@@ -199,6 +199,11 @@ impl Config {
             ensure(self.llc.size_kib >= self.l2.size_kib, "llc.size_kib", || {
                 format!("an inclusive LLC ({} KiB) cannot be smaller than L2 ({} KiB)", self.llc.size_kib, self.l2.size_kib)
             })?;
+            // The LLC holds every line of L1 too (an L1 larger than the LLC, with a small L2,
+            // was accepted).
+            ensure(self.llc.size_kib >= self.l1.size_kib, "llc.size_kib", || {
+                format!("an inclusive LLC ({} KiB) cannot be smaller than L1 ({} KiB)", self.llc.size_kib, self.l1.size_kib)
+            })?;
         }
         let w = &self.workload;
         ensure(["sequential", "random", "stride", "zipf"].contains(&w.pattern.as_str()), "workload.pattern", || {
@@ -266,6 +271,14 @@ mod tests {
         // An endless file is refused after the size bound, not read until memory runs out.
         let e = Config::load(None, Some(std::path::Path::new("/dev/zero")), &[]).unwrap_err();
         assert!(e.message.contains("larger than the 16 MiB"), "{e}");
+        // An inclusive LLC holds every line of L1 as well as of L2 (found by fuzzing: a 4 MiB L1
+        // over a 64 KiB L2 and a 1 MiB inclusive LLC ran).
+        let big_l1 = ["l1.size_kib=4096", "l2.size_kib=64", "llc.size_kib=1024"].map(String::from);
+        let e = Config::load(None, None, &big_l1).unwrap_err();
+        assert!(e.field == "llc.size_kib" && e.message.contains("smaller than L1 (4096 KiB)"), "{e}");
+        let mut exclusive = big_l1.to_vec();
+        exclusive.push("hierarchy.inclusive_llc=false".into());
+        assert!(Config::load(None, None, &exclusive).is_ok());
         // The largest accepted values still load.
         let edge = ["core.ipc=0.001", "core.max_outstanding_misses=4096", "os.page_fault_cycles=4294967296", "pcm.bus_transfer_ns=1000"];
         assert!(Config::load(Some("default"), None, &edge.map(String::from)).is_ok());
