@@ -363,3 +363,21 @@ def test_json_commands_save_their_result_beside_the_resolved_config_they_ran_wit
     # Without --out nothing is written.
     cli("forkbench", "--footprint-bytes", 1 << 20, check=True)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["c", "f"]
+
+
+def test_forkbench_refuses_run_fields_it_would_ignore_or_that_its_trace_refuses(cli):
+    # Found by fuzzing: each printed the whole workload's counts (memory level: other counts)
+    # with exit 0, while `run --trace` of the same workload stops early or refuses the field.
+    for field in ("run.trace_level=memory", "run.max_requests=10", "run.warmup_requests=100"):
+        res = cli("forkbench", "--scheme", "lelantus", "--footprint-bytes", "1048576", "-p", field)
+        assert res.returncode == 2 and f"config field '{field.split('=')[0]}'" in res.stderr, (field, res.stderr)
+        assert "Traceback" not in res.stderr
+
+
+def test_a_sweep_over_preset_names_is_refused_instead_of_relabelling_one_machine(cli, tmp_path):
+    # Found by fuzzing: `--vary preset=horus,bmf` (and `-p preset=bmf`) ran the default
+    # machine under each name, identical rows labelled with different papers.
+    res = cli("sweep", "-p", "workload.requests=100", "--vary", "preset=horus,bmf", "--out", tmp_path / "s")
+    assert res.returncode == 2 and "config field 'preset'" in res.stderr and "--preset" in res.stderr
+    res = cli("run", "--preset", "bmf", "-p", "preset=bmf", "-p", "workload.requests=100", "--out", tmp_path / "r")
+    assert res.returncode == 0, res.stderr

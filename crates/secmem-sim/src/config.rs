@@ -130,7 +130,26 @@ impl Config {
             add(&mut tree, &layer, path.display().to_string())?;
         }
         for o in overrides {
-            add(&mut tree, &parse_override(o)?, format!("-p {o}"))?;
+            let layer = parse_override(o)?;
+            // `preset` records which preset the layers below came from; setting it loads
+            // nothing. `-p preset=bmf` (or `sweep --vary preset=horus,bmf`) ran the machine
+            // below under the other preset's name, identical runs labelled differently.
+            // A config file may carry it (a resolved config.toml spells out every field).
+            if let (Some(want), Some(have)) = (layer.get("preset"), tree.get("preset")) {
+                // An unknown name or a wrong type keeps its own error, from validation.
+                if want != have && want.as_str().is_some_and(|n| presets::get(n).is_ok()) {
+                    let name = |v: &toml::Value| v.as_str().map_or_else(|| v.to_string(), str::to_string);
+                    return Err(ConfigError::new(
+                        "preset",
+                        format!(
+                            "names the preset the config was built from and loads nothing: this one is built from '{}'; choose a preset with --preset {} (in -p {o})",
+                            name(have),
+                            name(want)
+                        ),
+                    ));
+                }
+            }
+            add(&mut tree, &layer, format!("-p {o}"))?;
         }
         let named = |e: ConfigError| match origin.get(&e.field) {
             Some(from) => ConfigError::new(e.field.clone(), format!("{} (in {from})", e.message)),
@@ -199,6 +218,11 @@ impl Config {
             ensure(self.llc.size_kib >= self.l2.size_kib, "llc.size_kib", || {
                 format!("an inclusive LLC ({} KiB) cannot be smaller than L2 ({} KiB)", self.llc.size_kib, self.l2.size_kib)
             })?;
+            // The LLC holds every line of L1 too (an L1 larger than the LLC, with a small L2,
+            // was accepted).
+            ensure(self.llc.size_kib >= self.l1.size_kib, "llc.size_kib", || {
+                format!("an inclusive LLC ({} KiB) cannot be smaller than L1 ({} KiB)", self.llc.size_kib, self.l1.size_kib)
+            })?;
         }
         let w = &self.workload;
         ensure(["sequential", "random", "stride", "zipf"].contains(&w.pattern.as_str()), "workload.pattern", || {
@@ -266,6 +290,22 @@ mod tests {
         // An endless file is refused after the size bound, not read until memory runs out.
         let e = Config::load(None, Some(std::path::Path::new("/dev/zero")), &[]).unwrap_err();
         assert!(e.message.contains("larger than the 16 MiB"), "{e}");
+        // Naming another preset with -p loads nothing, so it is refused; naming the preset the
+        // config is built from is harmless (found by fuzzing: `sweep --vary preset=horus,bmf`
+        // ran the default machine twice under two names).
+        let e = Config::load(Some("horus"), None, &["preset=bmf".to_string()]).unwrap_err();
+        assert!(e.field == "preset" && e.message.contains("--preset bmf") && e.message.contains("'horus'"), "{e}");
+        let e = Config::load(None, None, &["preset=\"strict\"".to_string()]).unwrap_err();
+        assert!(e.field == "preset" && e.message.contains("'default'"), "{e}");
+        assert_eq!(Config::load(Some("bmf"), None, &["preset=bmf".to_string()]).unwrap().preset, "bmf");
+        // An inclusive LLC holds every line of L1 as well as of L2 (found by fuzzing: a 4 MiB L1
+        // over a 64 KiB L2 and a 1 MiB inclusive LLC ran).
+        let big_l1 = ["l1.size_kib=4096", "l2.size_kib=64", "llc.size_kib=1024"].map(String::from);
+        let e = Config::load(None, None, &big_l1).unwrap_err();
+        assert!(e.field == "llc.size_kib" && e.message.contains("smaller than L1 (4096 KiB)"), "{e}");
+        let mut exclusive = big_l1.to_vec();
+        exclusive.push("hierarchy.inclusive_llc=false".into());
+        assert!(Config::load(None, None, &exclusive).is_ok());
         // The largest accepted values still load.
         let edge = ["core.ipc=0.001", "core.max_outstanding_misses=4096", "os.page_fault_cycles=4294967296", "pcm.bus_transfer_ns=1000"];
         assert!(Config::load(Some("default"), None, &edge.map(String::from)).is_ok());

@@ -272,6 +272,27 @@ pub fn write_trace(spec: &CowSpec, path: &Path, format: Format, with_data: bool)
 /// Runs a workload on `cfg` (its design, preset, mode); returns the JSON result.
 pub fn run(cfg: &Config, spec: &CowSpec) -> Result<Value, OsError> {
     spec.validate().map_err(OsError)?;
+    // The same refusal as for the workload's trace (`secmem run --trace`): a memory-level
+    // config would send the processes' loads and stores past the caches, a run no trace of
+    // this workload may make.
+    crate::os_trace::require_core_level(cfg).map_err(|e| OsError(e.to_string()))?;
+    // The workload runs whole and marks its own region of interest (its trace's ROI record):
+    // these were ignored without a word, while `run --trace` of the same workload stops after
+    // run.max_requests records and refuses a warm-up beside the ROI.
+    if cfg.run.warmup_requests > 0 {
+        return Err(secmem_core::ConfigError::new(
+            "run.warmup_requests",
+            format!("the workload marks its own region of interest (what it measures); run.warmup_requests = {} would set another: leave it 0", cfg.run.warmup_requests),
+        )
+        .into());
+    }
+    if cfg.run.max_requests > 0 {
+        return Err(secmem_core::ConfigError::new(
+            "run.max_requests",
+            format!("a copy-on-write workload runs whole; run.max_requests = {} would cut it (write it with `trace gen` and cut that trace with `run --trace`)", cfg.run.max_requests),
+        )
+        .into());
+    }
     let start = Instant::now();
     let mut d = OsDriver::new(cfg)?;
     // The parent writes its whole footprint: one that cannot fit would only fail (or, large

@@ -531,6 +531,39 @@ impl Os {
         Ok(())
     }
 
+    /// Before a physical write record (a device or the kernel, bypassing translation) changes
+    /// `rec`'s lines: a write into a zero page is refused (every untouched mapping reads it;
+    /// the kernel keeps it read-only), and a frame that lazy copies still read from has them
+    /// made real first (early reclamation, as before the last sharer writes in place), and a
+    /// lazy copy it writes to counts as modified, so the write changes that frame only, under
+    /// every design. Without this, Lelantus' copies read
+    /// the new bytes where the kernel's copies (baseline) kept the old ones: a silent
+    /// corruption in `secmem crash`, false alarms in `secmem attack` (found by fuzzing).
+    pub(crate) fn before_physical_write(&mut self, rec: &Record) -> Result<(), OsError> {
+        if rec.size_bytes == 0 {
+            return Ok(());
+        }
+        // An address past the memory (or the address space) is the engine's error to report.
+        let Some(last) = rec.addr.checked_add(rec.size_bytes as u64 - 1) else { return Ok(()) };
+        for frame in (rec.addr >> 12)..=(last >> 12) {
+            if frame == ZERO_FRAME || (HUGE_ZERO_FRAME..FIRST_FREE_FRAME).contains(&frame) {
+                let (page, base) = if frame == ZERO_FRAME { ("4 KB", ZERO_FRAME) } else { ("2 MB", HUGE_ZERO_FRAME) };
+                return Err(OsError(format!(
+                    "physical write into the {page} zero page (physical {:#x}..{:#x}), which every untouched mapping reads: the kernel keeps it read-only",
+                    base << 12,
+                    (base << 12) + if frame == ZERO_FRAME { 4096 } else { 2 << 20 }
+                )));
+            }
+            self.reclaim(frame)?;
+            // A lazy copy written to no longer reads as its source (the recursive-chain rule
+            // must not skip it when it is copied in turn), as after a process' store.
+            if self.lazy_src.contains_key(&frame) {
+                self.modified.insert(frame);
+            }
+        }
+        Ok(())
+    }
+
     fn free_frame(&mut self, frame: u64) -> Result<(), OsError> {
         self.stats.frames_freed += 1;
         self.reclaim(frame)?;

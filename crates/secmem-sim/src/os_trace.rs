@@ -117,6 +117,9 @@ impl OsDriver {
         match *ev {
             Event::Phys(ref r) => {
                 // A physical access (a device or the kernel, bypassing translation).
+                if r.op == secmem_trace::Op::Write {
+                    self.os.before_physical_write(r)?;
+                }
                 self.os.engine.step(r, index)?;
             }
             Event::Load { pid, vaddr, size_bytes, inst_gap } => {

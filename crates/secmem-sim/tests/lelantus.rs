@@ -413,6 +413,36 @@ fn a_forkbench_footprint_larger_than_memory_is_refused_before_it_runs() {
 }
 
 #[test]
+fn a_cow_workload_on_a_memory_level_config_is_refused_as_its_trace_is() {
+    // `secmem forkbench -p run.trace_level=memory` ran the processes' loads and stores past
+    // the caches (other counts, write amplification 1.0 instead of 0) while `secmem run` of
+    // the same workload's trace refuses the config, naming the field (found by fuzzing).
+    let spec = CowSpec { workload: CowWorkload::Forkbench, page_size: PageSize::Small, footprint_bytes: 1 << 20, lines_per_page: 4, ops: 0, seed: 1 };
+    for d in SCHEMES {
+        let mut c = cfg(d, false);
+        c.run.trace_level = secmem_sim::config::TraceLevel::Memory;
+        let e = cow_workloads::run(&c, &spec).unwrap_err().0;
+        assert!(e.contains("run.trace_level") && e.contains("core"), "{d}: {e}");
+    }
+}
+
+#[test]
+fn a_cow_workload_refuses_a_warm_up_or_a_record_limit_it_would_ignore() {
+    // `secmem forkbench -p run.max_requests=10` (or run.warmup_requests=100) printed the
+    // whole workload's counts, as without the field; `run --trace` of its trace stops after
+    // 10 records, or refuses the warm-up beside the trace's ROI (found by fuzzing).
+    let spec = CowSpec { workload: CowWorkload::Forkbench, page_size: PageSize::Small, footprint_bytes: 1 << 20, lines_per_page: 4, ops: 0, seed: 1 };
+    let mut c = cfg("lelantus", false);
+    c.run.warmup_requests = 100;
+    let e = cow_workloads::run(&c, &spec).unwrap_err().0;
+    assert!(e.contains("config field 'run.warmup_requests'") && e.contains("region of interest"), "{e}");
+    let mut c = cfg("lelantus", false);
+    c.run.max_requests = 10;
+    let e = cow_workloads::run(&c, &spec).unwrap_err().0;
+    assert!(e.contains("config field 'run.max_requests'") && e.contains("runs whole"), "{e}");
+}
+
+#[test]
 fn a_minor_overflow_is_counted_as_re_encryption_by_every_design() {
     // Silent Shredder and Lelantus-CoW booked their re-encryption reads, decryptions,
     // encryptions and MACs as data traffic (more data MACs than data writes); the baseline

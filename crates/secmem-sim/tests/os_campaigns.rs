@@ -217,3 +217,87 @@ fn copy_record_classes_exist_only_for_a_design_that_keeps_copy_records() {
     let default = attack_campaign(&cfg("lelantus-cow", &[]), &TraceInput::File(t.0.clone()), None, 5, 10, 1).unwrap();
     assert!(!default.classes.contains_key("tamper-cow-record"), "{default:#?}");
 }
+
+#[test]
+fn a_physical_write_to_a_copy_source_leaves_its_lazy_copies_as_they_were_copied() {
+    // Found by fuzzing: the child's CoW fault makes a lazy copy of the parent's frame (the
+    // first free frame, physical 0x400000); a physical W (a device, bypassing translation)
+    // then changed that frame, and under Lelantus the child's uncopied line read the new
+    // bytes (0x33) where the kernel's copy keeps the copied ones (0x11): a silent corruption
+    // at every crash point after it, false alarms in the attack campaign's clean reads. The
+    // kernel now makes the frame's lazy copies real first, as before a last sharer writes.
+    use secmem_trace::{PageSize, Record};
+    let base = 1u64 << 40;
+    let ev = vec![
+        Event::Alloc { pid: 0, vaddr: base, length: 4096, page: PageSize::Small },
+        Event::Store { pid: 0, vaddr: base, size_bytes: 64, inst_gap: 0, data: Some([0x11; 64]) },
+        Event::Fork { parent: 0, child: 1 },
+        Event::Store { pid: 1, vaddr: base + 64, size_bytes: 64, inst_gap: 0, data: Some([0x22; 64]) },
+        Event::Phys(Record::write_data(0x40_0000, 0, [0x33; 64])),
+        Event::WbNoInvd,
+    ];
+    let t = write_trace("phys-into-source", &ev);
+    for d in ["lelantus", "lelantus-cow", "baseline", "silent-shredder"] {
+        for extra in [&[][..], &["tree.update=lazy", "security.metadata_persistence=\"battery-backed\""][..]] {
+            let input = TraceInput::File(t.0.clone());
+            let persist = crash_campaign(&cfg(d, extra), &input, 1_000, 1).unwrap_err().to_string();
+            let points: u64 = persist.split("only ").nth(1).and_then(|s| s.split(' ').next()).and_then(|n| n.parse().ok()).expect(&persist);
+            let out = crash_campaign(&cfg(d, extra), &input, points, 1).unwrap();
+            assert_eq!((out.recovered, out.silent_corruptions), (points, 0), "{d} {extra:?}: {:#?}", out.examples);
+            let out = attack_campaign(&cfg(d, extra), &input, None, 5, 2_000, 1).unwrap();
+            assert_eq!(out.false_alarms, 0, "{d} {extra:?}: {:#?}", out.examples);
+        }
+    }
+}
+
+#[test]
+fn a_physical_write_to_a_lazy_copy_is_kept_when_that_copy_is_copied_again() {
+    // A 2 MB zero fill under Lelantus is 512 lazy copies of the huge zero page, one written by
+    // the store. A physical W into another (frame H + 1 of the first huge frames, H = 261120
+    // at 1 GiB) must count as a write to that copy: the child's CoW copy of the huge page must
+    // be recorded as a copy of H + 1, not of the zero page (the recursive-chain rule), so that
+    // the parent's store into H + 1 (a reuse fault) first makes it real; else the child's
+    // line read the parent's 0x44 instead of 0x33.
+    use secmem_trace::{PageSize, Record};
+    let base = 1u64 << 40;
+    let ev = vec![
+        Event::Alloc { pid: 0, vaddr: base, length: 2 << 20, page: PageSize::Huge },
+        Event::Store { pid: 0, vaddr: base, size_bytes: 64, inst_gap: 0, data: Some([0x11; 64]) },
+        Event::Phys(Record::write_data((261_120 + 1) << 12, 0, [0x33; 64])),
+        Event::Fork { parent: 0, child: 1 },
+        Event::Store { pid: 1, vaddr: base + 128, size_bytes: 64, inst_gap: 0, data: Some([0x22; 64]) },
+        Event::Store { pid: 0, vaddr: base + 4096, size_bytes: 64, inst_gap: 0, data: Some([0x44; 64]) },
+        Event::WbNoInvd,
+    ];
+    let t = write_trace("phys-into-lazy-copy", &ev);
+    for d in ["lelantus", "lelantus-cow", "baseline", "silent-shredder"] {
+        let extra = ["tree.update=lazy", "security.metadata_persistence=\"battery-backed\""];
+        let input = TraceInput::File(t.0.clone());
+        let persist = crash_campaign(&cfg(d, &extra), &input, 1_000_000, 1).unwrap_err().to_string();
+        let points: u64 = persist.split("only ").nth(1).and_then(|s| s.split(' ').next()).and_then(|n| n.parse().ok()).expect(&persist);
+        let out = crash_campaign(&cfg(d, &extra), &input, points, 1).unwrap();
+        assert_eq!((out.recovered, out.silent_corruptions), (points, 0), "{d}: {:#?}", out.examples);
+    }
+}
+
+#[test]
+fn a_physical_write_into_a_zero_page_is_an_error_naming_the_record() {
+    // Every untouched mapping reads the zero pages (frame 0, and frames 512..1024 for 2 MB
+    // pages), and Lelantus' zero fills are lazy copies of them: a device write there changed
+    // memory no process had written (found by fuzzing: a lazily zeroed 2 MB page read it).
+    use secmem_trace::{PageSize, Record};
+    for (addr, page) in [(0x40u64, "4 KB"), (0x32_7380, "2 MB"), (0x3f_ffc0, "2 MB")] {
+        let ev = vec![
+            Event::Alloc { pid: 0, vaddr: 1 << 40, length: 2 << 20, page: PageSize::Huge },
+            Event::Store { pid: 0, vaddr: 1 << 40, size_bytes: 64, inst_gap: 0, data: Some([1; 64]) },
+            Event::Phys(Record::write(addr, 0)),
+        ];
+        let t = write_trace("phys-into-zero", &ev);
+        let e = crash_campaign(&cfg("lelantus", &[]), &TraceInput::File(t.0.clone()), 1, 1).unwrap_err().to_string();
+        assert!(e.contains("record 2") && e.contains(&format!("{page} zero page")), "{addr:#x}: {e}");
+    }
+    // The first frame past them is ordinary memory.
+    let ev = vec![Event::Phys(Record::write(0x40_0000, 0)), Event::WbNoInvd];
+    let t = write_trace("phys-past-zero", &ev);
+    assert!(crash_campaign(&cfg("lelantus", &[]), &TraceInput::File(t.0.clone()), 1, 1).is_ok());
+}

@@ -129,6 +129,10 @@ fn campaigns_of_zero_injections_or_crash_points_are_errors_not_passes() {
     // And 2^40 injections per class (days of work) is a typo, refused before any run.
     let e = attack_campaign(&cfg("horus", &[]), &TraceInput::Workload, None, 1 << 40, 10, 1).unwrap_err().to_string();
     assert!(e.contains("--per-class must be at most 10000000"), "{e}");
+    // So are 10^12 clean reads (found by fuzzing: days of reads, where the injection counts
+    // were bounded); 0 clean reads is allowed (the injections are the campaign).
+    let e = attack_campaign(&cfg("horus", &[]), &TraceInput::Workload, None, 1, 1_000_000_000_000, 1).unwrap_err().to_string();
+    assert!(e.contains("--clean-reads must be at most 10000000000"), "{e}");
 }
 
 fn with_canary(cfg: &Config, set: impl Fn(&mut Canaries)) -> Config {

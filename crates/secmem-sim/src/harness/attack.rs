@@ -133,6 +133,9 @@ pub fn attack_campaign(
     seed: u64,
 ) -> Result<AttackOutcome, SimError> {
     super::require_some(per_class, "--per-class", "injections")?;
+    if clean_reads > super::MAX_CLEAN_READS {
+        return Err(SimError::Config(secmem_core::ConfigError::new("", format!("--clean-reads must be at most {}, got {clean_reads}", super::MAX_CLEAN_READS))));
+    }
     let mut fcfg = cfg.clone();
     fcfg.run.functional = true;
     if !fcfg.security.enabled {

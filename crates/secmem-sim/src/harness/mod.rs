@@ -19,6 +19,10 @@ pub use vault_attack::{vault_attack_campaign, VaultAttackOutcome};
 /// (the campaigns use 500 and 2,000); more is a typo that would run for days.
 pub const MAX_CAMPAIGN_COUNT: u64 = 10_000_000;
 
+/// Most clean reads an attack campaign takes: 10^10, about an hour at the ~0.3 us a read
+/// takes (the default is 10^6). 10^12 ran for days, where the injection counts were bounded.
+pub const MAX_CLEAN_READS: u64 = 10_000_000_000;
+
 /// Refuses a campaign of no injections or no crash points: it would report success
 /// ("every injection detected") without testing anything; and one past
 /// [`MAX_CAMPAIGN_COUNT`]. `flag` names the option.
