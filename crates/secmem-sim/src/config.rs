@@ -187,6 +187,16 @@ impl Config {
         self.tree.validate("tree")?;
         self.metadata_cache.validate("metadata_cache")?;
         crate::engine::build_design(self)?;
+        // Every other design is a secure-memory mechanism (Horus' vault, Lelantus' copies
+        // encoded in counter blocks, Silent Shredder's zero minors): without security metadata
+        // it has nothing to act on, and the run was the non-secure baseline under its name
+        // (the OS model quietly fell back to kernel copies).
+        ensure(self.security.enabled || self.run.design == "baseline", "security.enabled", || {
+            format!(
+                "run.design = \"{}\" works on security metadata, so it needs security.enabled = true; a non-secure run is run.design = \"baseline\" with security.enabled = false",
+                self.run.design
+            )
+        })?;
         if ["lelantus", "lelantus-cow"].contains(&self.run.design.as_str()) {
             // Lelantus lays its counter blocks out itself (Fig. 4: 7-bit minors, 6-bit on a CoW
             // page under the resized encoding), whatever the controller's width says.
@@ -306,6 +316,13 @@ mod tests {
         let mut exclusive = big_l1.to_vec();
         exclusive.push("hierarchy.inclusive_llc=false".into());
         assert!(Config::load(None, None, &exclusive).is_ok());
+        // A design other than the baseline needs security metadata (found by fuzzing: a
+        // non-secure lelantus run was the kernel-copy baseline labelled lelantus).
+        for d in ["lelantus", "lelantus-cow", "silent-shredder", "horus-slm", "horus-dlm"] {
+            let e = Config::load(Some("lelantus"), None, &[format!("run.design=\"{d}\""), "security.enabled=false".into()]).unwrap_err();
+            assert!(e.field == "security.enabled" && e.message.contains(d), "{d}: {e}");
+        }
+        assert!(Config::load(Some("lelantus"), None, &["security.enabled=false".to_string()]).is_ok());
         // The largest accepted values still load.
         let edge = ["core.ipc=0.001", "core.max_outstanding_misses=4096", "os.page_fault_cycles=4294967296", "pcm.bus_transfer_ns=1000"];
         assert!(Config::load(Some("default"), None, &edge.map(String::from)).is_ok());
