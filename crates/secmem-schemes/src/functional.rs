@@ -349,4 +349,103 @@ mod tests {
         assert!(all.len() > 2 * EventLog::BUFFER);
         assert_eq!(log.finalize(), blake3::hash(&all));
     }
+
+    #[test]
+    fn each_integrity_error_names_its_class_and_the_address_of_the_failed_block() {
+        // The attack harness matches detections by (class, address); the text is what a user
+        // sees. (secmem-sim's attack tests check these too; this pins them in the crate.)
+        let cases = [
+            (IntegrityError::DataMac { line: 0x46, addr: 0x1180 }, "data-mac", 0x1180, "data MAC mismatch for line 0x46 (address 0x1180)"),
+            (
+                IntegrityError::CounterBlock { page: 1, addr: 0x40040 },
+                "counter",
+                0x40040,
+                "counter block of page 0x1 (address 0x40040) does not match its tree parent",
+            ),
+            (
+                IntegrityError::TreeNode { level: 2, index: 3, addr: 0x410c0 },
+                "tree-level-2",
+                0x410c0,
+                "tree node level 2 index 3 (address 0x410c0) does not match its parent",
+            ),
+        ];
+        for (e, class, addr, text) in cases {
+            assert_eq!((e.class(), e.addr(), e.to_string()), (class.to_string(), addr, format!("integrity failure: {text}")));
+        }
+    }
+
+    #[test]
+    fn the_event_log_hashes_its_buffer_only_when_the_next_update_would_overflow_it() {
+        // 64 B updates fill the 64 KiB buffer exactly after 1024 of them: it is hashed when the
+        // 1025th arrives, in one 64 KiB batch, never earlier, and never holds more than 64 KiB (a
+        // run logs 72 B per persistent write: unbounded, the buffer would hold the whole log).
+        let mut log = EventLog::new();
+        let per = EventLog::BUFFER / 64;
+        assert_eq!(per, 1024);
+        for n in 1..=3 * per + 5 {
+            log.update(&[n as u8; 64]);
+            let hashed = (n - 1) / per * EventLog::BUFFER;
+            assert_eq!((log.hasher.count() as usize, log.buf.len()), (hashed, n * 64 - hashed), "after {n} updates");
+        }
+    }
+
+    #[test]
+    fn the_event_log_digest_is_the_hash_of_every_persisted_line_and_root_update_in_order() {
+        // The stream is (address as 8 LE bytes, 64 B) per persist and ("root", slot, value as
+        // 8 LE bytes each) per root update; the digest is its BLAKE3 hash's first 8 bytes, LE.
+        let mut f = Functional::new(3, 64);
+        let digest = |stream: &[u8]| u64::from_le_bytes(blake3::hash(stream).as_bytes()[..8].try_into().unwrap());
+        assert_eq!(f.event_log_digest(), digest(&[]));
+        f.persist(5, [7; 64]);
+        f.set_root_entry(2, 0x1234);
+        let mut stream = Vec::new();
+        stream.extend_from_slice(&5u64.to_le_bytes());
+        stream.extend_from_slice(&[7; 64]);
+        stream.extend_from_slice(b"root");
+        stream.extend_from_slice(&2u64.to_le_bytes());
+        stream.extend_from_slice(&0x1234u64.to_le_bytes());
+        assert_eq!(f.event_log_digest(), digest(&stream));
+        assert_eq!((f.image.get(5), f.root_entry(2)), ([7; 64], 0x1234));
+    }
+
+    #[test]
+    fn a_never_written_line_holds_zeros_encrypted_under_its_initial_counter() {
+        // Its boot content is the pad itself: ciphertext, not zeros, and zeros once decrypted.
+        let mut f = Functional::new(3, 64);
+        for init in [InitialCounters::Zero, InitialCounters::Random { seed: 9 }] {
+            f.init = init;
+            for line in [0, 70, 4095] {
+                let (major, minor) = f.initial_counter(line);
+                let mut b = f.boot_line(line);
+                assert_eq!(b, f.keys.pad(line, major, minor), "{init:?} line {line}");
+                assert_ne!(b, [0; 64], "{init:?} line {line}");
+                f.decrypt(&mut b, line, major, minor);
+                assert_eq!(b, [0; 64], "{init:?} line {line}");
+            }
+        }
+    }
+
+    #[test]
+    fn a_memo_set_under_one_key_layout_or_boot_counters_is_not_read_under_another() {
+        // Two controllers may meet the same image (a harness moves or clones it): a memo is the
+        // hash under the key and tree layout of the controller that set it, and a tree entry of
+        // 0 means boot content only under the boot counters it was computed under.
+        let block = [7u8; 64];
+        let mut f = Functional::new(3, 64);
+        f.memo_layout = (4096, 8, 64);
+        f.image = NvmImage::with_dense_ranges(&[(100, 110)]);
+        f.image.put(101, block);
+        let tag = f.memo_tag();
+        f.image.set_memo(101, &tag, &block, 99);
+        assert_eq!(f.block_bytes(0, 1, 101), (block, 99));
+        let other_key = Functional { image: f.image.clone(), memo_layout: f.memo_layout, ..Functional::new(4, 64) };
+        assert_eq!(other_key.block_bytes(0, 1, 101), (block, 0), "another key");
+        let zero = InitialCounters::Zero;
+        let others = [((8192, 8, 64), zero), ((4096, 16, 64), zero), ((4096, 8, 56), zero), ((4096, 8, 64), InitialCounters::Random { seed: 1 })];
+        for (layout, init) in others {
+            let g = Functional { image: f.image.clone(), memo_layout: layout, init, ..Functional::new(3, 64) };
+            assert_eq!(g.block_bytes(0, 1, 101), (block, 0), "{layout:?} {init:?}");
+        }
+        assert_eq!(f.block_bytes(0, 1, 101), (block, 99), "the setter still reads its memo");
+    }
 }
