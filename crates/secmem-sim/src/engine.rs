@@ -524,9 +524,10 @@ impl Engine {
             return;
         }
         // Records in the page of the previous one (sequential traffic) find everything in
-        // the host caches already, and the hardware prefetcher follows their victims — but
-        // for, in functional mode, the line's own image bytes (placed in first-write order)
-        // and the content slots its fills overwrite (a set's slots are `ways` lines apart).
+        // the host caches already, and the hardware prefetcher follows their victims —
+        // except, in functional mode, the line's own image bytes (placed in first-write
+        // order) and the content slots its fills overwrite (a set's slots are `ways` lines
+        // apart).
         if self.prefetch_page.replace(line >> 6) == line >> 6 {
             if self.functional {
                 self.mc.prefetch_image_data_bytes(line);
