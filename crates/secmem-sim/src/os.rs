@@ -546,12 +546,18 @@ impl Os {
         // An address past the memory (or the address space) is the engine's error to report.
         let Some(last) = rec.addr.checked_add(rec.size_bytes as u64 - 1) else { return Ok(()) };
         for frame in (rec.addr >> 12)..=(last >> 12) {
-            if frame == ZERO_FRAME || (HUGE_ZERO_FRAME..FIRST_FREE_FRAME).contains(&frame) {
-                let (page, base) = if frame == ZERO_FRAME { ("4 KB", ZERO_FRAME) } else { ("2 MB", HUGE_ZERO_FRAME) };
+            let zero_page = if frame == ZERO_FRAME {
+                Some(("4 KB", ZERO_FRAME, PageSize::Small))
+            } else if (HUGE_ZERO_FRAME..FIRST_FREE_FRAME).contains(&frame) {
+                Some(("2 MB", HUGE_ZERO_FRAME, PageSize::Huge))
+            } else {
+                None
+            };
+            if let Some((name, base, size)) = zero_page {
                 return Err(OsError(format!(
-                    "physical write into the {page} zero page (physical {:#x}..{:#x}), which every untouched mapping reads: the kernel keeps it read-only",
+                    "physical write into the {name} zero page (physical {:#x}..{:#x}), which every untouched mapping reads: the kernel keeps it read-only",
                     base << 12,
-                    (base << 12) + if frame == ZERO_FRAME { 4096 } else { 2 << 20 }
+                    (base << 12) + size.bytes()
                 )));
             }
             self.reclaim(frame)?;
