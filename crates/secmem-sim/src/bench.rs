@@ -2,8 +2,12 @@
 //! front end spawns one per scenario) so that `peak_rss_bytes` is that scenario's alone.
 //!
 //! Records come straight from the seeded generator (no trace file), so the figure is the
-//! simulator's speed: LLC-level requests (trace records) simulated per wall-clock second,
-//! counting/timing mode, one core.
+//! simulator's speed, counting/timing mode unless named otherwise, one core, in two units:
+//! `requests_per_s`, trace records per wall-clock second, and `llc_requests_per_s`, LLC-level
+//! requests (the LLC's misses and write-backs: what reaches the memory controller) per
+//! wall-clock second. At memory level (`run.trace_level = "memory"`) the two are the same;
+//! a core-level record that misses every cache is one LLC-level request plus the dirty
+//! write-back its fill causes, if any.
 
 use crate::config::Config;
 use crate::run::{run_records, workload_spec, SimError};
@@ -16,6 +20,27 @@ pub struct BenchResult {
     pub peak_rss_bytes: u64,
     pub records: u64,
     pub wall_time_s: f64,
+    /// Requests that reached the memory controller: LLC misses plus LLC write-backs (the
+    /// scenarios that run a trace through the engine; absent for the others, whose unit is
+    /// not a request).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub llc_requests: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub llc_requests_per_s: Option<f64>,
+}
+
+impl BenchResult {
+    /// A figure in units of `records` (no LLC-level count).
+    fn of(records: u64, wall_time_s: f64) -> BenchResult {
+        BenchResult {
+            requests_per_s: records as f64 / wall_time_s,
+            peak_rss_bytes: peak_rss_bytes(),
+            records,
+            wall_time_s,
+            llc_requests: None,
+            llc_requests_per_s: None,
+        }
+    }
 }
 
 pub struct Scenario {
@@ -144,7 +169,15 @@ pub fn run_scenario(name: &str, scale: f64) -> Result<BenchResult, SimError> {
     let report = run_records(&cfg, Box::new(gen), None, &format!("bench:{name}"))?;
     let wall = start.elapsed().as_secs_f64();
     let records = report["meta"]["records"].as_u64().unwrap_or(0);
-    Ok(BenchResult { requests_per_s: records as f64 / wall, peak_rss_bytes: peak_rss_bytes(), records, wall_time_s: wall })
+    let llc = llc_level_requests(&report);
+    Ok(BenchResult { llc_requests: Some(llc), llc_requests_per_s: Some(llc as f64 / wall), ..BenchResult::of(records, wall) })
+}
+
+/// Requests a run's memory controller received from the LLC: its misses (fills) plus its
+/// dirty write-backs, as the core model counts them (at memory level, every record).
+fn llc_level_requests(report: &serde_json::Value) -> u64 {
+    let core = &report["stats"]["core"];
+    core["llc_misses"].as_u64().unwrap_or(0) + core["memory_writes_issued"].as_u64().unwrap_or(0)
 }
 
 /// Base-LU drain of the worst-case Table I content; `scale` < 1 shrinks the LLC and L2 (tests).
@@ -159,7 +192,7 @@ fn horus_drain(scale: f64) -> Result<BenchResult, SimError> {
     let out = drain_run(&cfg, DrainScheme::BaseLu, &DrainContent::WorstCase, false)?;
     let wall = start.elapsed().as_secs_f64();
     let lines = out.stats.flushed_lines;
-    Ok(BenchResult { requests_per_s: lines as f64 / wall, peak_rss_bytes: peak_rss_bytes(), records: lines, wall_time_s: wall })
+    Ok(BenchResult::of(lines, wall))
 }
 
 /// Pads for `lines` 64 B lines, generated 64 lines per batched AES call (the way the
@@ -181,7 +214,7 @@ pub fn aes_ctr_limit(lines: u64) -> BenchResult {
     }
     let wall = start.elapsed().as_secs_f64();
     std::hint::black_box(sink);
-    BenchResult { requests_per_s: done as f64 / wall, peak_rss_bytes: peak_rss_bytes(), records: done, wall_time_s: wall }
+    BenchResult::of(done, wall)
 }
 
 /// The 2 MB-page forkbench through the OS model (`scale` scales the footprint, in whole huge
@@ -196,5 +229,38 @@ fn forkbench_2m(cfg: &Config, scale: f64) -> Result<BenchResult, SimError> {
     // Accesses the OS model sent through the engine: initialisation, the child's stores and
     // every kernel or controller copy (counted by the core model over the whole run).
     let records = r["records"].as_u64().unwrap_or(0);
-    Ok(BenchResult { requests_per_s: records as f64 / wall, peak_rss_bytes: peak_rss_bytes(), records, wall_time_s: wall })
+    Ok(BenchResult::of(records, wall))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn llc_level_requests_are_the_records_at_memory_level() {
+        let mem = run_scenario("secure-lazy-random-memory-level", 0.0005).unwrap();
+        assert_eq!(mem.records, 5_000);
+        assert_eq!(mem.llc_requests, Some(5_000), "a memory-level record is one LLC-level request");
+        let ratio = mem.llc_requests_per_s.unwrap() / mem.requests_per_s;
+        assert!((ratio - 1.0).abs() < 1e-9);
+        // Figures in other units carry no LLC-level count.
+        assert_eq!(aes_ctr_limit(64).llc_requests, None);
+    }
+
+    #[test]
+    fn llc_level_requests_of_a_core_level_run_are_its_data_reads_and_writes_at_the_controller() {
+        // Caches small enough that 20,000 random records cause dirty write-backs.
+        let overrides: Vec<String> = ["l1.size_kib=4", "l2.size_kib=8", "llc.size_kib=16", "workload.requests=20000", "workload.pattern=random"]
+            .iter()
+            .map(|s| s.to_string())
+            .collect();
+        let cfg = Config::load(Some("horus"), None, &overrides).unwrap();
+        let spec = workload_spec(&cfg).unwrap();
+        let gen = secmem_trace::generate::Generator::new(&spec).unwrap().map(Ok);
+        let report = run_records(&cfg, Box::new(gen), None, "test").unwrap();
+        let sec = &report["stats"]["security"];
+        let at_controller = sec["data_reads"].as_u64().unwrap() + sec["data_writes"].as_u64().unwrap();
+        assert!(sec["data_writes"].as_u64().unwrap() > 1_000, "the test needs write-backs");
+        assert_eq!(llc_level_requests(&report), at_controller);
+    }
 }
