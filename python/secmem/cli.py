@@ -532,15 +532,47 @@ def _version() -> str:
     return _native.version()
 
 
+# API keywords that a command passes an option under another name (`--after` is the API's
+# `after_records`); every other option's keyword is its argparse dest.
+_KEYWORD_TO_DEST = {"after_records": "after", "classes": "cls"}
+
+
+def _command_parser(top: argparse.ArgumentParser, args: argparse.Namespace) -> argparse.ArgumentParser:
+    """The (sub)parser that parsed ``args``: ``trace gen``'s, not the top one's."""
+    p = top
+    for dest in ("command", "sub"):
+        subs = [a for a in p._actions if isinstance(a, argparse._SubParsersAction)]
+        if not subs or getattr(args, dest, None) is None:
+            break
+        p = subs[0].choices[getattr(args, dest)]
+    return p
+
+
+def _in_flag_spelling(msg: str, top: argparse.ArgumentParser, args: argparse.Namespace) -> str:
+    """An error that opens with an argument's API keyword (``per_class must be an integer >=
+    1``, raised by the API or the engine, which know no command line) names it as the user typed
+    it instead (``--per-class must be ...``)."""
+    name, sep, rest = msg.partition(" ")
+    if not sep or not name.isidentifier() or not rest.startswith(("must ", "is ")):
+        return msg
+    dest = _KEYWORD_TO_DEST.get(name, name)
+    for action in _command_parser(top, args)._actions:
+        if action.dest == dest and action.option_strings:
+            flag = max(action.option_strings, key=len)  # --out, not -o
+            return f"{flag} {rest}"
+    return msg
+
+
 def main(argv: Optional[List[str]] = None) -> int:
-    args = parser().parse_args(argv)
+    top = parser()
+    args = top.parse_args(argv)
     args.argv = sys.argv[1:] if argv is None else list(argv)
     try:
         if getattr(args, "saves_result", False) and args.out is not None:
             _out_dir(args.out)  # before the run, so a bad path fails first
         return args.fn(args)
     except api.SecmemError as e:
-        print(f"secmem: error: {e}", file=sys.stderr)
+        print(f"secmem: error: {_in_flag_spelling(str(e), top, args)}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         return 130

@@ -155,6 +155,10 @@ def test_bench_prints_one_json_object_per_scenario(cli):
     assert set(res) == {"nonsecure-sequential", "secure-lazy-random", "secure-lazy-random-memory-level"}
     for v in res.values():
         assert v["requests_per_s"] > 0 and v["peak_rss_bytes"] > 0
+        # The unit: requests that reached the memory controller, per second (a
+        # core-level record that hits in a cache reaches it not at all).
+        assert v["llc_requests_per_s"] > 0 and v["llc_requests"] > 0
+    assert res["secure-lazy-random-memory-level"]["llc_requests"] == res["secure-lazy-random-memory-level"]["records"]
     res = cli("bench", "--scenario", "nope")
     assert res.returncode == 2 and "secure-lazy-random" in res.stderr
 
@@ -170,18 +174,18 @@ def test_absurd_sizes_are_refused_not_crashed_on(cli):
 
 def test_negative_counts_and_seeds_name_the_argument_instead_of_a_traceback(cli):
     for args, name in [
-        (("crash", "--preset", "strict", "--points", -3), "points"),
-        (("crash", "--preset", "strict", "--points", 0), "points"),
-        (("crash", "--preset", "strict", "--points", 5, "--seed", -1), "seed"),
-        (("attack", "--preset", "horus", "--per-class", -1), "per_class"),
+        (("crash", "--preset", "strict", "--points", -3), "--points"),
+        (("crash", "--preset", "strict", "--points", 0), "--points"),
+        (("crash", "--preset", "strict", "--points", 5, "--seed", -1), "--seed"),
+        (("attack", "--preset", "horus", "--per-class", -1), "--per-class"),
         # No injection at all would pass vacuously ("every injection detected").
-        (("attack", "--preset", "horus", "--per-class", 0), "per_class"),
-        (("vault-attack", "--per-class", 0), "per_class"),
-        (("attack", "--preset", "horus", "--clean-reads", -5), "clean_reads"),
-        (("vault-attack", "--per-class", -2), "per_class"),
-        (("drain", "--scheme", "horus-slm", "--from-workload", "--after", -1), "after_records"),
-        (("forkbench", "--lines-per-page", -4), "lines_per_page"),
-        (("trace", "gen", "--pattern", "random", "--seed", -7, "-o", "t.bin"), "seed"),
+        (("attack", "--preset", "horus", "--per-class", 0), "--per-class"),
+        (("vault-attack", "--per-class", 0), "--per-class"),
+        (("attack", "--preset", "horus", "--clean-reads", -5), "--clean-reads"),
+        (("vault-attack", "--per-class", -2), "--per-class"),
+        (("drain", "--scheme", "horus-slm", "--from-workload", "--after", -1), "--after"),
+        (("forkbench", "--lines-per-page", -4), "--lines-per-page"),
+        (("trace", "gen", "--pattern", "random", "--seed", -7, "-o", "t.bin"), "--seed"),
     ]:
         res = cli(*args)
         assert res.returncode == 2, (args, res.returncode, res.stderr)
@@ -282,7 +286,7 @@ def test_a_bench_scale_that_is_not_positive_and_finite_is_refused_before_any_sce
 
 def test_an_instruction_gap_past_32_bits_is_refused_naming_it(cli):
     res = cli("trace", "gen", "--pattern", "random", "--requests", 3, "--inst-gap", 1 << 32, "-o", "t.bin")
-    assert res.returncode == 2 and "inst_gap must be an integer in 0..=4294967295, got 4294967296" in res.stderr, res.stderr
+    assert res.returncode == 2 and "--inst-gap must be an integer in 0..=4294967295, got 4294967296" in res.stderr, res.stderr
 
 
 def test_drain_after_needs_a_trace_or_the_workload_and_takes_only_one_of_them(cli, tmp_path):

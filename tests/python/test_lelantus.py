@@ -32,7 +32,7 @@ def test_forkbench_rejects_bad_input_with_exit_2(cli):
     res = cli("forkbench", "--scheme", "nosuch")
     assert res.returncode == 2 and "run.design" in res.stderr and "lelantus-cow" in res.stderr
     res = cli("forkbench", "--lines-per-page", "65")
-    assert res.returncode == 2 and "lines_per_page must be 1..=64" in res.stderr
+    assert res.returncode == 2 and "--lines-per-page must be 1..=64" in res.stderr
     res = cli("reproduce", "nosuch")
     assert res.returncode == 2 and "lelantus" in res.stderr
 
