@@ -631,3 +631,62 @@ fn a_fetched_block_without_a_memo_is_hashed_and_that_hash_memoised_on_its_own_li
         assert_eq!(memo, entry, "level {level}");
     }
 }
+
+#[test]
+fn a_lazily_written_back_block_is_memoised_with_the_hash_its_parent_took() {
+    // A lazy write-back persists a counter block or node (which clears its memo) and hashes
+    // it into its parent: that hash is the block's memo, so a refetch need not hash it again.
+    let mut m = functional(TreeUpdate::Lazy, MetadataPersistence::WriteBack);
+    let line = 9 * 64 + 1; // page 9, under level-1 node 1
+    m.write_line(line, Some(&content(line, 1)), Cycle(0)).unwrap();
+    m.flush_metadata(Cycle(1000)).unwrap();
+    let f = m.func.as_ref().unwrap();
+    let tag = f.memo_tag();
+    for (level, index, key) in [(0, 9, m.layout.counter_addr(9) >> 6), (1, 1, m.layout.tree.node_addr(1, 1) >> 6)] {
+        let (bytes, memo) = f.image.get_opt_with_memo(key, &tag);
+        assert_eq!(memo, f.child_entry(level, index, &bytes.expect("written back")), "level {level}");
+    }
+}
+
+#[test]
+fn the_persist_data_before_counter_canary_leaves_only_the_counter_block_unpersisted() {
+    // The planted bug must be exactly the one its name says: under strict persistence the
+    // MAC block is still written through and left clean, the counter block is left dirty.
+    let mut m = functional(TreeUpdate::Eager, MetadataPersistence::Strict);
+    m.func.as_mut().unwrap().canaries.persist_data_before_counter = true;
+    m.write_line(3, Some(&content(3, 1)), Cycle(0)).unwrap();
+    assert_eq!((m.counter_cache.dirty_count(), m.mac_cache.dirty_count()), (1, 0));
+}
+
+#[test]
+fn the_skip_counter_verification_canary_skips_only_counter_blocks() {
+    // With the planted bug a forged counter block passes the tree and only the data MAC check
+    // (which covers the counter) stops the read; a forged tree node is still caught.
+    let mut m = functional(TreeUpdate::Lazy, MetadataPersistence::WriteBack);
+    m.func.as_mut().unwrap().canaries.skip_counter_verification = true;
+    let line = 9 * 64 + 1; // page 9, under level-1 node 1
+    m.write_line(line, Some(&content(line, 1)), Cycle(0)).unwrap();
+    m.flush_metadata(Cycle(1000)).unwrap();
+    m.drop_metadata_caches();
+    let (counter, node) = (m.layout.counter_addr(9), m.layout.tree.node_addr(1, 1));
+    secmem_schemes::testing::flip_bit(&mut m, counter, 0);
+    assert!(matches!(m.read_line(line, Cycle(2000)), Err(IntegrityError::DataMac { .. })));
+    m.drop_metadata_caches();
+    secmem_schemes::testing::flip_bit(&mut m, counter, 0); // restored
+    secmem_schemes::testing::flip_bit(&mut m, node, 0);
+    assert!(matches!(m.read_line(line, Cycle(3000)), Err(IntegrityError::TreeNode { level: 1, .. })));
+}
+
+#[test]
+fn a_design_reads_a_cached_counter_block_as_its_verified_bytes_in_functional_mode_only() {
+    // Lelantus and Silent Shredder take a line's counter from these bytes (what the tree
+    // verified) and fall back to the counter store only in counting mode, which has no bytes.
+    let mut m = functional(TreeUpdate::Lazy, MetadataPersistence::WriteBack);
+    m.write_line(3 * 64 + 5, Some(&content(3 * 64 + 5, 1)), Cycle(0)).unwrap();
+    let bytes = m.counter_payload(3).expect("cached, with its bytes");
+    assert_eq!(bytes, m.counters.block(3).encode(7));
+    assert_eq!(secmem_core::counters::CounterBlock::decode_one(&bytes, 5, 7), (0, 1));
+    let (mut counting, _) = build(false, TreeUpdate::Lazy, MetadataPersistence::WriteBack, 64);
+    counting.write_line(3 * 64 + 5, None, Cycle(0)).unwrap();
+    assert_eq!(counting.counter_payload(3), None);
+}
