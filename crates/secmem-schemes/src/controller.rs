@@ -1109,8 +1109,11 @@ impl SecureMc {
     /// last write is persistent.
     pub fn flush_metadata(&mut self, now: Cycle) -> Result<Cycle, IntegrityError> {
         // Counters first, then tree levels bottom-up, so each parent absorbs its children
-        // before it is itself written. A parent fetched on the way may evict a dirty block of a
-        // level already done, so passes repeat until no counter or node is dirty.
+        // before it is itself written. In the baseline one pass leaves nothing dirty: writing
+        // level L back dirties only level L + 1, and the fetches it causes evict only blocks of
+        // levels not yet done (the levels below are clean by then). Passes repeat while any
+        // pass found something dirty all the same, so a flush stays complete should a hook
+        // ever dirty a lower block; the second pass then finds nothing and stops.
         let mut done = now;
         for _pass in 0..64 {
             let dirty_counters: Vec<(u64, usize)> = self.counter_cache.valid_lines().filter(|x| x.1).map(|x| (x.0, x.2)).collect();
