@@ -255,9 +255,7 @@ mod tests {
             .map(|s| s.to_string())
             .collect();
         let cfg = Config::load(Some("horus"), None, &overrides).unwrap();
-        let spec = workload_spec(&cfg).unwrap();
-        let gen = secmem_trace::generate::Generator::new(&spec).unwrap().map(Ok);
-        let report = run_records(&cfg, Box::new(gen), None, "test").unwrap();
+        let report = crate::run::run(&cfg, &crate::run::TraceInput::Workload).unwrap();
         let sec = &report["stats"]["security"];
         let at_controller = sec["data_reads"].as_u64().unwrap() + sec["data_writes"].as_u64().unwrap();
         assert!(sec["data_writes"].as_u64().unwrap() > 1_000, "the test needs write-backs");
