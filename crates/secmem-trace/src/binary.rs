@@ -1191,4 +1191,21 @@ mod tests {
         // The largest pid itself is a valid child.
         assert!(decode_events(&os_trace(Event::Fork { parent: 1, child: MAX_PID }, |_| {})).is_ok());
     }
+
+    #[test]
+    fn a_data_flag_on_a_record_that_cannot_carry_data_names_its_op() {
+        // Physical ops by their v1 name, OS ops by their mnemonic.
+        for (op, name) in [(0u8, "Read"), (2, "Fence"), (3, "Flush")] {
+            let mut bytes = encode(&[Record::read(0, 0)]);
+            bytes[16] = op;
+            bytes[17] = RECORD_FLAG_DATA;
+            bytes.extend_from_slice(&[0u8; 64]);
+            let e = decode(&bytes).unwrap_err();
+            assert_eq!(e.to_string(), format!("t.bin: byte offset 17: data payload on a {name} record (only writes carry data)"));
+        }
+        let mut bytes = os_trace(Event::Load { pid: 1, vaddr: 0x40, size_bytes: 64, inst_gap: 0 }, |b| b[1] = RECORD_FLAG_DATA);
+        bytes.extend_from_slice(&[0u8; 64]);
+        let e = decode_events(&bytes).unwrap_err();
+        assert_eq!(e.to_string(), "t.bin: byte offset 17: data payload on a LD record (only writes carry data)");
+    }
 }

@@ -264,4 +264,11 @@ mod tests {
         assert_eq!(quote("a\tb"), "a\\tb");
         assert_eq!(quote("\u{e9}t\u{e9}"), "\u{e9}t\u{e9}");
     }
+
+    #[test]
+    fn file_returns_the_name_the_error_prints() {
+        let e = TraceError::at_line("dir/trace.txt", 3, ErrorKind::Syntax, "bad");
+        assert_eq!(e.file(), "dir/trace.txt");
+        assert_eq!(TraceError::io(MEMORY_NAME, Position::File, io::Error::other("x")).file(), "<memory>");
+    }
 }

@@ -824,4 +824,41 @@ mod tests {
             assert!(run(&s).iter().all(|r| r.addr == s.base_addr), "{p:?}");
         }
     }
+
+    #[test]
+    fn the_scramble_multiplier_is_the_first_value_from_the_golden_ratio_coprime_with_the_line_count() {
+        // 0x9E37_79B9_7F4A_7C15 mod lines, then upwards (wrapping, skipping 0 and 1) to the first
+        // value coprime with lines: mod 100 is 85 (gcd 5), 86 (gcd 2), 87.
+        let got: Vec<u64> = [3u64, 16, 64, 100, 1000, 4096].iter().map(|&l| scramble_multiplier(l)).collect();
+        assert_eq!(got, vec![2, 5, 21, 87, 487, 3093]);
+    }
+
+    #[test]
+    fn zipf_ranks_map_to_lines_by_rank_times_the_multiplier() {
+        // With a steep skew the hottest lines are ranks 0, 1, 2 (P ~ 1 : 1/8 : 1/27), at lines
+        // 0, A and 2A mod 1000 with A = 487.
+        let s = GenSpec { footprint_bytes: 64 * 1000, requests: 20_000, zipf_theta: 3.0, base_addr: 0, ..spec(Pattern::Zipf) };
+        let mut counts: HashMap<u64, u64> = HashMap::new();
+        for r in run(&s) {
+            *counts.entry(r.addr / 64).or_default() += 1;
+        }
+        let mut v: Vec<(u64, u64)> = counts.into_iter().collect();
+        v.sort_by_key(|&(_, c)| std::cmp::Reverse(c));
+        assert_eq!([v[0].0, v[1].0, v[2].0], [0, 487, 974], "{:?}", &v[..4]);
+    }
+
+    #[test]
+    fn expm1_over_and_ln1p_over_follow_their_series_near_zero_and_their_definition_elsewhere() {
+        let close = |got: f64, want: f64, what: &str| assert!((got - want).abs() <= 1e-15 * want.abs(), "{what}: {got:e} vs {want:e}");
+        assert_eq!((expm1_over(0.0), ln1p_over(0.0)), (1.0, 1.0));
+        // Below 1e-8 the quadratic term is under f64 resolution: 1 + y/2 and 1 - y/2.
+        for y in [1e-9, -1e-9, 3e-12] {
+            close(expm1_over(y), 1.0 + y / 2.0, "expm1_over");
+            close(ln1p_over(y), 1.0 - y / 2.0, "ln1p_over");
+        }
+        for y in [1e-6, -0.5, 1.0, 3.0] {
+            close(expm1_over(y), y.exp_m1() / y, "expm1_over");
+            close(ln1p_over(y), y.ln_1p() / y, "ln1p_over");
+        }
+    }
 }

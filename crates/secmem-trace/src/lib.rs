@@ -1098,6 +1098,42 @@ mod tests {
         assert_eq!(detect_bytes(b"\xff\xfe\n"), None);
     }
 
+    #[test]
+    fn detection_looks_at_the_first_64_kib_of_a_file() {
+        // Blank lines are skipped however many there are: a first record at 60 KiB is seen...
+        let mut bytes = vec![b'\n'; 60 * 1024];
+        bytes.extend_from_slice(b"0x40 READ 12\n");
+        let p = TempPath::with("trace", &bytes);
+        assert_eq!(detect(&p.0).unwrap(), Format::Dramsim3);
+        // ...and one at 70 KiB is not.
+        let mut bytes = vec![b'\n'; 70 * 1024];
+        bytes.extend_from_slice(b"0x40 READ 12\n");
+        let p = TempPath::with("trace", &bytes);
+        assert!(detect(&p.0).unwrap_err().message().starts_with("cannot detect the trace format"));
+    }
+
+    #[test]
+    fn a_line_cut_off_by_the_sniff_window_is_not_classified_unless_it_is_all_there_is() {
+        // Cut after "0x40 R", a DRAMSim3 line would look like Ramulator.
+        let mut head = vec![b'\n'; SNIFF_BYTES - 6];
+        head.extend_from_slice(b"0x40 READ 12\n");
+        assert_eq!(detect_bytes(&head[..SNIFF_BYTES]), None);
+        // One line filling the whole window is still classified.
+        let mut head = b"0x40 R".to_vec();
+        head.resize(SNIFF_BYTES, b' ');
+        assert_eq!(detect_bytes(&head), Some(Format::Ramulator));
+        // A short file's last line needs no newline.
+        assert_eq!(detect_bytes(b"\n0x40 R"), Some(Format::Ramulator));
+    }
+
+    #[test]
+    fn lines_that_only_half_look_like_a_format_are_not_detected() {
+        // Lackey needs both the op and the comma; Ramulator needs every field numeric.
+        for line in ["L 4096", "0x10 1,2", "hello world", "x 4096", "4096 x", "a b c", "x 1 2", "1 x 2", "1 2 x"] {
+            assert_eq!(detect_bytes(format!("{line}\n").as_bytes()), None, "{line}");
+        }
+    }
+
     fn arb_record() -> impl Strategy<Value = Record> {
         (
             0u8..4,

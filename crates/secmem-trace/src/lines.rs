@@ -151,4 +151,51 @@ mod tests {
         assert_eq!(parse_hex("04222cac"), Some(0x0422_2cac));
         assert_eq!(parse_dec(""), None);
     }
+
+    #[test]
+    fn a_line_of_exactly_64_kib_is_accepted_and_one_byte_more_is_not() {
+        // The documented limit is 64 KiB, line terminator (`\n` or `\r\n`) excluded.
+        let mut input = vec![b'x'; 65536];
+        input.extend_from_slice(b"\r\n");
+        input.extend_from_slice(&[b'y'; 65536]);
+        input.push(b'\n');
+        input.extend_from_slice(&[b'z'; 65537]);
+        input.push(b'\n');
+        let mut r = LineReader::new(&input[..], "x.txt".into());
+        assert_eq!(r.next_line().unwrap().map(str::len), Some(65536));
+        assert_eq!(r.next_line().unwrap().map(str::len), Some(65536));
+        let e = r.next_line().unwrap_err();
+        assert_eq!(e.to_string(), "x.txt:3: line is longer than 65536 bytes");
+    }
+
+    /// Yields its bytes, then fails with a real I/O error.
+    struct FailsAfter<'a>(&'a [u8]);
+    impl Read for FailsAfter<'_> {
+        fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+            if self.0.is_empty() {
+                return Err(std::io::Error::other("disk on fire"));
+            }
+            self.0.read(buf)
+        }
+    }
+
+    #[test]
+    fn an_io_error_names_the_line_it_was_reading() {
+        let mut r = LineReader::new(FailsAfter(b"a\nb\n"), "x.txt".into());
+        assert_eq!(r.next_line().unwrap(), Some("a"));
+        assert_eq!(r.next_line().unwrap(), Some("b"));
+        let e = r.next_line().unwrap_err();
+        assert_eq!((e.kind(), e.line()), (ErrorKind::Io, Some(3)));
+        assert_eq!(e.to_string(), "x.txt:3: I/O error: disk on fire");
+    }
+
+    #[test]
+    fn hex_and_decimal_numbers_refuse_a_sign() {
+        // `u64::from_str_radix` and `str::parse` accept a leading '+'; the trace grammar does not.
+        assert_eq!(parse_hex("+ff"), None);
+        assert_eq!(parse_u64_auto("0x+ff"), None);
+        assert_eq!(parse_dec("+7"), None);
+        assert_eq!(parse_hex("ff"), Some(255));
+        assert_eq!(parse_dec("7"), Some(7));
+    }
 }

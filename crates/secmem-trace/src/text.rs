@@ -818,4 +818,18 @@ mod tests {
         let mixed: String = hex.chars().enumerate().map(|(i, c)| if i % 2 == 0 { c.to_ascii_uppercase() } else { c }).collect();
         assert_eq!(decode(&format!("{head} {mixed}\n")).unwrap(), vec![rec]);
     }
+
+    #[test]
+    fn only_a_128_digit_field_after_a_ld_record_is_called_data() {
+        let read = |line: &str| TextReader::with_name(format!("{HEADER_LINE_V2_OS}\n{line}\n").as_bytes(), "t.txt").unwrap().events().collect::<Result<Vec<_>, _>>().unwrap_err();
+        let hex = "00".repeat(64);
+        let e = read(&format!("LD 1 0x40 64 0 {hex}"));
+        assert_eq!(e.to_string(), "t.txt:2: data on a LD record (only ST records carry data)");
+        // A 128-digit field after another record is just an extra field...
+        let e = read(&format!("FREE 1 0x40 4096 {hex}"));
+        assert_eq!(e.to_string(), format!("t.txt:2: unexpected extra field '{}...'", "0".repeat(40)));
+        // ...and so is a shorter field after a LD record.
+        let e = read("LD 1 0x40 64 0 00");
+        assert_eq!(e.to_string(), "t.txt:2: unexpected extra field '00'");
+    }
 }
