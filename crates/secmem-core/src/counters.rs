@@ -405,6 +405,30 @@ mod tests {
         assert_eq!(CounterBlock::decode(&e, 7), b);
     }
 
+    #[test]
+    fn a_zero_initialised_store_keeps_no_bitmap_and_lists_only_non_zero_blocks() {
+        assert!(InitialCounters::Zero.is_zero() && !InitialCounters::Random { seed: 0 }.is_zero());
+        let mut s = CounterStore::new(7, 16);
+        s.bump_line(3 * 64 + 5);
+        s.set_block(7, CounterBlock::default());
+        s.set_block(9, CounterBlock { major: 2, minors: [0; 64] });
+        // Nothing is materialised under zero init; a block set back to all zeros is not a change.
+        assert_eq!((s.pages_materialised(), s.pages_touched()), (0, 1));
+        assert_eq!(s.changed_blocks().iter().map(|x| x.0).collect::<Vec<_>>(), vec![3, 9]);
+    }
+
+    #[test]
+    fn encode_keeps_only_the_low_minor_bits_of_each_minor() {
+        // A minor wider than `minor_bits` (an 8-bit counting-mode value) must not spill its top
+        // bit into its neighbour's field.
+        let mut b = CounterBlock { major: 5, minors: [0; 64] };
+        b.minors[0] = 0xFF;
+        b.minors[10] = 0xC1;
+        let d = CounterBlock::decode(&b.encode(7), 7);
+        assert_eq!((d.major, d.minors[0], d.minors[1], d.minors[10], d.minors[11]), (5, 0x7F, 0, 0x41, 0));
+        assert_eq!(b.encode(7)[8..10], [0x7F, 0x00]);
+    }
+
     const SEED_A: InitialCounters = InitialCounters::Random { seed: 1 };
 
     #[test]
