@@ -56,10 +56,10 @@ impl CacheConfig {
     }
 }
 
-/// Tag value of an empty way.
 /// Largest simulated cache (4 GiB): beyond this the tag arrays would not fit a host.
 pub const MAX_CACHE_KIB: u64 = 4 << 20;
 
+/// Tag value of an empty way.
 const INVALID: u64 = u64::MAX >> 1;
 /// The dirty bit is kept in the tag word's top bit (line indices are < 2^58), so a lookup
 /// and a dirty check touch the same host cache line.
