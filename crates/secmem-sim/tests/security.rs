@@ -143,11 +143,11 @@ fn with_canary(cfg: &Config, set: impl Fn(&mut Canaries)) -> Config {
     cfg.clone()
 }
 
-/// Injections of `class` the campaign missed, under the canaries `set` and, as a control,
-/// under none (which must miss nothing). The campaign itself must run: an error (a bad
-/// config, a false alarm that stops the run) is not the property the canary breaks, and
+/// Whether `class` misses injections under the canaries `set`; the same campaign without
+/// them, run first as a control, must miss none. The campaign itself must run: an error (a
+/// bad config, a false alarm that stops the run) is not the property the canary breaks, and
 /// counting it as "caught" would let such a test pass for the wrong reason.
-fn missed_with_and_without(c: &Config, class: &str, set: impl Fn(&mut Canaries)) -> (u64, u64) {
+fn attack_fails(c: &Config, class: &str, set: impl Fn(&mut Canaries)) -> bool {
     let classes = vec![class.to_string()];
     let missed = |c: &Config| {
         let out = attack_campaign(c, &TraceInput::Workload, Some(&classes), 60, 2_000, 5).unwrap();
@@ -155,15 +155,8 @@ fn missed_with_and_without(c: &Config, class: &str, set: impl Fn(&mut Canaries))
         assert!(k.injected >= 30, "{class}: only {} injections", k.injected);
         k.injected - k.detected
     };
-    let control = missed(&with_canary(c, |_| {}));
-    (missed(&with_canary(c, set)), control)
-}
-
-/// Whether `class` misses injections under the canaries `set` (and misses none without).
-fn attack_fails(c: &Config, class: &str, set: impl Fn(&mut Canaries)) -> bool {
-    let (with, without) = missed_with_and_without(c, class, set);
-    assert_eq!(without, 0, "{class}: the control run without the canary missed injections");
-    with > 0
+    assert_eq!(missed(&with_canary(c, |_| {})), 0, "{class}: the control run without the canary missed injections");
+    missed(&with_canary(c, set)) > 0
 }
 
 #[test]
