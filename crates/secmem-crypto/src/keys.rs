@@ -5,9 +5,9 @@ use aes::Aes128;
 
 /// BLAKE3 `derive_key` context for the AES-128 key that produces counter-mode pads.
 pub const CONTEXT_PAD_KEY: &str = "secmem 2026 data-pad key";
-/// BLAKE3 `derive_key` context for the 32-byte key of per-line (and design) MACs.
+/// BLAKE3 `derive_key` context for the 128-bit SipHash key of per-line (and design) MACs.
 pub const CONTEXT_MAC_KEY: &str = "secmem 2026 line-mac key";
-/// BLAKE3 `derive_key` context for the 32-byte key of Merkle-tree node hashes.
+/// BLAKE3 `derive_key` context for the 128-bit SipHash key of Merkle-tree node hashes.
 pub const CONTEXT_TREE_KEY: &str = "secmem 2026 tree-hash key";
 
 /// All keys one simulated secure-memory controller uses.
@@ -18,8 +18,8 @@ pub const CONTEXT_TREE_KEY: &str = "secmem 2026 tree-hash key";
 /// | key | derivation | used by |
 /// | --- | --- | --- |
 /// | AES-128 pad key | first 16 bytes of `derive_key(CONTEXT_PAD_KEY, seed.to_le_bytes())` | [`Keys::pad`] and friends |
-/// | 32 B MAC key | `derive_key(CONTEXT_MAC_KEY, seed.to_le_bytes())` | [`Keys::line_mac`], [`Keys::mac`] |
-/// | 32 B tree key | `derive_key(CONTEXT_TREE_KEY, seed.to_le_bytes())` | [`Keys::node_hash`] |
+/// | 16 B MAC key (SipHash-2-4) | first 16 bytes of `derive_key(CONTEXT_MAC_KEY, seed.to_le_bytes())` | [`Keys::line_mac`], [`Keys::mac`] |
+/// | 16 B tree key (SipHash-2-4) | first 16 bytes of `derive_key(CONTEXT_TREE_KEY, seed.to_le_bytes())` | [`Keys::node_hash`] |
 ///
 /// The seed is a simulation knob, not a secret: functional mode is about checking
 /// that a design's *protocol* is right (pads never reused, tampering detected), and a
@@ -31,8 +31,8 @@ pub const CONTEXT_TREE_KEY: &str = "secmem 2026 tree-hash key";
 #[derive(Clone)]
 pub struct Keys {
     pub(crate) pad_cipher: Aes128,
-    pub(crate) mac_key: [u8; 32],
-    pub(crate) tree_key: [u8; 32],
+    pub(crate) mac_key: [u8; 16],
+    pub(crate) tree_key: [u8; 16],
     key_id: u64,
 }
 
@@ -45,10 +45,11 @@ impl Keys {
         let tree_key = blake3::derive_key(CONTEXT_TREE_KEY, &material);
         let pad_cipher =
             Aes128::new_from_slice(&pad_key[..16]).expect("AES-128 takes a 16-byte key");
+        let first_16 = |k: [u8; 32]| -> [u8; 16] { k[..16].try_into().expect("16 of 32 bytes") };
         Keys {
             pad_cipher,
-            mac_key,
-            tree_key,
+            mac_key: first_16(mac_key),
+            tree_key: first_16(tree_key),
             key_id: seed,
         }
     }
@@ -84,7 +85,7 @@ mod tests {
     #[test]
     fn mac_tree_and_pad_keys_are_independent_and_seed_dependent() {
         let k = Keys::from_seed(1);
-        let pad_key = blake3::derive_key(CONTEXT_PAD_KEY, &1u64.to_le_bytes());
+        let pad_key: [u8; 16] = blake3::derive_key(CONTEXT_PAD_KEY, &1u64.to_le_bytes())[..16].try_into().unwrap();
         assert_ne!(k.mac_key, k.tree_key);
         assert_ne!(k.mac_key, pad_key);
         assert_ne!(k.tree_key, pad_key);

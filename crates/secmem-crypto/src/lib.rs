@@ -10,13 +10,13 @@
 //! | --- | --- | --- |
 //! | key derivation | BLAKE3 `derive_key` (KDF mode), one context string per key | `blake3` 1.x |
 //! | line encryption | AES-128 in counter mode (pads = AES of counter blocks) | `aes` 0.8 (AES-NI autodetected at run time, software fallback) |
-//! | line MACs, design MACs | BLAKE3 `keyed_hash` (a PRF/MAC), truncated | `blake3` 1.x |
-//! | Merkle tree node hashes | BLAKE3 `keyed_hash` under a separate key, 64-bit | `blake3` 1.x |
+//! | line MACs, design MACs | SipHash-2-4 (a 64-bit PRF/MAC for short inputs), truncated | `siphasher` 1.x |
+//! | Merkle tree node hashes | SipHash-2-4 under a separate key, 64-bit | `siphasher` 1.x |
 //!
 //! # Constructions
 //!
-//! * **Keys** ([`Keys::from_seed`]): AES-128 pad key, 32-byte MAC key and 32-byte tree
-//!   key, each `blake3::derive_key(context, seed.to_le_bytes())` under its own context
+//! * **Keys** ([`Keys::from_seed`]): AES-128 pad key, 128-bit MAC key and 128-bit tree
+//!   key, each the first 16 bytes of `blake3::derive_key(context, seed.to_le_bytes())` under its own context
 //!   string (`"secmem 2026 data-pad key"`, `"… line-mac key"`, `"… tree-hash key"`), so
 //!   the keys are independent and one primitive's outputs are never usable as another's.
 //! * **Pads** ([`Keys::pad`], [`Keys::pads_batch`], module [`pad`]): a 64 B line is
@@ -28,15 +28,15 @@
 //!   a design derive pads for another counter space (e.g. a drain vault, domain 1)
 //!   that can never collide with data pads (domain 0). The batch API encrypts all
 //!   counter blocks with one multi-block cipher call so AES-NI pipelines eight at a time.
-//! * **Line MACs** ([`Keys::line_mac`], module [`mac`]): keyed BLAKE3 over a fixed
+//! * **Line MACs** ([`Keys::line_mac`], module [`mac`]): SipHash-2-4 over a fixed
 //!   88-byte message binding ciphertext, line address, major and minor counter (so
 //!   moving a line, replaying an old counter or flipping a bit is detected), truncated
-//!   to the low `mac_bits` bits of its first 8 bytes. A leading format byte keeps line
+//!   to the low `mac_bits` bits of its 64-bit output. A leading format byte keeps line
 //!   MACs apart from generic MACs ([`Keys::mac`]) that designs use with their own
 //!   domain byte and length-prefixed parts.
 //! * **Tree hashes** ([`Keys::node_hash`], module [`tree_hash`]): a Bonsai Merkle Tree
 //!   over the counter blocks; each 64 B node holds 8 little-endian 64-bit hashes of its
-//!   64 B children; `node_hash` is keyed BLAKE3 (tree key) over
+//!   64 B children; `node_hash` is SipHash-2-4 (tree key) over
 //!   `(level, index, child)`, so a hash is bound to its position and splicing subtrees
 //!   is detected. The root lives on chip.
 //! * **Pad-reuse detection** ([`PadReuseDetector`], module [`reuse`]): records each
@@ -100,6 +100,27 @@ mod known_answers {
         aes.encrypt_blocks(&mut many);
         for b in &many {
             assert_eq!(b.as_slice(), &ct[..]);
+        }
+    }
+
+    /// SipHash-2-4 reference vectors (the reference implementation's `vectors.h`, also in
+    /// the paper's appendix): key `00 01 .. 0f`, message `00 01 .. (len - 1)`, the 64-bit
+    /// output as the little-endian number of its 8 bytes. The streaming path the MACs use
+    /// (several `write` calls) must give the same output as one call.
+    #[test]
+    fn siphash24_matches_the_reference_vectors_one_shot_and_streamed() {
+        use std::hash::Hasher;
+        let key: [u8; 16] = std::array::from_fn(|i| i as u8);
+        let input: Vec<u8> = (0..64).map(|i| i as u8).collect();
+        let cases = [(0, 0x726f_db47_dd0e_0e31u64), (15, 0xa129_ca61_49be_45e5), (63, 0x958a_324c_eb06_4572)];
+        for (len, want) in cases {
+            let one = siphasher::sip::SipHasher24::new_with_key(&key).hash(&input[..len]);
+            assert_eq!(one, want, "one-shot, len {len}");
+            let mut h = siphasher::sip::SipHasher24::new_with_key(&key);
+            for part in input[..len].chunks(5) {
+                h.write(part);
+            }
+            assert_eq!(h.finish(), want, "streamed, len {len}");
         }
     }
 
