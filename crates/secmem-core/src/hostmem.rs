@@ -28,10 +28,14 @@ const MAP_MIN_BYTES: usize = 4 * HUGE_BYTES;
 #[cfg(target_os = "linux")]
 const MADV_COLLAPSE: libc::c_int = 25;
 
-/// A fixed-length slice of `T` in zeroed, lazily committed host memory.
+/// A fixed-length slice of `T` in zeroed, lazily committed host memory; one made by
+/// [`with_capacity_huge`](Self::with_capacity_huge) can also grow in place.
 pub struct ZeroedSlice<T> {
     ptr: *mut T,
     len: usize,
+    /// Values the memory holds (`>= len`); those past `len` have never been handed out, so
+    /// they are still zero. Equal to `len` unless made by `with_capacity_huge`.
+    cap: usize,
     /// The mapping (start, bytes) to unmap; bytes 0: allocated with the global allocator.
     map: (*mut u8, usize),
 }
@@ -65,8 +69,60 @@ impl<T> ZeroedSlice<T> {
     unsafe fn new_with(len: usize, huge: bool) -> ZeroedSlice<T> {
         let bytes = std::mem::size_of::<T>().checked_mul(len).expect("array size overflows");
         if bytes == 0 {
-            return ZeroedSlice { ptr: std::ptr::NonNull::dangling().as_ptr(), len, map: (std::ptr::null_mut(), 0) };
+            return ZeroedSlice { ptr: std::ptr::NonNull::dangling().as_ptr(), len, cap: len, map: (std::ptr::null_mut(), 0) };
         }
+        if let Some(s) = Self::map_anonymous(len, len, huge) {
+            return s;
+        }
+        let _ = huge;
+        let layout = Self::heap_layout(len);
+        let ptr = std::alloc::alloc_zeroed(layout) as *mut T;
+        if ptr.is_null() {
+            std::alloc::handle_alloc_error(layout);
+        }
+        ZeroedSlice { ptr, len, cap: len, map: (std::ptr::null_mut(), 0) }
+    }
+
+    /// `len` values of all-zero bytes in a mapping with room for `cap` (at least `len`), which
+    /// [`grow_in_place`](Self::grow_in_place) can extend the slice into. The room past `len`
+    /// is only reserved address space (Linux `MAP_NORESERVE`): it commits no host memory until
+    /// it is grown into and written. Where it cannot be reserved (not Linux, too small to map,
+    /// or the OS refuses the reservation) this is [`new_huge`](Self::new_huge)`(len)`, which
+    /// cannot grow in place. Huge pages as in `new_huge`.
+    ///
+    /// For an array that doubles as it grows (the image's hash index): growing in place
+    /// reuses the pages the smaller array committed, where a new array would commit (and have
+    /// the kernel zero) them all again while the old one is still held.
+    ///
+    /// # Safety
+    /// As for [`new`](Self::new).
+    pub unsafe fn with_capacity_huge(len: usize, cap: usize) -> ZeroedSlice<T> {
+        if std::mem::size_of::<T>() != 0 && len > 0 {
+            if let Some(s) = Self::map_anonymous(len, cap.max(len), true) {
+                return s;
+            }
+        }
+        Self::new_huge(len)
+    }
+
+    /// Makes the slice `new_len` long if its memory has room (see
+    /// [`with_capacity_huge`](Self::with_capacity_huge)); the values added are zero. Returns
+    /// whether it did; `false` leaves the slice as it was.
+    pub fn grow_in_place(&mut self, new_len: usize) -> bool {
+        if new_len < self.len || new_len > self.cap {
+            return false;
+        }
+        self.len = new_len;
+        true
+    }
+
+    /// Values the slice can grow to in place.
+    pub fn capacity(&self) -> usize { self.cap }
+
+    /// An anonymous mapping for `cap` values (`len` of them visible), aligned to a huge page;
+    /// None where the array is too small to be worth one, or the mapping fails.
+    unsafe fn map_anonymous(len: usize, cap: usize, huge: bool) -> Option<ZeroedSlice<T>> {
+        let bytes = std::mem::size_of::<T>().checked_mul(cap).expect("array size overflows");
         #[cfg(target_os = "linux")]
         if bytes >= MAP_MIN_BYTES && std::mem::align_of::<T>() <= HUGE_BYTES {
             // One huge page of slack so the array can start on a huge-page boundary.
@@ -87,16 +143,11 @@ impl<T> ZeroedSlice<T> {
                     // Advice only: on failure the mapping keeps 4 KiB pages.
                     libc::madvise(start as *mut libc::c_void, bytes, libc::MADV_HUGEPAGE);
                 }
-                return ZeroedSlice { ptr: start as *mut T, len, map: (p as *mut u8, map_bytes) };
+                return Some(ZeroedSlice { ptr: start as *mut T, len, cap, map: (p as *mut u8, map_bytes) });
             }
         }
-        let _ = huge;
-        let layout = Self::heap_layout(len);
-        let ptr = std::alloc::alloc_zeroed(layout) as *mut T;
-        if ptr.is_null() {
-            std::alloc::handle_alloc_error(layout);
-        }
-        ZeroedSlice { ptr, len, map: (std::ptr::null_mut(), 0) }
+        let _ = (len, huge, bytes);
+        None
     }
 
     /// The global-allocator layout of `len` values: aligned to a host cache line at least, so
@@ -163,18 +214,20 @@ pub fn advise_huge_pages<T>(slice: &mut [T]) {
 
 impl<T> Drop for ZeroedSlice<T> {
     fn drop(&mut self) {
+        #[cfg(target_os = "linux")]
+        if self.map.1 != 0 {
+            // SAFETY: the mapping came from `map_anonymous` with exactly this start and size.
+            unsafe { libc::munmap(self.map.0 as *mut libc::c_void, self.map.1) };
+            return;
+        }
         let bytes = std::mem::size_of::<T>() * self.len;
         if bytes == 0 {
             return;
         }
         // SAFETY: the memory came from `new` with exactly this size (values of T need no
         // drop, as `new` requires).
+        // (Heap memory never grows: `cap == len`.)
         unsafe {
-            #[cfg(target_os = "linux")]
-            if self.map.1 != 0 {
-                libc::munmap(self.map.0 as *mut libc::c_void, self.map.1);
-                return;
-            }
             std::alloc::dealloc(self.ptr as *mut u8, Self::heap_layout(self.len));
         }
     }
@@ -214,6 +267,34 @@ mod tests {
                 assert_eq!((s[0], s[1], s[n - 1]), (5, if n == 2 { 7 } else { 0 }, 7));
             }
         }
+    }
+
+    #[test]
+    fn a_reserved_slice_grows_in_place_up_to_its_capacity_with_zeros_and_keeps_its_values() {
+        let len = MAP_MIN_BYTES / 8;
+        // SAFETY: zero is a valid u64.
+        let mut s: ZeroedSlice<u64> = unsafe { ZeroedSlice::with_capacity_huge(len, 4 * len) };
+        assert_eq!(s.len(), len);
+        s[0] = 3;
+        s[len - 1] = 4;
+        if cfg!(target_os = "linux") {
+            assert_eq!(s.capacity(), 4 * len);
+            let at = s.as_ptr();
+            assert!(s.grow_in_place(2 * len));
+            assert_eq!((s.len(), s.as_ptr()), (2 * len, at), "same memory, longer");
+            assert_eq!((s[0], s[len - 1], s[len], s[2 * len - 1]), (3, 4, 0, 0));
+            s[2 * len - 1] = 5;
+            assert!(!s.grow_in_place(4 * len + 1), "past the capacity");
+            assert!(!s.grow_in_place(len), "shorter");
+            assert_eq!((s.len(), s[2 * len - 1]), (2 * len, 5));
+        }
+        // A reservation too small to map: an ordinary slice, which cannot grow.
+        // SAFETY: zero is a valid u64.
+        let mut small: ZeroedSlice<u64> = unsafe { ZeroedSlice::with_capacity_huge(10, 20) };
+        assert_eq!((small.len(), small.capacity()), (10, 10));
+        small[9] = 1;
+        assert!(!small.grow_in_place(11));
+        assert_eq!(small[9], 1);
     }
 
     #[test]
