@@ -891,6 +891,23 @@ impl SecureMc {
         }
     }
 
+    /// Functional mode, after a write bumped `line`'s minor and nothing else of its page's
+    /// counters: writes that minor into the cached counter block's bytes (the same bytes as
+    /// [`store_counter_payload`](Self::store_counter_payload), without re-encoding the other 63).
+    fn store_counter_minor(&mut self, line: u64) {
+        if self.func.is_some() {
+            let (_, minor) = self.counters.counter_of_line(line);
+            let (page, bits) = (page_of_line(line), self.p.minor_bits);
+            let payload = self.payload_mut(MetaKind::Counter, self.layout.counter_addr(page) >> LINE_SHIFT);
+            CounterBlock::encode_one(payload, line_in_page(line), minor, bits);
+            debug_assert_eq!(
+                self.payload(MetaKind::Counter, self.layout.counter_addr(page) >> LINE_SHIFT),
+                Some(self.counters.block(page).encode(bits)),
+                "the cached counter block of page {page} was out of step with the counter store"
+            );
+        }
+    }
+
     /// Decrypts and verifies the NVM copy of data `line` under counter (major, minor).
     fn open_line(&self, line: u64, major: u64, minor: u8) -> Result<[u8; 64], IntegrityError> {
         let f = self.func.as_ref().expect("functional");
@@ -1003,7 +1020,11 @@ impl SecureMc {
         }
         let mac_at_start = self.ensure_mac(line, true, now);
         if functional {
-            self.store_counter_payload(page);
+            if overflow {
+                self.store_counter_payload(page);
+            } else {
+                self.store_counter_minor(line);
+            }
             self.seal_line(line, plain.as_ref().unwrap());
         }
         self.stats.aes_ops.data_encrypt += 1;
