@@ -16,9 +16,10 @@
 //! # Constructions
 //!
 //! * **Keys** ([`Keys::from_seed`]): AES-128 pad key, 128-bit MAC key and 128-bit tree
-//!   key, each the first 16 bytes of `blake3::derive_key(context, seed.to_le_bytes())` under its own context
-//!   string (`"secmem 2026 data-pad key"`, `"… line-mac key"`, `"… tree-hash key"`), so
-//!   the keys are independent and one primitive's outputs are never usable as another's.
+//!   key, each the first 16 bytes of `blake3::derive_key(context, seed.to_le_bytes())`
+//!   under its own context string (`"secmem 2026 data-pad key"`, `"… line-mac key"`,
+//!   `"… tree-hash key"`), so the keys are independent and one primitive's outputs are
+//!   never usable as another's.
 //! * **Pads** ([`Keys::pad`], [`Keys::pads_batch`], module [`pad`]): a 64 B line is
 //!   XORed with four AES-128 blocks of 16-byte counter blocks
 //!   `line (48 bits) | minor | domain<<2 | j | major (64 bits)`. The layout is injective
