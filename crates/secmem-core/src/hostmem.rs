@@ -298,6 +298,75 @@ mod tests {
     }
 
     #[test]
+    fn a_reserved_slice_grows_to_exactly_its_capacity_and_to_its_own_length() {
+        // Both ends of the range grow_in_place accepts: the image's index doubles into its
+        // reservation up to the last bucket of it (RESERVE_BUCKETS is a power of two).
+        let len = MAP_MIN_BYTES / 8;
+        // SAFETY: zero is a valid u64.
+        let mut s: ZeroedSlice<u64> = unsafe { ZeroedSlice::with_capacity_huge(len, 2 * len) };
+        if s.capacity() == s.len() {
+            return; // no reservation here (not Linux, or the OS refused it): nothing grows
+        }
+        s[len - 1] = 6;
+        assert!(s.grow_in_place(len), "its own length: nothing to do, and nothing refused");
+        assert_eq!(s.len(), len);
+        assert!(s.grow_in_place(2 * len), "exactly the capacity");
+        assert_eq!((s.len(), s[len - 1], s[2 * len - 1]), (2 * len, 6, 0));
+    }
+
+    #[test]
+    fn a_reservation_smaller_than_its_length_still_holds_the_length_and_an_empty_one_reserves_nothing() {
+        let len = 2 * MAP_MIN_BYTES / 8;
+        // A capacity below the length is read as the length (the mapping must hold every value),
+        // even where the capacity alone would be large enough to map.
+        // SAFETY: zero is a valid u64.
+        let mut s: ZeroedSlice<u64> = unsafe { ZeroedSlice::with_capacity_huge(len, len / 2) };
+        assert_eq!((s.len(), s.capacity()), (len, len));
+        s[len - 1] = 8;
+        assert_eq!(s[len - 1], 8);
+        // An empty slice gets no mapping, however much room is asked for.
+        // SAFETY: zero is a valid u64.
+        let mut e: ZeroedSlice<u64> = unsafe { ZeroedSlice::with_capacity_huge(0, 4 * len) };
+        assert_eq!((e.len(), e.capacity(), e.is_mapped()), (0, 0, false));
+        assert!(!e.grow_in_place(1));
+    }
+
+    #[test]
+    #[cfg(target_pointer_width = "64")]
+    fn dropping_a_reserved_slice_gives_its_address_space_back() {
+        // 16 TiB reserved each time: the 128 TiB of a process's address space hold at most 8
+        // such reservations, so if a drop did not unmap, the reservations would soon fail and
+        // the slices fall back to ones that cannot grow. Reserving costs no memory.
+        let (len, cap) = (MAP_MIN_BYTES / 8, 1usize << 41);
+        for i in 0..64 {
+            // SAFETY: zero is a valid u64.
+            let mut s: ZeroedSlice<u64> = unsafe { ZeroedSlice::with_capacity_huge(len, cap) };
+            if i == 0 && s.capacity() != cap {
+                return; // the OS refuses so large a reservation here: nothing to test
+            }
+            assert_eq!(s.capacity(), cap, "reservation {i}");
+            s[len - 1] = i as u64;
+        }
+    }
+
+    #[test]
+    fn a_mapped_slice_starts_on_a_huge_page_boundary() {
+        // collapse_if_resident collapses the huge page around an element: it must lie inside the
+        // array's own mapping, which holds only if the array starts on a huge-page boundary.
+        for n in [MAP_MIN_BYTES / 8, MAP_MIN_BYTES / 8 + 1, 3 * MAP_MIN_BYTES / 8 + 5] {
+            // SAFETY: zero is a valid u64.
+            let a: ZeroedSlice<u64> = unsafe { ZeroedSlice::new(n) };
+            // SAFETY: zero is a valid u64.
+            let b: ZeroedSlice<u64> = unsafe { ZeroedSlice::with_capacity_huge(n, 3 * n) };
+            for s in [&a, &b] {
+                if s.is_mapped() {
+                    assert_eq!(s.as_ptr() as usize % HUGE_BYTES, 0, "{n} values");
+                }
+            }
+        }
+    }
+
+    #[test]
     fn line_arrays_start_on_a_host_cache_line_whatever_their_size() {
         for n in [1usize, 3, 1000, MAP_MIN_BYTES / 64 + 1] {
             // SAFETY: all-zero bytes are a valid [u8; 64].

@@ -366,6 +366,21 @@ mod tests {
         let e = load(&["[l1]\n\"\" = 1"]).unwrap_err();
         assert_eq!(e.field, "l1.\"\"");
         assert_eq!(load(&["[l1]\nsize_kb = 1"]).unwrap_err().field, "l1.size_kb");
+        // A control character that is not whitespace (BEL) would print as nothing at all in the
+        // error, and a space would read as two words: both are quoted, with the escape shown.
+        assert_eq!(load(&["\"a\\u0007b\" = 1"]).unwrap_err().field, "\"a\\u{7}b\"");
+        assert_eq!(load(&["\"size kib\" = 1"]).unwrap_err().field, "\"size kib\"");
+    }
+
+    #[test]
+    fn leaf_paths_lists_every_value_a_layer_sets_by_its_dotted_path() {
+        // The config loader records per path which layer set it last: every leaf, tables
+        // only as the prefix of their leaves, paths spelled as the merge's errors spell them.
+        let layer = parse_layer("freq_mhz = 1\n[l1]\nsize_kib = 2\npolicy = \"lru\"\n[l2]\n\"a.b\" = [1, 2]", "test").unwrap();
+        let mut paths = vec!["kept".to_string()];
+        leaf_paths(&layer, "", &mut paths);
+        paths[1..].sort_unstable();
+        assert_eq!(paths, ["kept", "freq_mhz", "l1.policy", "l1.size_kib", "l2.\"a.b\""]);
     }
 
     #[test]

@@ -155,6 +155,15 @@ mod tests {
     }
 
     #[test]
+    fn the_largest_value_fills_the_last_bucket_so_no_bucket_is_wasted() {
+        // 64 exact buckets, then 32 per power of two from 2^6 to 2^63: every histogram holds
+        // exactly that many counters (one per bucket any u64 can land in), none more.
+        assert_eq!(bucket_of(u64::MAX), BUCKETS - 1);
+        assert_eq!(bucket_upper(BUCKETS - 1), u64::MAX);
+        assert_eq!(Histogram::default().counts.len(), bucket_of(u64::MAX) + 1);
+    }
+
+    #[test]
     fn warmup_subtraction_removes_early_samples() {
         let mut h = Histogram::default();
         for _ in 0..10 {

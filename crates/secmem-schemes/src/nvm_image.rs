@@ -628,6 +628,51 @@ mod tests {
     }
 
     #[test]
+    fn rehashing_in_place_keeps_a_deferred_line_whose_probe_run_passes_the_bucket_of_the_line_two_above() {
+        // The in-place counterpart of the test above, for the entries the sweep defers: x sits in
+        // old bucket 0 with new home 0 (not above its bucket), so it is inserted after the sweep,
+        // when the lines homed from 0 to a little past x + 2's new home have filled that stretch.
+        // x's probe run then passes x + 2's bucket, and must not take it for x's own.
+        let (old, new) = (1024usize, 2048usize);
+        let home = |line: u64, n: usize| ((line + 1).wrapping_mul(HASH_MUL) >> (64 - n.trailing_zeros())) as usize;
+        let x = (1u64 << 20..).find(|&l| home(l, new) == 0).unwrap();
+        let d = home(x + 2, new);
+        assert!(d < 600, "x + 2's new home is {d}");
+        let run: Vec<u64> = (1u64 << 30..).filter(|&l| home(l, new) <= d + 8).take(d + 32).collect();
+        let mut lines = vec![x];
+        lines.extend(&run);
+        lines.push(x + 2);
+        let mut table = vec![[0u64; 2]; old];
+        for (i, &l) in lines.iter().enumerate() {
+            let b = NvmImage::find(&table, home(l, old), l);
+            table[b] = [l + 1, i as u64];
+        }
+        assert_eq!(table[0][0], x + 1, "x sits in old bucket 0");
+        table.resize(new, [0, 0]);
+        NvmImage::rehash_in_place(&mut table, old, 64 - new.trailing_zeros());
+        let at = |l: u64| table.iter().position(|e| e[0] == l + 1);
+        assert!(at(x).unwrap() > at(x + 2).unwrap(), "x's probe run passed x + 2's bucket");
+        for (i, &l) in lines.iter().enumerate() {
+            assert_eq!(table[NvmImage::find(&table, home(l, new), l)], [l + 1, i as u64], "line {l}");
+        }
+    }
+
+    #[test]
+    fn a_table_that_outgrows_its_reservation_moves_to_one_four_times_its_size() {
+        // Tables from RESERVE_MIN_BUCKETS on get room for RESERVE_BUCKETS; one that has grown to
+        // fill that (about 200 M lines) gets room for four times its size, so it can double in
+        // place twice more. Only address space: nothing here is written, so nothing is committed.
+        let t = new_table(RESERVE_MIN_BUCKETS);
+        if t.capacity() == t.len() {
+            return; // the OS refused the reservation: tables grow by copying
+        }
+        assert_eq!(t.capacity(), RESERVE_BUCKETS);
+        assert_eq!(new_table(RESERVE_BUCKETS / 4).capacity(), RESERVE_BUCKETS);
+        let big = new_table(RESERVE_BUCKETS);
+        assert_eq!((big.len(), big.capacity()), (RESERVE_BUCKETS, 4 * RESERVE_BUCKETS));
+    }
+
+    #[test]
     #[should_panic(expected = "overlap")]
     fn overlapping_dense_ranges_are_rejected() {
         NvmImage::with_dense_ranges(&[(10, 20), (0, 11)]);
