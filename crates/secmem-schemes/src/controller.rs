@@ -20,6 +20,7 @@
 
 use crate::config::{MetadataCachesConfig, MetadataPersistence, SecurityConfig, TreeConfig, TreeUpdate};
 use crate::functional::{Functional, IntegrityError, NvmImage};
+use crate::nvm_image::SharedHomes;
 use secmem_core::counters::CounterBlock;
 use secmem_crypto::{node_entry, set_node_entry};
 use secmem_core::addr::{line_in_page, page_of_line, LINES_PER_PAGE, LINE_SHIFT};
@@ -294,13 +295,20 @@ impl SecureMc {
         let layout = SecureLayout::new(data_bytes, tree.arity, security.mac_bits)?;
         if let Some(f) = func.as_mut() {
             // Counter blocks and tree nodes are filled densely by any sizeable run: stored by
-            // position, one host cache miss each (MAC blocks and data stay sparse).
+            // position, one host cache miss each. MAC blocks and data stay sparse; a MAC block
+            // shares its index home with its data lines, which are looked up just before it.
             let tree_first = (layout.mac_base >> LINE_SHIFT) + layout.mac_blocks;
             f.memo_layout = (data_bytes, tree.arity, security.mac_bits);
             f.image = NvmImage::with_dense_ranges(&[
                 (layout.counter_base >> LINE_SHIFT, (layout.counter_base >> LINE_SHIFT) + layout.counter_blocks),
                 (tree_first, layout.end >> LINE_SHIFT),
             ]);
+            debug_assert!(layout.macs_per_block.is_power_of_two(), "mac_bits divides 512");
+            f.image = std::mem::take(&mut f.image).with_shared_homes(SharedHomes {
+                data_lines: data_bytes >> LINE_SHIFT,
+                group_shift: layout.macs_per_block.trailing_zeros(),
+                group_first: layout.mac_base >> LINE_SHIFT,
+            });
         }
         let strict = security.metadata_persistence == MetadataPersistence::Strict;
         if strict && tree.update != TreeUpdate::Eager {

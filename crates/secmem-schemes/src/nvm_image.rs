@@ -19,6 +19,13 @@
 //!   doubling into a new table zeroed twice the final index in all (under a hypervisor,
 //!   first-touch zeroing is slow: it was 4.6% of a random functional run's time).
 //!
+//! * **Shared homes** (optional, [`NvmImage::with_shared_homes`]): the data lines of one MAC
+//!   block and that MAC block hash to one home bucket, so their entries sit in one probe run,
+//!   usually one host cache line. A read or write-back of a data line looks up its MAC block
+//!   right after it (to verify it, or to update its MAC): that second lookup then finds the
+//!   index line already in the host cache, and a run over consecutive lines of one block
+//!   stays on one index line instead of a random one per line.
+//!
 //! * **Dense ranges** (optional, [`NvmImage::with_dense_ranges`]): ranges of device lines
 //!   that a run fills densely (the counter blocks and tree nodes) are kept in arrays indexed
 //!   by line, in lazily committed zeroed memory, with a presence bitmap: one host cache
@@ -143,6 +150,8 @@ pub struct NvmImage {
     dense_len: usize,
     /// The tag every memo in `dense` was computed under (None: no memo set yet).
     memo_tag: Option<MemoTag>,
+    /// Which lines share a home bucket (see [`SharedHomes`]); none by default.
+    homes: Option<SharedHomes>,
     /// `[line + 1, chunk << 32 | offset]` per bucket; `[0, _]` is empty.
     table: Option<ZeroedSlice<[u64; 2]>>,
     /// 64 - log2(table length): the hash's top bits index the table.
@@ -151,6 +160,35 @@ pub struct NvmImage {
     chunks: Vec<ZeroedSlice<[u8; 64]>>,
     /// Lines used in the last chunk.
     fill: usize,
+}
+
+/// Lines that hash to one home bucket: data lines `[0, data_lines)` in groups of
+/// `1 << group_shift`, group `g` with line `group_first + g` (its MAC block). Every other line
+/// has a home of its own.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SharedHomes {
+    pub data_lines: u64,
+    pub group_shift: u32,
+    pub group_first: u64,
+}
+
+impl SharedHomes {
+    /// The line whose hash places `line`: its group's line for a data line, else itself.
+    /// Distinct groups have distinct keys, and no data line is another line's key, so lines
+    /// share a home only within a group.
+    #[inline(always)]
+    fn key(homes: Option<SharedHomes>, line: u64) -> u64 {
+        match homes {
+            Some(h) if line < h.data_lines => h.group_first + (line >> h.group_shift),
+            _ => line,
+        }
+    }
+}
+
+/// Home bucket of `line` in a table of `64 - shift` bits: Fibonacci hashing of its key.
+#[inline(always)]
+fn home(homes: Option<SharedHomes>, shift: u32, line: u64) -> usize {
+    (SharedHomes::key(homes, line).wrapping_add(1).wrapping_mul(HASH_MUL) >> shift) as usize
 }
 
 fn chunk_lines(chunk: usize) -> usize {
@@ -183,6 +221,18 @@ impl NvmImage {
         NvmImage { dense: ranges.iter().filter(|r| r.1 > r.0).map(|&(a, b)| Dense::new(a, b)).collect(), ..NvmImage::default() }
     }
 
+    /// This image with the data lines of each group and the group's own line hashed to one
+    /// home (see the module docs). Call it on an empty image: stored lines would not move.
+    ///
+    /// # Panics
+    /// If a line is already stored in the index, or a group's line is a data line.
+    pub fn with_shared_homes(mut self, homes: SharedHomes) -> NvmImage {
+        assert!(self.len == 0, "shared homes are set on an image whose index is empty");
+        assert!(homes.group_first >= homes.data_lines && homes.group_shift < 64, "group lines lie above the data: {homes:?}");
+        self.homes = Some(homes);
+        self
+    }
+
     /// The dense range holding `line` and its position there.
     #[inline(always)]
     fn dense_slot(&self, line: u64) -> Option<(usize, usize)> {
@@ -190,7 +240,7 @@ impl NvmImage {
     }
 
     #[inline(always)]
-    fn bucket(&self, line: u64) -> usize { ((line.wrapping_add(1)).wrapping_mul(HASH_MUL) >> self.shift) as usize }
+    fn bucket(&self, line: u64) -> usize { home(self.homes, self.shift, line) }
 
     /// Index of `line`'s bucket, or of the empty bucket where it would go.
     #[inline(always)]
@@ -317,7 +367,7 @@ impl NvmImage {
         if let Some(t) = self.table.as_mut() {
             let old = t.len();
             if t.grow_in_place(buckets) {
-                Self::rehash_in_place(t, old, shift);
+                Self::rehash_in_place(t, old, shift, self.homes);
                 self.shift = shift;
                 return;
             }
@@ -325,8 +375,7 @@ impl NvmImage {
         let mut table = new_table(buckets);
         if let Some(old) = self.table.as_ref() {
             for e in old.iter().filter(|e| e[0] != 0) {
-                let b = ((e[0].wrapping_mul(HASH_MUL)) >> shift) as usize;
-                let b = Self::find(&table, b, e[0] - 1);
+                let b = Self::find(&table, home(self.homes, shift, e[0] - 1), e[0] - 1);
                 table[b] = *e;
             }
         }
@@ -348,9 +397,9 @@ impl NvmImage {
     /// or below the old bucket, which only probe runs near the start or wrapped around the
     /// end give, or a probe reaching the end) wait in a list and are inserted as usual once
     /// the sweep is done.
-    fn rehash_in_place(table: &mut [[u64; 2]], old: usize, shift: u32) {
+    fn rehash_in_place(table: &mut [[u64; 2]], old: usize, shift: u32, homes: Option<SharedHomes>) {
         debug_assert_eq!(table.len(), 2 * old);
-        let home = |key: u64| (key.wrapping_mul(HASH_MUL) >> shift) as usize;
+        let home = |key: u64| home(homes, shift, key - 1);
         let mut later = Vec::new();
         for p in (0..old).rev() {
             let e = table[p];
@@ -455,7 +504,17 @@ impl Clone for NvmImage {
                 d
             })
             .collect();
-        NvmImage { dense: self.dense.clone(), dense_len: self.dense_len, memo_tag: self.memo_tag, table, shift: self.shift, len: self.len, chunks, fill: self.fill }
+        NvmImage {
+            dense: self.dense.clone(),
+            dense_len: self.dense_len,
+            memo_tag: self.memo_tag,
+            homes: self.homes,
+            table,
+            shift: self.shift,
+            len: self.len,
+            chunks,
+            fill: self.fill,
+        }
     }
 }
 
@@ -649,7 +708,7 @@ mod tests {
         }
         assert_eq!(table[0][0], x + 1, "x sits in old bucket 0");
         table.resize(new, [0, 0]);
-        NvmImage::rehash_in_place(&mut table, old, 64 - new.trailing_zeros());
+        NvmImage::rehash_in_place(&mut table, old, 64 - new.trailing_zeros(), None);
         let at = |l: u64| table.iter().position(|e| e[0] == l + 1);
         assert!(at(x).unwrap() > at(x + 2).unwrap(), "x's probe run passed x + 2's bucket");
         for (i, &l) in lines.iter().enumerate() {
@@ -670,6 +729,47 @@ mod tests {
         assert_eq!(new_table(RESERVE_BUCKETS / 4).capacity(), RESERVE_BUCKETS);
         let big = new_table(RESERVE_BUCKETS);
         assert_eq!((big.len(), big.capacity()), (RESERVE_BUCKETS, 4 * RESERVE_BUCKETS));
+    }
+
+    #[test]
+    fn a_data_line_and_its_group_line_share_a_home_and_other_lines_keep_their_own() {
+        let homes = SharedHomes { data_lines: 1 << 20, group_shift: 3, group_first: 1 << 21 };
+        let plain = |l: u64| home(None, 40, l);
+        let shared = |l: u64| home(Some(homes), 40, l);
+        for g in [0u64, 1, 12_345, (1 << 17) - 1] {
+            let group_line = (1 << 21) + g;
+            assert_eq!(shared(group_line), plain(group_line), "a group's own line keeps its home");
+            for l in 8 * g..8 * g + 8 {
+                assert_eq!(shared(l), shared(group_line), "data line {l}");
+            }
+        }
+        assert_ne!(shared(7), shared(8), "lines of neighbouring groups");
+        assert_eq!(shared(1 << 20), plain(1 << 20), "the first line past the data");
+        assert_eq!(shared(5 << 30), plain(5 << 30));
+    }
+
+    #[test]
+    fn an_image_with_shared_homes_keeps_every_line_through_growth_by_copy_and_in_place() {
+        // Data lines in runs of consecutive groups (long probe runs) and their group lines,
+        // from an empty table through copying doublings and past RESERVE_MIN_BUCKETS, where
+        // the table doubles in place.
+        let homes = SharedHomes { data_lines: 1 << 30, group_shift: 3, group_first: 1 << 31 };
+        let mut img = NvmImage::default().with_shared_homes(homes);
+        let mut reference = BTreeMap::new();
+        let n = RESERVE_MIN_BUCKETS as u64;
+        for i in 0..n {
+            let line = if i % 4 == 3 { (1 << 31) + (i / 4) * 3 } else { (i / 4) * 24 + (i % 4) * 5 };
+            img.put(line, line_bytes(line, i as u8));
+            reference.insert(line, line_bytes(line, i as u8));
+        }
+        assert!(img.table.as_ref().unwrap().len() > RESERVE_MIN_BUCKETS);
+        for (l, b) in &reference {
+            assert_eq!(img.get_opt(*l), Some(b), "line {l}");
+        }
+        assert_eq!(img.get_opt(1), None);
+        let copy = img.clone();
+        assert_eq!(copy.len(), reference.len());
+        assert_eq!(copy.get_opt((1 << 31) + 3), reference.get(&((1 << 31) + 3)));
     }
 
     #[test]
@@ -708,19 +808,24 @@ mod tests {
         /// around its end (the cases the in-place sweep defers) are common.
         #[test]
         fn rehashing_in_place_leaves_every_line_reachable_from_its_new_bucket(
-            keys in proptest::collection::hash_set(1u64..u64::MAX, 0..48),
+            wide in proptest::collection::hash_set(1u64..u64::MAX, 0..48),
+            narrow in proptest::collection::hash_set(1u64..200, 0..48),
             old_shift in 3u32..7,
+            shared: bool,
         ) {
+            // With shared homes, keys from a narrow range: groups of up to 8 lines plus their
+            // group's line share a home, and make long runs.
+            let homes = shared.then_some(SharedHomes { data_lines: 128, group_shift: 3, group_first: 150 });
             let old = 1usize << old_shift;
-            let keys: Vec<u64> = keys.into_iter().take(old * 3 / 4).collect();
+            let keys: Vec<u64> = if shared { narrow } else { wide }.into_iter().take(old * 3 / 4).collect();
             let mut table = vec![[0u64; 2]; old];
-            let home = |k: u64, n: usize| (k.wrapping_mul(HASH_MUL) >> (64 - n.trailing_zeros())) as usize;
+            let home = |k: u64, n: usize| home(homes, 64 - n.trailing_zeros(), k - 1);
             for (i, &k) in keys.iter().enumerate() {
                 let b = NvmImage::find(&table, home(k, old), k - 1);
                 table[b] = [k, i as u64];
             }
             table.resize(2 * old, [0, 0]);
-            NvmImage::rehash_in_place(&mut table, old, 64 - (2 * old).trailing_zeros());
+            NvmImage::rehash_in_place(&mut table, old, 64 - (2 * old).trailing_zeros(), homes);
             prop_assert_eq!(table.iter().filter(|e| e[0] != 0).count(), keys.len());
             for (i, &k) in keys.iter().enumerate() {
                 let b = NvmImage::find(&table, home(k, 2 * old), k - 1);
@@ -737,10 +842,14 @@ mod tests {
         #[test]
         fn behaves_like_a_map(
             ops in proptest::collection::vec((0u64..3000, any::<u8>()), 0..3000),
-            lo in 0u64..3000, span in 0u64..3000, dense: bool,
+            lo in 0u64..3000, span in 0u64..3000, dense: bool, shared: bool,
         ) {
-            // With dense ranges, lines inside, outside and on both sides of their edges.
+            // With dense ranges, lines inside, outside and on both sides of their edges; with
+            // shared homes, groups of 8 data lines below 1200 and their lines from 2000 on.
             let mut img = if dense { NvmImage::with_dense_ranges(&[(1500, 1601), (100, 700)]) } else { NvmImage::default() };
+            if shared {
+                img = img.with_shared_homes(SharedHomes { data_lines: 1200, group_shift: 3, group_first: 2000 });
+            }
             let mut reference = BTreeMap::new();
             for (line, v) in ops {
                 img.put(line, line_bytes(line, v));
