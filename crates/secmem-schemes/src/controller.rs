@@ -299,12 +299,12 @@ impl SecureMc {
             // shares its index home with its data lines, which are looked up just before it.
             let tree_first = (layout.mac_base >> LINE_SHIFT) + layout.mac_blocks;
             f.memo_layout = (data_bytes, tree.arity, security.mac_bits);
+            debug_assert!(layout.macs_per_block.is_power_of_two(), "mac_bits divides 512");
             f.image = NvmImage::with_dense_ranges(&[
                 (layout.counter_base >> LINE_SHIFT, (layout.counter_base >> LINE_SHIFT) + layout.counter_blocks),
                 (tree_first, layout.end >> LINE_SHIFT),
-            ]);
-            debug_assert!(layout.macs_per_block.is_power_of_two(), "mac_bits divides 512");
-            f.image = std::mem::take(&mut f.image).with_shared_homes(SharedHomes {
+            ])
+            .with_shared_homes(SharedHomes {
                 data_lines: data_bytes >> LINE_SHIFT,
                 group_shift: layout.macs_per_block.trailing_zeros(),
                 group_first: layout.mac_base >> LINE_SHIFT,

@@ -399,7 +399,7 @@ impl NvmImage {
     /// the sweep is done.
     fn rehash_in_place(table: &mut [[u64; 2]], old: usize, shift: u32, homes: Option<SharedHomes>) {
         debug_assert_eq!(table.len(), 2 * old);
-        let home = |key: u64| home(homes, shift, key - 1);
+        let new_home = |key: u64| home(homes, shift, key - 1);
         let mut later = Vec::new();
         for p in (0..old).rev() {
             let e = table[p];
@@ -407,7 +407,7 @@ impl NvmImage {
                 continue;
             }
             table[p] = [0, 0];
-            let h = home(e[0]);
+            let h = new_home(e[0]);
             if h <= p {
                 later.push(e);
                 continue;
@@ -418,7 +418,7 @@ impl NvmImage {
             }
         }
         for e in later {
-            let b = Self::find(table, home(e[0]), e[0] - 1);
+            let b = Self::find(table, new_home(e[0]), e[0] - 1);
             table[b] = e;
         }
     }
