@@ -693,17 +693,17 @@ mod tests {
         // when the lines homed from 0 to a little past x + 2's new home have filled that stretch.
         // x's probe run then passes x + 2's bucket, and must not take it for x's own.
         let (old, new) = (1024usize, 2048usize);
-        let home = |line: u64, n: usize| ((line + 1).wrapping_mul(HASH_MUL) >> (64 - n.trailing_zeros())) as usize;
-        let x = (1u64 << 20..).find(|&l| home(l, new) == 0).unwrap();
-        let d = home(x + 2, new);
+        let home_in = |line: u64, n: usize| home(None, 64 - n.trailing_zeros(), line);
+        let x = (1u64 << 20..).find(|&l| home_in(l, new) == 0).unwrap();
+        let d = home_in(x + 2, new);
         assert!(d < 600, "x + 2's new home is {d}");
-        let run: Vec<u64> = (1u64 << 30..).filter(|&l| home(l, new) <= d + 8).take(d + 32).collect();
+        let run: Vec<u64> = (1u64 << 30..).filter(|&l| home_in(l, new) <= d + 8).take(d + 32).collect();
         let mut lines = vec![x];
         lines.extend(&run);
         lines.push(x + 2);
         let mut table = vec![[0u64; 2]; old];
         for (i, &l) in lines.iter().enumerate() {
-            let b = NvmImage::find(&table, home(l, old), l);
+            let b = NvmImage::find(&table, home_in(l, old), l);
             table[b] = [l + 1, i as u64];
         }
         assert_eq!(table[0][0], x + 1, "x sits in old bucket 0");
@@ -712,7 +712,7 @@ mod tests {
         let at = |l: u64| table.iter().position(|e| e[0] == l + 1);
         assert!(at(x).unwrap() > at(x + 2).unwrap(), "x's probe run passed x + 2's bucket");
         for (i, &l) in lines.iter().enumerate() {
-            assert_eq!(table[NvmImage::find(&table, home(l, new), l)], [l + 1, i as u64], "line {l}");
+            assert_eq!(table[NvmImage::find(&table, home_in(l, new), l)], [l + 1, i as u64], "line {l}");
         }
     }
 
@@ -819,19 +819,19 @@ mod tests {
             let old = 1usize << old_shift;
             let keys: Vec<u64> = if shared { narrow } else { wide }.into_iter().take(old * 3 / 4).collect();
             let mut table = vec![[0u64; 2]; old];
-            let home = |k: u64, n: usize| home(homes, 64 - n.trailing_zeros(), k - 1);
+            let home_in = |k: u64, n: usize| home(homes, 64 - n.trailing_zeros(), k - 1);
             for (i, &k) in keys.iter().enumerate() {
-                let b = NvmImage::find(&table, home(k, old), k - 1);
+                let b = NvmImage::find(&table, home_in(k, old), k - 1);
                 table[b] = [k, i as u64];
             }
             table.resize(2 * old, [0, 0]);
             NvmImage::rehash_in_place(&mut table, old, 64 - (2 * old).trailing_zeros(), homes);
             prop_assert_eq!(table.iter().filter(|e| e[0] != 0).count(), keys.len());
             for (i, &k) in keys.iter().enumerate() {
-                let b = NvmImage::find(&table, home(k, 2 * old), k - 1);
+                let b = NvmImage::find(&table, home_in(k, 2 * old), k - 1);
                 prop_assert_eq!(table[b], [k, i as u64], "key {:#x}", k);
                 // No empty bucket between its home and where it sits.
-                let mut q = home(k, 2 * old);
+                let mut q = home_in(k, 2 * old);
                 while q != b {
                     prop_assert!(table[q][0] != 0, "hole at {} before key {:#x}", q, k);
                     q = (q + 1) % (2 * old);
