@@ -927,7 +927,7 @@ impl SecureMc {
             return Ok([0; 64]);
         }
         // The ciphertext NVM holds: the image's, or the boot content.
-        let mut buf = in_image.copied().unwrap_or_else(|| f.boot_line(line));
+        let mut buf = in_image.unwrap_or_else(|| f.boot_line(line));
         if !f.canaries.skip_data_mac_check && f.data_mac(&buf, line, major, minor) != f.effective_mac(stored, line) {
             return Err(IntegrityError::DataMac { line, addr: line << LINE_SHIFT });
         }

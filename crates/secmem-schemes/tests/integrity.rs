@@ -72,7 +72,7 @@ fn a_written_line_cut_out_of_nvm_with_its_mac_slot_zeroed_fails_its_mac_check() 
     let f = m.func.as_mut().unwrap();
     let mut kept = NvmImage::default();
     for (l, b) in f.image.iter().filter(|&(l, _)| l != 70) {
-        kept.put(l, *b);
+        kept.put(l, b);
     }
     f.image = kept;
     put_mac(&mut m, 70, 0);

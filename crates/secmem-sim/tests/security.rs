@@ -409,7 +409,7 @@ fn a_saved_image_with_a_written_line_cut_out_fails_verification() {
         let victim = image.lines_in(0, c.data_bytes() >> 6)[0];
         let mut kept = NvmImage::default();
         for (l, b) in image.iter().filter(|&(l, _)| l != victim) {
-            kept.put(l, *b);
+            kept.put(l, b);
         }
         image_file::save(&cut, &meta, &root, &kept).unwrap();
         let check = verify_image(&c, &cut).unwrap();
@@ -444,7 +444,7 @@ fn a_saved_image_with_a_line_no_read_covers_changed_fails_verification() {
         assert!(image.lines_in(line, line + 1).is_empty(), "{what} {line:#x} is already in the image");
         let mut changed = NvmImage::default();
         for (l, b) in image.iter() {
-            changed.put(l, *b);
+            changed.put(l, b);
         }
         changed.put(line, [0xab; 64]);
         image_file::save(&bad, &meta, &root, &changed).unwrap();

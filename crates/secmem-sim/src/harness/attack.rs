@@ -290,7 +290,7 @@ fn prepare(name: &str, w: &World, mc: &SecureMc, rng: &mut impl Rng) -> Option<I
     // zeros).
     let f = mc.func.as_ref().expect("functional");
     let old = |l: u64| match w.image_old.get_opt(l) {
-        Some(b) => *b,
+        Some(b) => b,
         None if mc.kind_of_key(l) == Some(secmem_schemes::MetaKind::Counter) => f.boot_block(0, l - (layout.counter_base >> LINE_SHIFT)),
         None if l < layout.data_bytes >> LINE_SHIFT => f.boot_line(l),
         None => [0; 64],

@@ -216,7 +216,7 @@ pub fn vault_attack_campaign(cfg: &Config, input: &TraceInput, dlm: bool, per_cl
                 "replay" => {
                     for l in (chv.data_base >> LINE_SHIFT)..(chv.end >> LINE_SHIFT) {
                         match old_image.get_opt(l) {
-                            Some(b) => img.put(l, *b),
+                            Some(b) => img.put(l, b),
                             None => img.put(l, [0; 64]),
                         }
                     }
@@ -226,7 +226,7 @@ pub fn vault_attack_campaign(cfg: &Config, input: &TraceInput, dlm: bool, per_cl
                     let k = rng.gen_range(1..=8u64).min(total);
                     for e in total - k..total {
                         let l = chv.data_addr(e) >> LINE_SHIFT;
-                        img.put(l, old_image.get_opt(l).copied().unwrap_or([0; 64]));
+                        img.put(l, old_image.get_opt(l).unwrap_or([0; 64]));
                     }
                     &[line_class, "metadata-tree"]
                 }
