@@ -298,6 +298,13 @@ impl NvmImage {
     #[inline(always)]
     fn slab(&self, loc: u64) -> &[u8; 64] { &self.chunks[(loc >> 32) as usize][loc as u32 as usize] }
 
+    /// The bucket of `line` in the index: its entry, or `[0, _]` if it is not there (or there
+    /// is no index yet).
+    #[inline(always)]
+    fn entry(&self, line: u64) -> [u64; 2] {
+        self.table.as_ref().map_or([0, 0], |t| t[Self::find(t, self.bucket(line), line)])
+    }
+
     /// The bytes of a stored line from its (non-empty) bucket.
     #[inline(always)]
     fn entry_bytes(&self, e: [u64; 2]) -> [u8; 64] {
@@ -317,8 +324,7 @@ impl NvmImage {
             let r = &self.dense[d];
             return r.has(i).then(|| r.lines[i]);
         }
-        let table = self.table.as_ref()?;
-        let e = table[Self::find(table, self.bucket(line), line)];
+        let e = self.entry(line);
         (e[0] != 0).then(|| self.entry_bytes(e))
     }
 
@@ -536,8 +542,8 @@ impl NvmImage {
         #[cfg(target_arch = "x86_64")]
         if self.dense_slot(line).is_some() {
             // Prefetched by `prefetch_index` already.
-        } else if let Some(t) = self.table.as_ref() {
-            let e = t[Self::find(t, self.bucket(line), line)];
+        } else {
+            let e = self.entry(line);
             // An inline line's bytes are in the bucket just read.
             if e[0] != 0 && e[0] & INLINE == 0 {
                 // SAFETY: a prefetch has no effect on program state.
