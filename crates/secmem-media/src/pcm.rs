@@ -497,12 +497,19 @@ impl BusCalendar {
 /// the first free one among the next [`RQ_PROBES`]` - 1`; else the entry that frees first
 /// (the lowest index among equal cycles). Under light load the cursor entry is free and a
 /// read costs O(1). A saturated queue (every random secure run's) asks for the earliest entry
-/// on nearly every read: that is two branch-free passes over a flat array, which the compiler
-/// turns into a few vector instructions (see [`first_min`]); the group minima this replaced
-/// cost more in bookkeeping and unpredictable branches than the passes do.
+/// on nearly every read. Each entry therefore holds its cycle shifted left with its own index
+/// in the low bits: the smallest packed value is then the earliest cycle at the lowest index
+/// holding it, so one branch-free minimum pass over a flat array (a few vector instructions
+/// for the default 64 entries) gives both, where a pass for the minimum and a second for its
+/// first position took twice as long. A heap, a sorted ring and group minima all cost more
+/// (see `docs/performance.md`).
 #[derive(Clone, Debug)]
 struct ReadQueue {
-    done: Vec<u64>,
+    /// Per entry `i`: `cycle << shift | i`, `cycle` the cycle its last read returns (at most
+    /// `max_cycle`).
+    packed: Vec<u64>,
+    /// Bits of an entry index: `entries - 1` fits in them.
+    shift: u32,
     cursor: usize,
 }
 
@@ -514,48 +521,32 @@ struct RqSlot {
     stalled: bool,
 }
 
-/// `(smallest value, lowest index holding it)` of a non-empty slice, without a data-dependent
-/// branch: a minimum pass, then a pass that marks the entries equal to it in a bit mask, 64 at
-/// a time. The default 64-entry queue takes a fixed-size path the compiler fully unrolls.
-#[inline]
-fn first_min(vals: &[u64]) -> (u64, usize) {
-    #[inline(always)]
-    fn chunk_mask(chunk: &[u64], m: u64) -> u64 {
-        let mut mask = 0u64;
-        for (k, &v) in chunk.iter().enumerate() {
-            mask |= u64::from(v == m) << k;
-        }
-        mask
-    }
-    if let Ok(v) = <&[u64; 64]>::try_from(vals) {
-        let m = v.iter().copied().fold(u64::MAX, u64::min);
-        return (m, chunk_mask(v, m).trailing_zeros() as usize);
-    }
-    let m = vals.iter().copied().fold(u64::MAX, u64::min);
-    for (c, chunk) in vals.chunks(64).enumerate() {
-        let mask = chunk_mask(chunk, m);
-        if mask != 0 {
-            return (m, c * 64 + mask.trailing_zeros() as usize);
-        }
-    }
-    unreachable!("first_min of an empty slice")
-}
-
 impl ReadQueue {
     fn new(entries: usize) -> ReadQueue {
         assert!(entries > 0, "a read queue has at least one entry");
-        ReadQueue { done: vec![0; entries], cursor: 0 }
+        let shift = usize::BITS - (entries - 1).leading_zeros();
+        ReadQueue { packed: (0..entries as u64).collect(), shift, cursor: 0 }
     }
 
+    /// The largest cycle an entry can hold: `2^(64 - shift) - 1`, at least 2^52 cycles (13
+    /// days at 4 GHz) for the largest queue a config allows (4096 entries). A later
+    /// completion is kept as this cycle, so such an entry frees at it: no run gets there.
     #[inline(always)]
-    fn next(&self, i: usize) -> usize { if i + 1 == self.done.len() { 0 } else { i + 1 } }
+    fn max_cycle(&self) -> u64 { u64::MAX >> self.shift }
+
+    /// Whether entry `i` is free at cycle `t`.
+    #[inline(always)]
+    fn is_free(&self, i: usize, t: u64) -> bool { self.packed[i] >> self.shift <= t }
+
+    #[inline(always)]
+    fn next(&self, i: usize) -> usize { if i + 1 == self.packed.len() { 0 } else { i + 1 } }
 
     /// An entry for a read arriving at `t`: a free one, or the one that frees first and the
     /// cycle it does (`stalled`). Returns the entry and the cycle the read enters the queue.
     #[inline(always)]
     fn enter(&mut self, t: u64) -> (RqSlot, u64) {
         let i = self.cursor;
-        if self.done[i] <= t {
+        if self.is_free(i, t) {
             self.cursor = self.next(i);
             return (RqSlot { index: i, stalled: false }, t);
         }
@@ -568,23 +559,28 @@ impl ReadQueue {
         // The remaining probes take the first free entry they see. (Any free entry means
         // some entry is free, so they may run before the minimum is known.)
         let mut i = self.next(self.cursor);
-        for _ in 1..RQ_PROBES.min(self.done.len()) {
-            if self.done[i] <= t {
+        for _ in 1..RQ_PROBES.min(self.packed.len()) {
+            if self.is_free(i, t) {
                 self.cursor = self.next(i);
                 return (RqSlot { index: i, stalled: false }, t);
             }
             i = self.next(i);
         }
         // Otherwise (in particular whenever the queue is full: every probe fails) the entry
-        // that frees first.
-        let (first, index) = first_min(&self.done);
+        // that frees first, the lowest index among equal cycles.
+        let earliest = match <&[u64; 64]>::try_from(self.packed.as_slice()) {
+            // The default size, as a fixed-length array the compiler fully unrolls.
+            Ok(v) => v.iter().copied().fold(u64::MAX, u64::min),
+            Err(_) => self.packed.iter().copied().fold(u64::MAX, u64::min),
+        };
+        let (first, index) = (earliest >> self.shift, (earliest & ((1 << self.shift) - 1)) as usize);
         self.cursor = self.next(index);
         (RqSlot { index, stalled: first > t }, first.max(t))
     }
 
     /// Records that the read in entry `index` returns at `done`.
     #[inline(always)]
-    fn set(&mut self, index: usize, done: u64) { self.done[index] = done; }
+    fn set(&mut self, index: usize, done: u64) { self.packed[index] = done.min(self.max_cycle()) << self.shift | index as u64; }
 }
 
 /// Map value of a line whose write is queued (not yet issued to a bank).
@@ -1832,33 +1828,64 @@ mod tests {
             check_against_reference(&cfg, &steps)?;
         }
 
-        #[test]
-        fn first_min_finds_the_lowest_index_of_the_smallest_value(
-            // Around 64 (the fixed-size path) and past it (several mask words); small values,
-            // so that ties are common.
-            mut vals in prop::collection::vec(0u64..20, 1..200),
-            full_queue in any::<bool>(),
-        ) {
-            if full_queue {
-                vals.resize(64, 19);
+    }
+
+    #[test]
+    fn a_full_read_queue_gives_the_lowest_entry_among_those_that_free_first() {
+        // 64 entries (the fixed-size path) and 130 (the general path, 8 index bits).
+        for entries in [64usize, 130] {
+            let mut q = ReadQueue::new(entries);
+            for i in 0..entries {
+                let (slot, _) = q.enter(0);
+                assert_eq!(slot.index, i);
+                q.set(slot.index, 1000);
             }
-            let best = *vals.iter().min().unwrap();
-            let first = vals.iter().position(|&x| x == best).unwrap();
-            prop_assert_eq!(first_min(&vals), (best, first));
+            // Every entry busy until 1000 except two that free at 7, at each end of the array.
+            q.set(entries - 1, 7);
+            q.set(0, 7);
+            let (slot, entered) = q.enter(5);
+            assert_eq!((slot.index, slot.stalled, entered), (0, true, 7));
+            q.set(0, 2000);
+            let (slot, entered) = q.enter(5);
+            assert_eq!((slot.index, slot.stalled, entered), (entries - 1, true, 7));
+            q.set(entries - 1, 2000);
+            // Every entry but the first and the last frees at 1000: the lowest, 1, is taken.
+            let (slot, entered) = q.enter(6);
+            assert_eq!((slot.index, entered), (1, 1000));
         }
     }
 
     #[test]
-    fn first_min_handles_u64_max_and_a_tie_between_the_two_ends_of_a_full_queue() {
-        let mut v = [u64::MAX; 64];
-        assert_eq!(first_min(&v), (u64::MAX, 0));
-        v[63] = 7;
-        assert_eq!(first_min(&v), (7, 63));
-        v[0] = 7;
-        assert_eq!(first_min(&v), (7, 0));
-        let mut w = vec![9u64; 130];
-        w[129] = 3;
-        assert_eq!(first_min(&w), (3, 129));
+    fn a_read_queue_entry_is_free_at_the_very_cycle_its_read_returns() {
+        let mut q = ReadQueue::new(64);
+        for i in 0..64 {
+            q.set(i, 1000);
+        }
+        // Entry 3, one of the cursor's probes, returns at 7; entry 40, which only the minimum
+        // pass would find, earlier. A read at 7 takes entry 3 without waiting.
+        q.set(3, 7);
+        q.set(40, 5);
+        let (slot, entered) = q.enter(7);
+        assert_eq!((slot.index, slot.stalled, entered), (3, false, 7));
+    }
+
+    #[test]
+    fn a_read_queue_entry_past_the_largest_packed_cycle_frees_at_it() {
+        let mut q = ReadQueue::new(64);
+        let max = q.max_cycle();
+        assert_eq!(max, u64::MAX >> 6);
+        for i in 0..64 {
+            q.set(i, u64::MAX);
+        }
+        let (slot, entered) = q.enter(3);
+        assert_eq!((slot.index, slot.stalled, entered), (0, true, max));
+        // A queue of one entry: an index of 0 bits.
+        let mut one = ReadQueue::new(1);
+        one.set(0, 40);
+        assert_eq!(one.enter(41).1, 41);
+        one.set(0, 90);
+        let (slot, entered) = one.enter(50);
+        assert_eq!((slot.index, slot.stalled, entered), (0, true, 90));
     }
 
     proptest! {
@@ -1899,8 +1926,12 @@ mod tests {
 
         #[test]
         fn read_queue_matches_the_reference_queue(
-            entries in 1usize..40,
-            ops in prop::collection::vec((-300i64..60, 1u64..2000), 1..400),
+            // Wide latencies; or a few short ones, so that many entries free at one cycle and
+            // the lowest of them must be taken (around 64 entries, the fixed-size path).
+            (entries, ops) in prop_oneof![
+                (1usize..40, prop::collection::vec((-300i64..60, 1u64..2000), 1..400)),
+                (60usize..70, prop::collection::vec((-3i64..3, 1u64..4), 1..400)),
+            ],
         ) {
             let mut q = ReadQueue::new(entries);
             let mut old = reference::ReadQueue::new(entries);
