@@ -1827,7 +1827,6 @@ mod tests {
         fn every_cycle_and_stat_matches_the_reference_model(cfg in diff_config(), steps in diff_steps(400)) {
             check_against_reference(&cfg, &steps)?;
         }
-
     }
 
     #[test]
