@@ -155,6 +155,25 @@ const BYTE_ONES: u64 = 0x0101_0101_0101_0101;
 #[inline(always)]
 fn fingerprint(line: u64) -> u8 { ((line.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 57) as u8) | 0x80 }
 
+/// Bit `w` set for each way `w` of `fps` (8 or 16 fingerprints, one set's) equal to `fp`.
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+fn fingerprint_matches(fps: &[u8], fp: u8) -> u32 {
+    use std::arch::x86_64::{__m128i, _mm_cmpeq_epi8, _mm_loadl_epi64, _mm_loadu_si128, _mm_movemask_epi8, _mm_set1_epi8};
+    // SAFETY: SSE2 is part of x86_64. The loads read exactly `fps.len()` bytes (16, or 8 with
+    // `_mm_loadl_epi64`, which zeroes the upper half; a fingerprint is never 0, so those
+    // lanes never match).
+    unsafe {
+        let v = if fps.len() == 16 {
+            _mm_loadu_si128(fps.as_ptr() as *const __m128i)
+        } else {
+            assert!(fps.len() == 8, "fingerprint_matches on {} ways", fps.len());
+            _mm_loadl_epi64(fps.as_ptr() as *const __m128i)
+        };
+        _mm_movemask_epi8(_mm_cmpeq_epi8(v, _mm_set1_epi8(fp as i8))) as u32
+    }
+}
+
 /// Mask of nibbles `0..n` (n <= 16).
 #[inline(always)]
 fn nibbles_below(n: u32) -> u64 { (!0u64).checked_shl(4 * n).map_or(!0, |m| !m) }
@@ -355,12 +374,27 @@ impl SetAssocCache {
         if self.fps.is_empty() {
             return self.tags[base..base + self.ways].iter().position(|&t| t & !DIRTY == line);
         }
+        let fps = &self.fps[base..base + self.ways];
+        let tags = &self.tags[base..base + self.ways];
+        // 8 and 16 ways (every preset's metadata caches, L2 and LLC): one SSE2 byte compare
+        // gives every candidate way as a bit, with no loop over words. Every candidate's tag
+        // is checked, so the result is exact.
+        #[cfg(target_arch = "x86_64")]
+        if self.ways <= 16 {
+            let mut m = fingerprint_matches(fps, fingerprint(line));
+            while m != 0 {
+                let w = m.trailing_zeros() as usize;
+                if tags[w] & !DIRTY == line {
+                    return Some(w);
+                }
+                m &= m - 1;
+            }
+            return None;
+        }
         // Eight fingerprints per word: a zero byte of `x` is a candidate way. The lowest zero
         // byte is always found, borrows may add false candidates above it; every candidate's
         // tag is checked, so the result is exact.
         let probe = (fingerprint(line) as u64).wrapping_mul(BYTE_ONES);
-        let fps = &self.fps[base..base + self.ways];
-        let tags = &self.tags[base..base + self.ways];
         for (chunk, word) in fps.chunks_exact(8).enumerate() {
             let x = u64::from_le_bytes(word.try_into().expect("8 bytes")) ^ probe;
             let mut m = x.wrapping_sub(BYTE_ONES) & !x & (BYTE_ONES << 7);
@@ -898,16 +932,22 @@ mod tests {
 
     #[test]
     fn a_line_sharing_its_fingerprint_with_an_older_way_is_still_found() {
-        // One 8-way set; the second line has the first's one-byte fingerprint, so the probe
-        // must look past a matching fingerprint whose tag differs.
+        // One set of 8, 16 or 32 ways (the two compare paths); the second line has the
+        // first's one-byte fingerprint, so the probe must look past a matching fingerprint
+        // whose tag differs. A third fill moves the last-line memo off the twin.
         let twin = (1..).find(|&l| fingerprint(l) == fingerprint(0)).unwrap();
-        for r in [Replacement::Lru, Replacement::Fifo, Replacement::Random] {
-            let mut c = tiny(8, 1, r);
-            c.fill(0, false);
-            c.fill(twin, true);
-            assert!(c.probe(twin).is_some() && c.probe(0).is_some(), "{r:?}");
-            assert!(c.lookup(twin, false).is_some(), "{r:?}");
-            assert!(c.probe(twin + 1).is_none(), "{r:?}");
+        let other = (1..).find(|&l| fingerprint(l) != fingerprint(0)).unwrap();
+        for ways in [8, 16, 32] {
+            for r in [Replacement::Lru, Replacement::Fifo, Replacement::Random] {
+                let mut c = tiny(ways, 1, r);
+                c.fill(0, false);
+                c.fill(twin, true);
+                c.fill(other, false);
+                assert_eq!(c.probe(twin), Some(1), "{ways} ways, {r:?}");
+                assert_eq!(c.probe(0), Some(0), "{ways} ways, {r:?}");
+                assert_eq!(c.lookup(twin, false), Some(1), "{ways} ways, {r:?}");
+                assert!(c.probe(twin + 1).is_none(), "{ways} ways, {r:?}");
+            }
         }
     }
 
