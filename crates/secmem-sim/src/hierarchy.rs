@@ -149,7 +149,9 @@ impl Hierarchy {
         level
     }
 
-    #[inline]
+    // Always inlined, as is `llc_victim_untracked`: as calls they cost a frame of saved
+    // registers on most misses (callgrind: 1% of a sequential run's host instructions).
+    #[inline(always)]
     fn write_into_llc_untracked(&mut self, line: u64) {
         match self.llc.probe(line) {
             Some(slot) => self.llc.set_dirty(slot, true),
@@ -161,7 +163,7 @@ impl Hierarchy {
         }
     }
 
-    #[inline]
+    #[inline(always)]
     fn llc_victim_untracked(&mut self, line: u64, dirty: bool) {
         let mut dirty = dirty;
         if self.inclusive {
