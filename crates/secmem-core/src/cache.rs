@@ -141,7 +141,9 @@ enum Order {
     /// Up to 16 ways: each set's list in one word, as 4-bit way numbers from the head (bits
     /// 0..4) to the tail (nibble `ways - 1`); unused nibbles above hold 0xF. Moving a way is
     /// a few word operations, and a set's whole order is 8 bytes.
-    Packed { words: Vec<u64>, ways: u32 },
+    /// `list` is the mask of the `ways` used nibbles and `tail_shift` the tail nibble's bit
+    /// offset, both fixed by `ways` and kept so that a fill does not recompute them.
+    Packed { words: Vec<u64>, ways: u32, list: u64, tail_shift: u32 },
     /// More ways: a doubly linked list of ways per set (u16 links; `ways` <= 65535), O(1) per
     /// move.
     Linked { next: Vec<u16>, prev: Vec<u16>, head: Vec<u16>, tail: Vec<u16> },
@@ -199,7 +201,8 @@ impl Order {
                 let nib = if (k as usize) < ways { (ways - 1 - k as usize) as u64 } else { 0xF };
                 word |= nib << (4 * k);
             }
-            return Order::Packed { words: vec![word; sets], ways: ways as u32 };
+            let ways = ways as u32;
+            return Order::Packed { words: vec![word; sets], ways, list: nibbles_below(ways), tail_shift: 4 * (ways - 1) };
         }
         let n = sets * ways;
         let mut next = vec![NIL; n];
@@ -219,7 +222,7 @@ impl Order {
     #[inline(always)]
     fn tail(&self, set: usize) -> usize {
         match self {
-            Order::Packed { words, ways } => ((words[set] >> (4 * (ways - 1))) & 0xF) as usize,
+            Order::Packed { words, tail_shift, .. } => ((words[set] >> tail_shift) & 0xF) as usize,
             Order::Linked { tail, .. } => tail[set] as usize,
         }
     }
@@ -252,10 +255,9 @@ impl Order {
     #[inline(always)]
     fn tail_to_head(&mut self, set: usize, base: usize, w: u16) {
         match self {
-            Order::Packed { words, ways } => {
+            Order::Packed { words, list, .. } => {
                 let word = words[set];
-                let list = nibbles_below(*ways);
-                words[set] = (word & !list) | ((word << 4) & list) | w as u64;
+                words[set] = (word & !*list) | ((word << 4) & *list) | w as u64;
             }
             Order::Linked { .. } => self.move_to_head(set, base, w),
         }
@@ -265,7 +267,7 @@ impl Order {
     #[inline]
     fn move_to_tail(&mut self, set: usize, base: usize, w: u16) {
         match self {
-            Order::Packed { words, ways } => {
+            Order::Packed { words, ways, .. } => {
                 let word = words[set];
                 let p = packed_pos(word, w as u32);
                 let t = *ways - 1;
