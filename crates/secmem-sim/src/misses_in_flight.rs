@@ -40,7 +40,11 @@ impl MissesInFlight {
     /// unless it stalled).
     #[inline]
     pub fn add(&mut self, now: Cycle, done: Cycle) -> Cycle {
-        let first = self.slots.iter().copied().fold(u64::MAX, u64::min);
+        let first = match <&[u64; 8]>::try_from(self.slots.as_slice()) {
+            // The default size, as a fixed-length array the compiler fully unrolls.
+            Ok(v) => v.iter().copied().fold(u64::MAX, u64::min),
+            Err(_) => self.slots.iter().copied().fold(u64::MAX, u64::min),
+        };
         let slot = (first & ((1 << self.shift) - 1)) as usize;
         self.slots[slot] = done.0.min(self.max_cycle()) << self.shift | slot as u64;
         now.max(Cycle(first >> self.shift))
