@@ -520,8 +520,8 @@ impl SecureMc {
     ///
     /// The stored levels lie in order of level from `base[1]` up, so the level is the number
     /// of them starting at or below the address. It is counted without a branch per level:
-    /// which level a dirty victim belongs to is unpredictable, and a search that stopped at
-    /// it cost the host a mispredicted branch on most lazy write-backs.
+    /// which level a dirty victim belongs to is unpredictable, so a search that stopped at
+    /// it could cost the host a mispredicted branch on each lazy write-back.
     #[inline]
     fn tree_key_to_node(&self, key: u64) -> (usize, u64) {
         let addr = key << LINE_SHIFT;
@@ -1469,7 +1469,7 @@ mod tests {
 
     #[test]
     fn every_stored_tree_node_key_maps_back_to_its_level_and_index() {
-        // 4 levels below the root at arity 8; 3 at arity 4 over less data; one stored level.
+        // Five stored levels at arity 8 and at arity 4 (over less data); one stored level.
         for (data_bytes, arity) in [(1u64 << 30, 8), (16 << 20, 4), (64 * 4096, 8)] {
             let m = mc(data_bytes, arity);
             let t = &m.layout.tree;
