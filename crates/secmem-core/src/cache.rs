@@ -102,7 +102,11 @@ impl CacheStats {
 pub struct SetAssocCache {
     ways: usize,
     sets: u64,
-    set_mask: Option<u64>,
+    /// `sets - 1` if `sets` is a power of two (a line's set is its low bits), else
+    /// [`NO_SET_MASK`] (its set is the line modulo `sets`). A plain word, not an `Option`:
+    /// one load and compare on every lookup instead of two.
+    set_mask: u64,
+    search: Search,
     /// `tags[set * ways + way]` = line index | DIRTY, or INVALID.
     tags: Vec<u64>,
     /// Per slot, when `ways` is a multiple of 8: a one-byte fingerprint of its line
@@ -160,21 +164,50 @@ fn fingerprint(line: u64) -> u8 { ((line.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 
 /// Bit `w` set for each way `w` of `fps` (8 or 16 fingerprints, one set's) equal to `fp`.
 #[cfg(target_arch = "x86_64")]
 #[inline(always)]
-fn fingerprint_matches(fps: &[u8], fp: u8) -> u32 {
+fn fingerprint_matches<const WAYS: usize>(fps: &[u8; WAYS], fp: u8) -> u32 {
     use std::arch::x86_64::{__m128i, _mm_cmpeq_epi8, _mm_loadl_epi64, _mm_loadu_si128, _mm_movemask_epi8, _mm_set1_epi8};
-    // SAFETY: SSE2 is part of x86_64. The loads read exactly `fps.len()` bytes (16, or 8 with
+    const { assert!(WAYS == 8 || WAYS == 16, "fingerprint_matches on 8 or 16 ways") };
+    // SAFETY: SSE2 is part of x86_64. The loads read exactly `WAYS` bytes (16, or 8 with
     // `_mm_loadl_epi64`, which zeroes the upper half; a fingerprint is never 0, so those
     // lanes never match).
     unsafe {
-        let v = if fps.len() == 16 {
+        let v = if WAYS == 16 {
             _mm_loadu_si128(fps.as_ptr() as *const __m128i)
         } else {
-            assert!(fps.len() == 8, "fingerprint_matches on {} ways", fps.len());
             _mm_loadl_epi64(fps.as_ptr() as *const __m128i)
         };
         _mm_movemask_epi8(_mm_cmpeq_epi8(v, _mm_set1_epi8(fp as i8))) as u32
     }
 }
+
+/// How [`SetAssocCache::find`] searches a set, fixed by the associativity when the cache is
+/// built, so that a lookup takes one `match` instead of testing on every call whether
+/// fingerprints are kept and how many ways there are.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Search {
+    /// No fingerprints (the associativity is not a multiple of 8): compare every tag.
+    Tags,
+    /// 8 ways (x86_64): one SSE2 compare of the set's fingerprints.
+    Sse8,
+    /// 16 ways (x86_64): the same.
+    Sse16,
+    /// Other multiples of 8 (and 8 or 16 elsewhere): the fingerprints eight to a word.
+    Words,
+}
+
+impl Search {
+    fn for_ways(ways: usize) -> Search {
+        match ways {
+            8 if cfg!(target_arch = "x86_64") => Search::Sse8,
+            16 if cfg!(target_arch = "x86_64") => Search::Sse16,
+            w if w.is_multiple_of(8) => Search::Words,
+            _ => Search::Tags,
+        }
+    }
+}
+
+/// [`SetAssocCache::set_mask`] of a cache whose number of sets is not a power of two.
+const NO_SET_MASK: u64 = u64::MAX;
 
 /// Mask of nibbles `0..n` (n <= 16).
 #[inline(always)]
@@ -325,7 +358,8 @@ impl SetAssocCache {
         SetAssocCache {
             ways,
             sets,
-            set_mask: sets.is_power_of_two().then(|| sets - 1),
+            set_mask: if sets.is_power_of_two() { sets - 1 } else { NO_SET_MASK },
+            search: Search::for_ways(ways),
             tags: vec![INVALID; n],
             fps: if ways.is_multiple_of(8) { vec![0; n] } else { Vec::new() },
             order: Order::new(sets as usize, ways),
@@ -356,9 +390,10 @@ impl SetAssocCache {
 
     #[inline]
     fn set_of(&self, line: u64) -> usize {
-        match self.set_mask {
-            Some(m) => (line & m) as usize,
-            None => (line % self.sets) as usize,
+        if self.set_mask != NO_SET_MASK {
+            (line & self.set_mask) as usize
+        } else {
+            (line % self.sets) as usize
         }
     }
 
@@ -373,29 +408,46 @@ impl SetAssocCache {
     /// most one way, so this is the first match.
     #[inline(always)]
     fn way_of(&self, base: usize, line: u64) -> Option<usize> {
-        if self.fps.is_empty() {
-            return self.tags[base..base + self.ways].iter().position(|&t| t & !DIRTY == line);
+        match self.search {
+            Search::Tags => self.tags[base..base + self.ways].iter().position(|&t| t & !DIRTY == line),
+            // 8 and 16 ways (every preset's metadata caches, L2 and LLC): one SSE2 byte compare
+            // gives every candidate way as a bit, with no loop over words. Every candidate's
+            // tag is checked, so the result is exact.
+            #[cfg(target_arch = "x86_64")]
+            Search::Sse8 => self.way_by_sse::<8>(base, line),
+            #[cfg(target_arch = "x86_64")]
+            Search::Sse16 => self.way_by_sse::<16>(base, line),
+            #[cfg(not(target_arch = "x86_64"))]
+            Search::Sse8 | Search::Sse16 => unreachable!("SSE2 search chosen off x86_64"),
+            Search::Words => self.way_by_words(base, line),
         }
+    }
+
+    /// [`way_of`](Self::way_of) for a set of `WAYS` (8 or 16) fingerprinted ways.
+    #[cfg(target_arch = "x86_64")]
+    #[inline(always)]
+    fn way_by_sse<const WAYS: usize>(&self, base: usize, line: u64) -> Option<usize> {
+        let fps: &[u8; WAYS] = self.fps[base..base + WAYS].try_into().expect("a set's fingerprints");
+        let tags: &[u64; WAYS] = self.tags[base..base + WAYS].try_into().expect("a set's tags");
+        let mut m = fingerprint_matches(fps, fingerprint(line));
+        while m != 0 {
+            let w = m.trailing_zeros() as usize;
+            if tags[w] & !DIRTY == line {
+                return Some(w);
+            }
+            m &= m - 1;
+        }
+        None
+    }
+
+    /// [`way_of`](Self::way_of) for any multiple of 8 ways: eight fingerprints per word. A
+    /// zero byte of `x` is a candidate way. The lowest zero byte is always found, borrows
+    /// may add false candidates above it; every candidate's tag is checked, so the result
+    /// is exact.
+    #[inline(always)]
+    fn way_by_words(&self, base: usize, line: u64) -> Option<usize> {
         let fps = &self.fps[base..base + self.ways];
         let tags = &self.tags[base..base + self.ways];
-        // 8 and 16 ways (every preset's metadata caches, L2 and LLC): one SSE2 byte compare
-        // gives every candidate way as a bit, with no loop over words. Every candidate's tag
-        // is checked, so the result is exact.
-        #[cfg(target_arch = "x86_64")]
-        if self.ways <= 16 {
-            let mut m = fingerprint_matches(fps, fingerprint(line));
-            while m != 0 {
-                let w = m.trailing_zeros() as usize;
-                if tags[w] & !DIRTY == line {
-                    return Some(w);
-                }
-                m &= m - 1;
-            }
-            return None;
-        }
-        // Eight fingerprints per word: a zero byte of `x` is a candidate way. The lowest zero
-        // byte is always found, borrows may add false candidates above it; every candidate's
-        // tag is checked, so the result is exact.
         let probe = (fingerprint(line) as u64).wrapping_mul(BYTE_ONES);
         for (chunk, word) in fps.chunks_exact(8).enumerate() {
             let x = u64::from_le_bytes(word.try_into().expect("8 bytes")) ^ probe;
@@ -703,6 +755,22 @@ mod tests {
         let mut lines: Vec<_> = c.valid_lines().map(|(l, d, _)| (l, d)).collect();
         lines.sort_unstable();
         assert_eq!(lines, vec![(5, true), (6, false)]);
+    }
+
+    #[test]
+    fn every_set_is_used_whether_or_not_the_number_of_sets_is_a_power_of_two() {
+        // A line's set is the line modulo the number of sets: consecutive lines fill every
+        // slot before any is evicted (a mask of the wrong width would crowd some sets).
+        for (sets, ways) in [(3u64, 2usize), (12, 8), (24, 16), (5, 3), (8, 8), (16, 16)] {
+            let mut c = SetAssocCache::with_geometry(sets, ways, Replacement::Lru);
+            let slots = sets * ways as u64;
+            for line in 0..slots {
+                assert!(c.fill(line, false).1.is_none(), "{sets} sets x {ways} ways: line {line} evicted a line");
+            }
+            for line in 0..slots {
+                assert_eq!(c.probe(line).map(|s| s / ways), Some((line % sets) as usize), "{sets} sets x {ways} ways: line {line}");
+            }
+        }
     }
 
     #[test]
