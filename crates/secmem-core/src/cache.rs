@@ -613,23 +613,25 @@ impl SetAssocCache {
         let set = self.set_of(line);
         let base = set * self.ways;
         let tail = self.order.tail(set);
-        let way = match self.replacement {
-            // Empty ways sit at the tail, so the tail is the right victim for both.
-            Replacement::Lru | Replacement::Fifo => tail,
-            Replacement::Random => {
-                if self.tags[base + tail] == INVALID {
-                    tail
-                } else {
-                    // xorshift64*: deterministic, no seed needed beyond the fixed start state.
-                    let mut x = self.rng_state;
-                    x ^= x >> 12;
-                    x ^= x << 25;
-                    x ^= x >> 27;
-                    self.rng_state = x;
-                    (x.wrapping_mul(0x2545_F491_4F6C_DD1D) % self.ways as u64) as usize
-                }
-            }
-        };
+        // Empty ways sit at the tail, so the tail is the victim under LRU and FIFO, and under
+        // random replacement while the set has an empty way. That common case takes one
+        // branch here and none on whether the victim is the tail.
+        if self.replacement != Replacement::Random || self.tags[base + tail] == INVALID {
+            return self.fill_way(line, dirty, set, base, tail, true);
+        }
+        // xorshift64*: deterministic, no seed needed beyond the fixed start state.
+        let mut x = self.rng_state;
+        x ^= x >> 12;
+        x ^= x << 25;
+        x ^= x >> 27;
+        self.rng_state = x;
+        let way = (x.wrapping_mul(0x2545_F491_4F6C_DD1D) % self.ways as u64) as usize;
+        self.fill_way(line, dirty, set, base, way, way == tail)
+    }
+
+    /// [`fill`](Self::fill) once the victim way is chosen (`at_tail`: it is the set's tail).
+    #[inline(always)]
+    fn fill_way(&mut self, line: u64, dirty: bool, set: usize, base: usize, way: usize, at_tail: bool) -> (usize, Option<Victim>) {
         let slot = base + way;
         let old = self.tags[slot];
         let victim = (old != INVALID).then(|| {
@@ -644,7 +646,7 @@ impl SetAssocCache {
         if let Some(f) = self.fps.get_mut(slot) {
             *f = fingerprint(line);
         }
-        if way == tail {
+        if at_tail {
             self.order.tail_to_head(set, base, way as u16);
         } else {
             self.touch(set, way as u16);
