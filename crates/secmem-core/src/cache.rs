@@ -355,13 +355,15 @@ impl SetAssocCache {
     pub fn with_geometry(sets: u64, ways: usize, replacement: Replacement) -> Self {
         assert!(ways >= 1 && ways < NIL as usize, "associativity must be 1..65535");
         let n = sets as usize * ways;
+        let search = Search::for_ways(ways);
         SetAssocCache {
             ways,
             sets,
             set_mask: if sets.is_power_of_two() { sets - 1 } else { NO_SET_MASK },
-            search: Search::for_ways(ways),
+            search,
             tags: vec![INVALID; n],
-            fps: if ways.is_multiple_of(8) { vec![0; n] } else { Vec::new() },
+            // Every search but the plain tag compare reads fingerprints.
+            fps: if search == Search::Tags { Vec::new() } else { vec![0; n] },
             order: Order::new(sets as usize, ways),
             rng_state: 0x9E37_79B9_7F4A_7C15,
             last: (INVALID, 0),
