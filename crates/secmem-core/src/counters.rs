@@ -14,6 +14,7 @@
 //! function of (seed, page), derived when first needed, so the store stays sparse.
 
 use crate::addr::{line_in_page, page_of_line, LINES_PER_PAGE};
+use crate::hostmem::ZeroedSlice;
 use rand::{RngCore, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
@@ -93,17 +94,7 @@ impl CounterBlock {
 
     /// Advances line `idx`'s counter for a write.
     #[inline]
-    pub fn bump(&mut self, idx: usize, minor_bits: u32) -> Bump {
-        let max = ((1u32 << minor_bits) - 1) as u8;
-        if self.minors[idx] >= max {
-            self.major += 1;
-            self.minors = [0; 64];
-            Bump::Overflow
-        } else {
-            self.minors[idx] += 1;
-            Bump::Minor
-        }
-    }
+    pub fn bump(&mut self, idx: usize, minor_bits: u32) -> Bump { bump_minor(&mut self.major, &mut self.minors, idx, minor_bits) }
 
     /// Packs into the 64 B on-NVM layout: 64-bit major (LE) then 64 minors of `minor_bits`
     /// bits, bit-packed LSB first. With 7-bit minors this is exactly 8 + 56 = 64 bytes; wider
@@ -182,47 +173,64 @@ impl CounterBlock {
 }
 
 /// The current value of every page's counters (the architectural truth, whichever cache or
-/// NVM copy holds it), one block per page of the memory, indexed directly by page number.
+/// NVM copy holds it), indexed directly by page number.
 ///
-/// The array is allocated zeroed (`alloc_zeroed`, i.e. anonymous pages the OS commits only
-/// when first written), so a 32 GiB memory reserves 8 Mi blocks of address space but costs
-/// host memory only for the pages a workload writes — and no hashing on the hot path.
+/// A page's minors and its major live in two arrays, not in one [`CounterBlock`]: the 64
+/// minors are exactly one 64 B host cache line (both arrays start on one), so a write's bump,
+/// and the look-ahead's prefetch for it, touch one line. A 72 B block spans two. The major is
+/// read only by a page's first write (is the page still all zero?), an overflow and the
+/// readers of a whole counter.
+///
+/// The arrays are allocated zeroed (anonymous pages the OS commits only when first written),
+/// so a 32 GiB memory reserves 8 Mi pages' worth of address space but costs host memory only
+/// for the pages a workload writes — and no hashing on the hot path.
 ///
 /// With random initial counters a zeroed slot cannot stand for the initial value, so a bitmap
 /// (one bit per page, also lazily committed: 1 MiB of address space for 32 GiB) says which
-/// blocks hold their own value; a block is materialised from [`InitialCounters::block`] the
-/// first time it is bumped or set, and reads of other blocks derive the initial value. With
+/// pages hold their own value; a page is materialised from [`InitialCounters::block`] the
+/// first time it is bumped or set, and reads of other pages derive the initial value. With
 /// zero initial counters the bitmap is empty and the paths are the ones above.
 pub struct CounterStore {
-    blocks: ZeroedBlocks,
+    /// Per page, its 64 minors.
+    minors: ZeroedSlice<[u8; LINES_PER_PAGE as usize]>,
+    /// Per page, its major.
+    majors: ZeroedSlice<u64>,
     init: InitialCounters,
     /// Random init only (else empty): bit `p` set once page `p`'s block was materialised.
-    materialised: crate::hostmem::ZeroedSlice<u64>,
+    materialised: ZeroedSlice<u64>,
     touched: u64,
-    /// Per huge-page region of the array: blocks written for the first time, or
+    /// Per huge-page region of the minors array: pages written for the first time, or
     /// `COLLAPSED`. Host memory only (see `first_touch`).
     region_touches: Vec<u32>,
     pub minor_bits: u32,
 }
 
-/// `n` counter blocks in zeroed, lazily committed host memory (see [`crate::hostmem`]).
-struct ZeroedBlocks(crate::hostmem::ZeroedSlice<CounterBlock>);
-
-impl ZeroedBlocks {
-    fn new(n: usize) -> ZeroedBlocks {
-        // SAFETY: CounterBlock is plain integers, for which all-zero bytes are a valid value
-        // (major 0, minors 0), and needs no drop.
-        ZeroedBlocks(unsafe { crate::hostmem::ZeroedSlice::new(n) })
-    }
-}
-
-/// Blocks in one huge-page region of the array (the last one may hold fewer).
-const BLOCKS_PER_REGION: u64 = (crate::hostmem::HUGE_BYTES / std::mem::size_of::<CounterBlock>()) as u64;
+/// Pages in one huge-page region of the minors array (the last one may hold fewer): 64 B per
+/// page divides 2 MiB, so each region is exactly one huge page of the array.
+const PAGES_PER_REGION: u64 = (crate::hostmem::HUGE_BYTES / LINES_PER_PAGE as usize) as u64;
 /// A region is offered for collapsing into a huge page each time another sixteenth of its
-/// blocks has been written for the first time.
-const COLLAPSE_STEP: u32 = (BLOCKS_PER_REGION / 16) as u32;
+/// pages has been written for the first time.
+const COLLAPSE_STEP: u32 = (PAGES_PER_REGION / 16) as u32;
 /// `region_touches` value of a region already collapsed.
 const COLLAPSED: u32 = u32::MAX;
+
+/// The largest value a `minor_bits`-bit minor holds; a write to a minor there overflows.
+#[inline]
+fn minor_max(minor_bits: u32) -> u8 { ((1u32 << minor_bits) - 1) as u8 }
+
+/// Advances minor `idx` of a page for a write: [`CounterBlock::bump`] on the two halves of a
+/// block, wherever they are stored.
+#[inline]
+fn bump_minor(major: &mut u64, minors: &mut [u8; LINES_PER_PAGE as usize], idx: usize, minor_bits: u32) -> Bump {
+    if minors[idx] >= minor_max(minor_bits) {
+        *major += 1;
+        *minors = [0; LINES_PER_PAGE as usize];
+        Bump::Overflow
+    } else {
+        minors[idx] += 1;
+        Bump::Minor
+    }
+}
 
 impl CounterStore {
     /// Counters for `pages` pages, all zero.
@@ -230,12 +238,14 @@ impl CounterStore {
 
     /// Counters for `pages` pages, each starting at `init`'s value for it.
     pub fn with_init(minor_bits: u32, pages: u64, init: InitialCounters) -> Self {
-        let blocks = ZeroedBlocks::new(pages as usize);
-        let regions = if blocks.0.is_mapped() { pages.div_ceil(BLOCKS_PER_REGION) as usize + 1 } else { 0 };
+        // SAFETY: all-zero bytes are valid minors, majors and bitmap words (plain integers,
+        // no drop): major 0 and minors 0, no page materialised yet.
+        let (minors, majors) = unsafe { (ZeroedSlice::new(pages as usize), ZeroedSlice::new(pages as usize)) };
+        let regions = if minors.is_mapped() { pages.div_ceil(PAGES_PER_REGION) as usize + 1 } else { 0 };
         let bitmap_words = if init.is_zero() { 0 } else { pages.div_ceil(64) as usize };
-        // SAFETY: zero is a valid u64 (no page materialised yet).
-        let materialised = unsafe { crate::hostmem::ZeroedSlice::new(bitmap_words) };
-        CounterStore { blocks, init, materialised, touched: 0, region_touches: vec![0; regions], minor_bits }
+        // SAFETY: as above.
+        let materialised = unsafe { ZeroedSlice::new(bitmap_words) };
+        CounterStore { minors, majors, init, materialised, touched: 0, region_touches: vec![0; regions], minor_bits }
     }
 
     /// How the counters started (a fresh store after a crash starts the same way).
@@ -249,36 +259,68 @@ impl CounterStore {
     #[inline]
     fn is_materialised(&self, page: u64) -> bool { self.materialised[(page / 64) as usize] & (1 << (page % 64)) != 0 }
 
+    /// Whether `page`'s block is not stored but derived from the initial counters.
+    #[inline]
+    fn is_derived(&self, page: u64) -> bool { !self.materialised.is_empty() && !self.is_materialised(page) }
+
+    /// The block stored for `page`.
+    #[inline]
+    fn stored(&self, page: usize) -> CounterBlock { CounterBlock { major: self.majors[page], minors: self.minors[page] } }
+
+    #[inline]
+    fn store(&mut self, page: usize, b: CounterBlock) {
+        self.majors[page] = b.major;
+        self.minors[page] = b.minors;
+    }
+
+    /// Whether the block stored for `page` is all zero. The minors come first: they are one
+    /// line, and a page with a non-zero minor never needs its major read.
+    #[inline]
+    fn stored_is_zero(&self, page: usize) -> bool { self.minors[page] == [0; LINES_PER_PAGE as usize] && self.majors[page] == 0 }
+
     /// The counter block of `page`.
     #[inline]
     pub fn block(&self, page: u64) -> CounterBlock {
-        if !self.materialised.is_empty() && !self.is_materialised(page) {
+        if self.is_derived(page) {
             return self.initial_block(page);
         }
-        self.blocks.0[page as usize]
+        self.stored(page as usize)
     }
 
     /// (major, minor) of a data line.
     #[inline]
-    pub fn counter_of_line(&self, line: u64) -> (u64, u8) { self.block(page_of_line(line)).counter_of(line_in_page(line)) }
+    pub fn counter_of_line(&self, line: u64) -> (u64, u8) {
+        let page = page_of_line(line);
+        if self.is_derived(page) {
+            return self.initial_block(page).counter_of(line_in_page(line));
+        }
+        (self.majors[page as usize], self.minors[page as usize][line_in_page(line)])
+    }
 
     /// Bumps a data line's counter for a write.
     #[inline]
     pub fn bump_line(&mut self, line: u64) -> Bump {
+        if self.bump_line_keeping_old(line).is_some() { Bump::Overflow } else { Bump::Minor }
+    }
+
+    /// Bumps a data line's counter for a write, as [`bump_line`](Self::bump_line); on an
+    /// overflow, returns the page's block from before it (the counters its other lines are
+    /// still encrypted under), else `None`. Only an overflow copies the block.
+    #[inline]
+    pub fn bump_line_keeping_old(&mut self, line: u64) -> Option<CounterBlock> {
         let bits = self.minor_bits;
-        let page = page_of_line(line) as usize;
+        let (page, idx) = (page_of_line(line) as usize, line_in_page(line));
         if !self.materialised.is_empty() {
             if !self.is_materialised(page as u64) {
                 self.materialise(page, true);
             }
-        } else {
-            let b = &self.blocks.0[page];
-            if b.is_zero() {
-                self.touched += 1;
-                self.first_touch(page);
-            }
+        } else if self.stored_is_zero(page) {
+            self.touched += 1;
+            self.first_touch(page);
         }
-        self.blocks.0[page].bump(line_in_page(line), bits)
+        let old = (self.minors[page][idx] >= minor_max(bits)).then(|| self.stored(page));
+        bump_minor(&mut self.majors[page], &mut self.minors[page], idx, bits);
+        old
     }
 
     /// Random init: stores `page`'s initial block in its slot and marks it materialised;
@@ -287,49 +329,41 @@ impl CounterStore {
     #[inline(never)]
     fn materialise(&mut self, page: usize, first_write: bool) {
         self.materialised[page / 64] |= 1 << (page % 64);
-        self.blocks.0[page] = self.init.block(page as u64, self.minor_bits);
+        let b = self.init.block(page as u64, self.minor_bits);
+        self.store(page, b);
         if first_write {
             self.touched += 1;
         }
         self.first_touch(page);
     }
 
-    /// Host memory only: once a sixteenth, an eighth, ... of a huge-page region's blocks have
-    /// been written, offers the region for collapsing into a huge page, which happens only
-    /// when it is almost entirely resident already (dense random traffic) — so TLB misses
-    /// drop without making a sparse store dense.
+    /// Host memory only: once a sixteenth, an eighth, ... of a huge-page region's pages have
+    /// been written, offers the region of the minors array for collapsing into a huge page,
+    /// which happens only when it is almost entirely resident already (dense random traffic)
+    /// — so TLB misses drop without making a sparse store dense. (The majors array is read on
+    /// first writes and written on overflows only, so it stays on small pages.)
     #[cold]
     #[inline(never)]
     fn first_touch(&mut self, page: usize) {
-        // Regions are numbered in whole blocks, as `changed_blocks` scans them: a 72 B block
-        // does not divide 2 MiB, so numbering by byte address drifts from the scan by a
-        // fraction of a block per region and, past about 116,000 pages, filed a page's first
-        // write under the region before the one scanned for it (the page was then missing
-        // from the counters a counting-mode crash keeps). A region may straddle two huge
-        // pages; `collapse_if_resident` collapses the one holding `page`.
-        let region = page / BLOCKS_PER_REGION as usize;
+        let region = page / PAGES_PER_REGION as usize;
         let Some(n) = self.region_touches.get_mut(region) else { return };
         if *n == COLLAPSED {
             return;
         }
         *n += 1;
-        if (*n).is_multiple_of(COLLAPSE_STEP) && self.blocks.0.collapse_if_resident(page) {
+        if (*n).is_multiple_of(COLLAPSE_STEP) && self.minors.collapse_if_resident(page) {
             *n = COLLAPSED;
         }
     }
 
-    /// Hints the host CPU to bring `line`'s counter block into its caches (trace look-ahead).
+    /// Hints the host CPU to bring `line`'s minors, the one line a write's bump touches, into
+    /// its caches (trace look-ahead).
     #[inline]
     pub fn prefetch_line(&self, line: u64) {
         #[cfg(target_arch = "x86_64")]
-        if let Some(b) = self.blocks.0.get(page_of_line(line) as usize) {
+        if let Some(m) = self.minors.get(page_of_line(line) as usize) {
             // SAFETY: prefetch of a valid reference has no effect on program state.
-            // A 72-byte block spans two host cache lines.
-            unsafe {
-                let p = b as *const CounterBlock as *const i8;
-                std::arch::x86_64::_mm_prefetch(p, std::arch::x86_64::_MM_HINT_T0);
-                std::arch::x86_64::_mm_prefetch(p.add(std::mem::size_of::<CounterBlock>() - 1), std::arch::x86_64::_MM_HINT_T0);
-            }
+            unsafe { std::arch::x86_64::_mm_prefetch(m.as_ptr() as *const i8, std::arch::x86_64::_MM_HINT_T0) }
         }
         #[cfg(not(target_arch = "x86_64"))]
         let _ = line;
@@ -340,11 +374,11 @@ impl CounterStore {
             if !self.is_materialised(page) {
                 self.materialise(page as usize, false);
             }
-        } else if self.blocks.0[page as usize].is_zero() {
+        } else if self.stored_is_zero(page as usize) {
             // Recorded for `changed_blocks`, which skips regions nothing was stored in.
             self.first_touch(page as usize);
         }
-        self.blocks.0[page as usize] = b;
+        self.store(page as usize, b);
     }
 
     /// Every page whose block holds its own value (bumped or set since boot; under random
@@ -352,20 +386,18 @@ impl CounterStore {
     /// block was stored in (all of a small store): for a crash in counting mode, which keeps
     /// them as the persisted counters recovery reads back.
     pub fn changed_blocks(&self) -> Vec<(u64, CounterBlock)> {
-        let pages = self.blocks.0.len() as u64;
+        let pages = self.minors.len() as u64;
         if !self.materialised.is_empty() {
-            return (0..pages).filter(|&p| self.is_materialised(p)).map(|p| (p, self.blocks.0[p as usize])).collect();
+            return (0..pages).filter(|&p| self.is_materialised(p)).map(|p| (p, self.stored(p as usize))).collect();
         }
-        let per_region = BLOCKS_PER_REGION;
         let mut out = Vec::new();
-        for r in 0..pages.div_ceil(per_region) {
+        for r in 0..pages.div_ceil(PAGES_PER_REGION) {
             if !self.region_touches.is_empty() && self.region_touches.get(r as usize).is_none_or(|&n| n == 0) {
                 continue;
             }
-            for p in r * per_region..((r + 1) * per_region).min(pages) {
-                let b = self.blocks.0[p as usize];
-                if !b.is_zero() {
-                    out.push((p, b));
+            for p in r * PAGES_PER_REGION..((r + 1) * PAGES_PER_REGION).min(pages) {
+                if !self.stored_is_zero(p as usize) {
+                    out.push((p, self.stored(p as usize)));
                 }
             }
         }
@@ -433,6 +465,33 @@ mod tests {
         // Nothing is materialised under zero init; a block set back to all zeros is not a change.
         assert_eq!((s.pages_materialised(), s.pages_touched()), (0, 1));
         assert_eq!(s.changed_blocks().iter().map(|x| x.0).collect::<Vec<_>>(), vec![3, 9]);
+    }
+
+    #[test]
+    fn an_overflowing_bump_returns_the_block_from_before_it_and_counts_no_second_first_touch() {
+        let mut s = CounterStore::new(3, 4);
+        s.bump_line(64 + 5);
+        for i in 1..=7 {
+            assert_eq!(s.bump_line_keeping_old(64 + 2), None, "write {i} of a 3-bit minor");
+        }
+        let old = s.bump_line_keeping_old(64 + 2).expect("the eighth write of a 3-bit minor overflows");
+        assert_eq!((old.counter_of(2), old.counter_of(5), old.counter_of(6)), ((0, 7), (0, 1), (0, 0)));
+        assert_eq!(s.block(1), CounterBlock { major: 1, minors: [0; 64] });
+        // After the overflow every minor is zero again but the major is not: not a first touch.
+        s.bump_line(64 + 9);
+        assert_eq!(s.pages_touched(), 1);
+        assert_eq!(s.changed_blocks().iter().map(|x| x.0).collect::<Vec<_>>(), vec![1]);
+        // Random init: the block from before is the derived initial one with the line's minor
+        // run up to its maximum.
+        let mut r = CounterStore::with_init(7, 4, InitialCounters::Random { seed: 5 });
+        let init = r.initial_block(2);
+        for _ in init.minors[3]..127 {
+            assert_eq!(r.bump_line_keeping_old(2 * 64 + 3), None);
+        }
+        let mut want = init;
+        want.minors[3] = 127;
+        assert_eq!(r.bump_line_keeping_old(2 * 64 + 3), Some(want));
+        assert_eq!(r.counter_of_line(2 * 64 + 3), (init.major + 1, 0));
     }
 
     #[test]
@@ -568,7 +627,7 @@ mod tests {
         // under the region before and skipped.
         let pages = 1u64 << 20;
         let mut s = CounterStore::new(7, pages);
-        assert!(s.blocks.0.is_mapped(), "the test needs the sparse, region-scanned store");
+        assert!(s.minors.is_mapped(), "the test needs the sparse, region-scanned store");
         for p in [291_270, 200_000, pages - 1] {
             s.bump_line(p * 64);
         }
@@ -578,8 +637,8 @@ mod tests {
         // Every region's first page, the last page before it, and one in the middle.
         let mut s = CounterStore::new(7, pages);
         let mut want = Vec::new();
-        for r in 1..pages / BLOCKS_PER_REGION {
-            for p in [r * BLOCKS_PER_REGION - 1, r * BLOCKS_PER_REGION, r * BLOCKS_PER_REGION + BLOCKS_PER_REGION / 2] {
+        for r in 1..pages / PAGES_PER_REGION {
+            for p in [r * PAGES_PER_REGION - 1, r * PAGES_PER_REGION, r * PAGES_PER_REGION + PAGES_PER_REGION / 2] {
                 s.bump_line(p * 64);
                 want.push(p);
             }

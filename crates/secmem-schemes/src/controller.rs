@@ -25,7 +25,7 @@ use secmem_core::counters::CounterBlock;
 use secmem_crypto::{node_entry, set_node_entry};
 use secmem_core::addr::{line_in_page, page_of_line, LINES_PER_PAGE, LINE_SHIFT};
 use secmem_core::cache::{CacheStats, SetAssocCache};
-use secmem_core::counters::{Bump, CounterStore};
+use secmem_core::counters::CounterStore;
 use secmem_core::error::ConfigError;
 use secmem_core::stats::Histogram;
 use secmem_core::tree::{SecureLayout, TreeGeometry};
@@ -1016,10 +1016,12 @@ impl SecureMc {
         }
         let page = page_of_line(line);
         let ctr_at = self.ensure_block(0, page, true, now)?;
-        let old = self.counters.block(page);
         let mut reenc_done = now;
-        let overflow = self.counters.bump_line(line) == Bump::Overflow;
-        if overflow {
+        // The block from before an overflow: the counters the page's other lines are still
+        // encrypted under.
+        let overflowed = self.counters.bump_line_keeping_old(line);
+        let overflow = overflowed.is_some();
+        if let Some(old) = overflowed {
             if self.func.as_ref().is_some_and(|f| f.canaries.minor_wrap_without_reencryption) {
                 // Planted bug: the minor wraps, the major stays, nothing is re-encrypted.
                 let mut wrapped = old;
