@@ -10,7 +10,7 @@
 //! write-back its fill causes, if any.
 
 use crate::config::Config;
-use crate::run::{run_records, workload_spec, SimError};
+use crate::run::{run_records, workload_generator, SimError};
 use serde::Serialize;
 use std::time::Instant;
 
@@ -161,12 +161,9 @@ pub fn run_scenario(name: &str, scale: f64) -> Result<BenchResult, SimError> {
     }
     let mut cfg = Config::load(Some(s.preset), None, &overrides)?;
     cfg.workload.requests = ((cfg.workload.requests as f64 * scale) as u64).max(1);
-    let spec = workload_spec(&cfg)?;
     let start = Instant::now();
-    let gen = secmem_trace::generate::Generator::new(&spec)
-        .map_err(|m| SimError::Config(secmem_core::ConfigError::new("workload", m)))?
-        .map(Ok);
-    let report = run_records(&cfg, Box::new(gen), None, &format!("bench:{name}"))?;
+    let (gen, _) = workload_generator(&cfg)?;
+    let report = run_records(&cfg, gen.map(Ok), None, &format!("bench:{name}"))?;
     let wall = start.elapsed().as_secs_f64();
     let records = report["meta"]["records"].as_u64().unwrap_or(0);
     let llc = llc_level_requests(&report);
