@@ -307,20 +307,20 @@ impl Engine {
 
     fn send_writebacks(&mut self) {
         while let Some(Writeback { line, data }) = self.hier.writebacks.pop() {
-            self.write_to_memory(line, data);
+            self.write_to_memory(line, data.as_ref());
         }
     }
 
-    fn write_to_memory(&mut self, line: u64, data: Option<[u8; 64]>) {
+    fn write_to_memory(&mut self, line: u64, data: Option<&[u8; 64]>) {
         self.stats.memory_writes_issued += 1;
-        match self.design.write(&mut self.mc, line, data.as_ref(), self.now) {
+        match self.design.write(&mut self.mc, line, data, self.now) {
             Ok(t) => self.last_persist = self.last_persist.max(t),
             Err(e) => {
                 self.failure.get_or_insert(e);
                 return;
             }
         }
-        if let (Some(hook), Some(d)) = (self.on_persist.as_mut(), data.as_ref()) {
+        if let (Some(hook), Some(d)) = (self.on_persist.as_mut(), data) {
             hook(line, d);
         }
     }
@@ -345,10 +345,12 @@ impl Engine {
         // Every operation writes its metadata victims back before it returns: a victim still
         // buffered between requests would be lost by a crash even with battery-backed caches.
         debug_assert!(self.failure.is_some() || !self.mc.has_pending_evictions(), "record {index} left metadata evictions unwritten");
-        match self.failure.take() {
-            None => Ok(()),
-            Some(e) => Err(RecordError { index, message: e.to_string(), integrity: Some(e) }),
+        // Tested before it is taken: taking moves the whole error out, on every record.
+        if self.failure.is_none() {
+            return Ok(());
         }
+        let e = self.failure.take().expect("tested above");
+        Err(RecordError { index, message: e.to_string(), integrity: Some(e) })
     }
 
     fn step_checked(&mut self, rec: &Record) {
@@ -360,15 +362,21 @@ impl Engine {
                 let write = rec.op == Op::Write;
                 if write { self.stats.writes += 1 } else { self.stats.reads += 1 }
                 for line in lines_of(rec) {
-                    let data = match rec.data {
+                    // By reference: the record's 64 B are not copied for each line (or at all,
+                    // when it carries none).
+                    let synth;
+                    let data = match &rec.data {
                         Some(d) => Some(d),
-                        None if write && self.functional => Some(self.synth_store(line)),
+                        None if write && self.functional => {
+                            synth = self.synth_store(line);
+                            Some(&synth)
+                        }
                         None => None,
                     };
                     if self.memory_level {
                         self.memory_request(line, write, data);
                     } else {
-                        self.access_line(line, write, data.as_ref());
+                        self.access_line(line, write, data);
                     }
                 }
             }
@@ -386,7 +394,7 @@ impl Engine {
                 if !self.memory_level {
                     for line in lines_of(rec) {
                         if let Some(wb) = self.hier.flush_line(line) {
-                            self.write_to_memory(wb.line, wb.data);
+                            self.write_to_memory(wb.line, wb.data.as_ref());
                         }
                     }
                 }
@@ -396,7 +404,7 @@ impl Engine {
 
     /// A memory-level record: a read is an outstanding miss, a write a posted write-back.
     #[inline]
-    fn memory_request(&mut self, line: u64, write: bool, data: Option<[u8; 64]>) {
+    fn memory_request(&mut self, line: u64, write: bool, data: Option<&[u8; 64]>) {
         if write {
             self.write_to_memory(line, data);
         } else {
@@ -442,7 +450,7 @@ impl Engine {
             // Strict persistency: the store goes to memory now, in program order; the cached
             // copy is clean.
             if let Some(wb) = self.hier.flush_line(line) {
-                self.write_to_memory(wb.line, wb.data.or(data.copied()));
+                self.write_to_memory(wb.line, wb.data.as_ref().or(data));
             }
         }
     }
@@ -584,7 +592,7 @@ impl Engine {
         let n = dirty.len() as u64;
         for wb in dirty {
             self.hier.flush_line(wb.line);
-            self.write_to_memory(wb.line, wb.data);
+            self.write_to_memory(wb.line, wb.data.as_ref());
             if let Some(e) = self.failure.take() {
                 return Err(e);
             }
@@ -648,7 +656,7 @@ impl Engine {
         self.retire_instructions(1);
         self.stats.writes += 1;
         self.invalidate_line(line);
-        self.write_to_memory(line, data);
+        self.write_to_memory(line, data.as_ref());
         self.failure.take().map_or(Ok(()), Err)
     }
 
@@ -664,7 +672,7 @@ impl Engine {
     pub fn clean_line(&mut self, line: u64) -> Result<(), IntegrityError> {
         // `flush_line` leaves every level holding the written-back content.
         if let Some(wb) = self.hier.flush_line(line) {
-            self.write_to_memory(wb.line, wb.data);
+            self.write_to_memory(wb.line, wb.data.as_ref());
         }
         self.failure.take().map_or(Ok(()), Err)
     }
