@@ -574,17 +574,28 @@ impl SetAssocCache {
         self.find(line)
     }
 
+    /// The first step of [`lookup`](Self::lookup) alone: whether `line` is the line of the most
+    /// recent hit or fill, which needs no search (it is already the most recent in its set);
+    /// if so, counts a hit and sets dirty if `write`, as `lookup` would. False changes nothing.
+    /// For callers that answer that case inline and call out for the rest.
+    #[inline(always)]
+    pub fn lookup_last(&mut self, line: u64, write: bool) -> bool {
+        if line != self.last.0 {
+            return false;
+        }
+        self.stats.hits += 1;
+        if write {
+            self.tags[self.last.1] |= DIRTY;
+        }
+        true
+    }
+
     /// Looks up `line`; on a hit updates replacement state, sets dirty if `write`, counts a hit.
     /// On a miss counts a miss and changes nothing else (the caller decides whether to fill).
     #[inline(always)]
     pub fn lookup(&mut self, line: u64, write: bool) -> Option<usize> {
-        if line == self.last.0 {
-            let slot = self.last.1;
-            self.stats.hits += 1;
-            if write {
-                self.tags[slot] |= DIRTY;
-            }
-            return Some(slot);
+        if self.lookup_last(line, write) {
+            return Some(self.last.1);
         }
         let set = self.set_of(line);
         let base = set * self.ways;

@@ -587,7 +587,20 @@ impl SecureMc {
     /// Makes counter block (level 0) or tree node (level >= 1) `index` available on chip,
     /// fetching it and every uncached ancestor and verifying them against their parents.
     /// `dirty` marks the block modified. Returns the cycle it is available and verified.
+    #[inline(always)]
     pub fn ensure_block(&mut self, level: usize, index: u64, dirty: bool, now: Cycle) -> Result<Cycle, IntegrityError> {
+        // The counter block its cache hit or filled last (consecutive lines of one page) is
+        // answered here, without the call: the call's entry and exit alone cost more than the
+        // rest of such a hit. (Level 0 is always below the root.)
+        if level == 0 && self.counter_cache.lookup_last(self.layout.counter_addr(index) >> LINE_SHIFT, dirty) {
+            return Ok(now + self.p.counter_hit);
+        }
+        self.ensure_block_searched(level, index, dirty, now)
+    }
+
+    /// [`ensure_block`](Self::ensure_block) past the last-block test.
+    #[inline(never)]
+    fn ensure_block_searched(&mut self, level: usize, index: u64, dirty: bool, now: Cycle) -> Result<Cycle, IntegrityError> {
         let root = self.layout.tree.root_level();
         if level >= root {
             return Ok(now); // the root is an on-chip register
@@ -723,7 +736,19 @@ impl SecureMc {
 
     /// Makes the MAC block holding `line`'s MAC available. MAC blocks need no tree: a stale
     /// or forged MAC fails against the (tree-verified) counter. Returns the ready cycle.
+    #[inline(always)]
     pub fn ensure_mac(&mut self, line: u64, dirty: bool, now: Cycle) -> Cycle {
+        // The MAC block its cache hit or filled last (the 8 consecutive lines whose MACs it
+        // holds) is answered here, without the call (see `ensure_block`).
+        if self.mac_cache.lookup_last(self.layout.mac_addr(line).0 >> LINE_SHIFT, dirty) {
+            return now + self.p.mac_hit;
+        }
+        self.ensure_mac_searched(line, dirty, now)
+    }
+
+    /// [`ensure_mac`](Self::ensure_mac) past the last-block test.
+    #[inline(never)]
+    fn ensure_mac_searched(&mut self, line: u64, dirty: bool, now: Cycle) -> Cycle {
         let (addr, _) = self.layout.mac_addr(line);
         let key = addr >> LINE_SHIFT;
         if self.mac_cache.lookup(key, dirty).is_some() || self.reclaim(MetaKind::Mac, key) {
@@ -772,7 +797,18 @@ impl SecureMc {
     /// Writes back every buffered dirty metadata eviction. With lazy update, an evicted counter
     /// block or node also updates its parent's hash entry (fetching and verifying the parent
     /// if it is not cached), which may evict more.
+    #[inline(always)]
     pub fn process_evictions(&mut self, now: Cycle) -> Result<(), IntegrityError> {
+        // Most operations evict nothing dirty: then no call.
+        if self.evictions.is_empty() {
+            return Ok(());
+        }
+        self.write_back_evictions(now)
+    }
+
+    /// [`process_evictions`](Self::process_evictions) of a non-empty buffer.
+    #[inline(never)]
+    fn write_back_evictions(&mut self, now: Cycle) -> Result<(), IntegrityError> {
         while let Some(Evicted { kind, key, payload }) = self.evictions.pop() {
             let addr = key << LINE_SHIFT;
             let class = match kind {

@@ -199,6 +199,22 @@ proptest! {
 // ---------------------------------------------------------------- pinned after mutation testing
 
 #[test]
+fn a_write_to_the_counter_and_mac_blocks_a_read_just_looked_up_dirties_both_and_counts_hits() {
+    // The read leaves page 0's counter block and line 0's MAC block as their caches' last
+    // lookup; the write to line 1 takes the controller's inline path for both (no search).
+    let mut m = mc(TreeUpdate::Lazy);
+    m.read_line(0, Cycle(0)).unwrap();
+    assert_eq!(m.counter_cache.dirty_count() + m.mac_cache.dirty_count(), 0);
+    let (ctr_hits, mac_hits) = (m.counter_cache.stats.hits, m.mac_cache.stats.hits);
+    m.write_line(1, None, Cycle(1000)).unwrap();
+    assert_eq!((m.counter_cache.stats.hits, m.mac_cache.stats.hits), (ctr_hits + 1, mac_hits + 1));
+    assert_eq!((reads(&m, C::Counter), reads(&m, C::Mac)), (1, 1), "no refetch");
+    assert_eq!((m.counter_cache.dirty_count(), m.mac_cache.dirty_count()), (1, 1));
+    m.flush_metadata(Cycle(100_000)).unwrap();
+    assert_eq!((writes(&m, C::Counter), writes(&m, C::Mac)), (1, 1), "both written back");
+}
+
+#[test]
 fn a_block_taken_back_from_the_write_back_buffer_costs_a_hit_and_no_device_access() {
     // 1 KiB counter cache: one set of 16 ways (LRU). Only the end of an operation drains the
     // write-back buffer, so direct ensure_block calls leave their dirty victims in it: the
