@@ -590,6 +590,35 @@ impl SetAssocCache {
         true
     }
 
+    /// The line and slot of the most recent hit or fill (`INVALID` if none), for a caller to
+    /// keep as a hint for [`lookup_at`](Self::lookup_at) once another line has taken its place.
+    #[inline(always)]
+    pub fn last_hit(&self) -> (u64, usize) { self.last }
+
+    /// [`lookup`](Self::lookup) of `line` given `slot`, where it was seen before: if it is still
+    /// there, the same hit as `lookup` (replacement state, dirty if `write`, count, memo)
+    /// without searching its set, and true. Otherwise false, and nothing changes (the caller
+    /// looks it up). A line is in at most one slot, so a matching tag is proof enough.
+    #[inline(always)]
+    pub fn lookup_at(&mut self, slot: usize, line: u64, write: bool) -> bool {
+        match self.tags.get(slot) {
+            Some(&t) if t & !DIRTY == line => {}
+            _ => return false,
+        }
+        let set = self.set_of(line);
+        let base = set * self.ways;
+        debug_assert!((base..base + self.ways).contains(&slot), "a line's slot lies in its set");
+        self.stats.hits += 1;
+        if self.replacement == Replacement::Lru {
+            self.touch(set, (slot - base) as u16);
+        }
+        if write {
+            self.tags[slot] |= DIRTY;
+        }
+        self.last = (line, slot);
+        true
+    }
+
     /// Looks up `line`; on a hit updates replacement state, sets dirty if `write`, counts a hit.
     /// On a miss counts a miss and changes nothing else (the caller decides whether to fill).
     #[inline(always)]
@@ -990,6 +1019,70 @@ mod tests {
                 proptest::prop_assert_eq!(a, b);
             }
         }
+    }
+
+    proptest::proptest! {
+        /// A slot kept from `last_hit` is only a hint: while its line is still there,
+        /// `lookup_at` gives the same hit as a search; once the line has moved or left, it
+        /// returns false and changes nothing, and the lookup that follows finds what a search
+        /// finds. Checked against a cache that always searches.
+        #[test]
+        fn a_lookup_at_a_kept_slot_gives_what_a_full_lookup_gives(
+            ways in proptest::sample::select(vec![1usize, 2, 4, 8, 16]),
+            sets in 1u64..4,
+            repl in 0u8..3,
+            ops in proptest::collection::vec((0u8..4, 0u64..24), 1..400),
+        ) {
+            let r = [Replacement::Lru, Replacement::Fifo, Replacement::Random][repl as usize];
+            let mut hinted = SetAssocCache::with_geometry(sets, ways, r);
+            let mut full = hinted.clone();
+            let mut kept: Vec<(u64, usize)> = Vec::new();
+            for (op, line) in ops {
+                full.last = (INVALID, 0);
+                match op {
+                    0 | 1 => {
+                        let write = op == 1;
+                        // The latest hint kept for this line, however stale.
+                        let hint = kept.iter().rev().find(|h| h.0 == line).copied();
+                        let got = match hint {
+                            Some((_, slot)) if hinted.lookup_at(slot, line, write) => Some(slot),
+                            _ => hinted.lookup(line, write),
+                        };
+                        proptest::prop_assert_eq!(got, full.lookup(line, write));
+                    }
+                    2 => {
+                        if hinted.probe(line).is_none() {
+                            proptest::prop_assert_eq!(hinted.fill(line, line % 3 == 0), full.fill(line, line % 3 == 0));
+                        }
+                    }
+                    _ => proptest::prop_assert_eq!(hinted.invalidate(line), full.invalidate(line)),
+                }
+                kept.push(hinted.last_hit());
+                for set in 0..sets as usize {
+                    proptest::prop_assert_eq!(hinted.order.tail(set), full.order.tail(set));
+                }
+            }
+            proptest::prop_assert_eq!(&hinted.tags, &full.tags);
+            proptest::prop_assert_eq!(hinted.stats, full.stats);
+            if let (Order::Packed { words: a, .. }, Order::Packed { words: b, .. }) = (&hinted.order, &full.order) {
+                proptest::prop_assert_eq!(a, b);
+            }
+        }
+    }
+
+    #[test]
+    fn a_lookup_at_a_slot_whose_line_has_left_changes_nothing() {
+        let mut c = tiny(2, 1, Replacement::Lru);
+        c.fill(7, false);
+        let (line, slot) = c.last_hit();
+        assert_eq!(line, 7);
+        c.fill(8, false);
+        c.fill(9, true); // evicts 7 (LRU) into its slot
+        let before = (c.tags.clone(), c.stats);
+        assert!(!c.lookup_at(slot, 7, true), "7 is gone; 9 holds its slot");
+        assert_eq!((c.tags.clone(), c.stats), before);
+        assert!(c.lookup_at(slot, 9, false), "9 is where 7 was");
+        assert_eq!(c.stats.hits, before.1.hits + 1);
     }
 
     #[test]

@@ -176,6 +176,12 @@ pub struct SecureMc {
     pub func: Option<Box<Functional>>,
     /// Reused buffer of the blocks one tree walk fetched (functional mode).
     chain_buf: Vec<(usize, u64, [u8; 64], u64)>,
+    /// The counter block and the MAC block their caches looked up before the latest one, and
+    /// the slot each was in: a hint ([`SetAssocCache::lookup_at`]) for core-level traffic,
+    /// where a run of fills alternates with the LLC's write-backs of lines far behind them, so
+    /// that each keeps finding its own block without a search. Speed only.
+    counter_before: (u64, usize),
+    mac_before: (u64, usize),
     /// Counting mode, after a crash: the counter blocks that had been stored (what NVM holds
     /// in functional mode), for recovery to read back and count (`recovery::rebuild_and_verify`).
     pub crashed_counters: Vec<(u64, secmem_core::counters::CounterBlock)>,
@@ -184,6 +190,20 @@ pub struct SecureMc {
     /// in the host caches, and prefetching them only costs instructions (see
     /// [`prefetch_levels`]).
     prefetch_levels: usize,
+}
+
+/// A hit on metadata block `key` that needs no search: the block `cache` hit or filled last,
+/// or `before`, the one before that (see `SecureMc::counter_before`). Otherwise false, and
+/// `before` becomes the cache's latest block, which the caller's search is about to replace.
+#[inline(always)]
+fn recent_hit(cache: &mut SetAssocCache, before: &mut (u64, usize), key: u64, dirty: bool) -> bool {
+    if cache.lookup_last(key, dirty) {
+        return true;
+    }
+    let last = cache.last_hit();
+    let hit = key == before.0 && cache.lookup_at(before.1, key, dirty);
+    *before = last;
+    hit
 }
 
 /// Tree levels, from the counter blocks up, with more than this many blocks have their image
@@ -349,6 +369,8 @@ impl SecureMc {
             evictions: Vec::with_capacity(16),
             func,
             chain_buf: Vec::with_capacity(MAX_LEVELS),
+            counter_before: (u64::MAX, 0),
+            mac_before: (u64::MAX, 0),
             crashed_counters: Vec::new(),
         })
     }
@@ -592,7 +614,7 @@ impl SecureMc {
         // The counter block its cache hit or filled last (consecutive lines of one page) is
         // answered here, without the call: the call's entry and exit alone cost more than the
         // rest of such a hit. (Level 0 is always below the root.)
-        if level == 0 && self.counter_cache.lookup_last(self.layout.counter_addr(index) >> LINE_SHIFT, dirty) {
+        if level == 0 && recent_hit(&mut self.counter_cache, &mut self.counter_before, self.layout.counter_addr(index) >> LINE_SHIFT, dirty) {
             return Ok(now + self.p.counter_hit);
         }
         self.ensure_block_searched(level, index, dirty, now)
@@ -740,7 +762,7 @@ impl SecureMc {
     pub fn ensure_mac(&mut self, line: u64, dirty: bool, now: Cycle) -> Cycle {
         // The MAC block its cache hit or filled last (the 8 consecutive lines whose MACs it
         // holds) is answered here, without the call (see `ensure_block`).
-        if self.mac_cache.lookup_last(self.layout.mac_addr(line).0 >> LINE_SHIFT, dirty) {
+        if recent_hit(&mut self.mac_cache, &mut self.mac_before, self.layout.mac_addr(line).0 >> LINE_SHIFT, dirty) {
             return now + self.p.mac_hit;
         }
         self.ensure_mac_searched(line, dirty, now)

@@ -215,6 +215,26 @@ fn a_write_to_the_counter_and_mac_blocks_a_read_just_looked_up_dirties_both_and_
 }
 
 #[test]
+fn a_write_to_a_page_read_before_another_page_dirties_its_counter_and_mac_blocks_without_a_refetch() {
+    // Core-level traffic interleaves a run of fills with write-backs far behind them: page 0
+    // is read, then page 5, then line 1 of page 0 is written. Its counter and MAC blocks are no
+    // longer their caches' last lookup; the controller's hint of the block before it finds them.
+    let mut m = mc(TreeUpdate::Lazy);
+    m.read_line(0, Cycle(0)).unwrap();
+    m.read_line(5 * 64, Cycle(1000)).unwrap();
+    let (ctr_hits, mac_hits) = (m.counter_cache.stats.hits, m.mac_cache.stats.hits);
+    m.write_line(1, None, Cycle(2000)).unwrap();
+    assert_eq!((m.counter_cache.stats.hits, m.mac_cache.stats.hits), (ctr_hits + 1, mac_hits + 1));
+    assert_eq!((reads(&m, C::Counter), reads(&m, C::Mac)), (2, 2), "no refetch");
+    assert_eq!((m.counter_cache.dirty_count(), m.mac_cache.dirty_count()), (1, 1));
+    // And back to page 5: its blocks are now the ones before.
+    m.read_line(5 * 64 + 1, Cycle(3000)).unwrap();
+    assert_eq!((m.counter_cache.stats.hits, m.mac_cache.stats.hits), (ctr_hits + 2, mac_hits + 2));
+    m.flush_metadata(Cycle(100_000)).unwrap();
+    assert_eq!((writes(&m, C::Counter), writes(&m, C::Mac)), (1, 1), "only page 0's blocks were written");
+}
+
+#[test]
 fn a_block_taken_back_from_the_write_back_buffer_costs_a_hit_and_no_device_access() {
     // 1 KiB counter cache: one set of 16 ways (LRU). Only the end of an operation drains the
     // write-back buffer, so direct ensure_block calls leave their dirty victims in it: the
