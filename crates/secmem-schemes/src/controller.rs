@@ -791,7 +791,10 @@ impl SecureMc {
             *dst = p;
         }
         if let Some(v) = victim {
-            self.prefetch_eviction(kind, v.key);
+            if self.func.is_some() {
+                // (Tested here so that counting mode, which has nothing to prefetch, makes no call.)
+                self.prefetch_eviction(kind, v.key);
+            }
             self.evictions.push(v);
         }
     }
@@ -800,7 +803,7 @@ impl SecureMc {
     /// the end of this operation touches (see `process_evictions`), so that those host cache
     /// misses overlap with the rest of the operation: the victim's image entry and, with lazy
     /// update, its parent's tree-cache set and image entry. Changes no simulated state.
-    #[inline]
+    #[inline(never)]
     fn prefetch_eviction(&self, kind: MetaKind, key: u64) {
         let Some(f) = self.func.as_ref() else { return };
         f.image.prefetch_index(key);
