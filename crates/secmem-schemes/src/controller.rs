@@ -747,7 +747,8 @@ impl SecureMc {
             }
         }
         let tag = f.memo_tag();
-        for ((lvl, idx, bytes, _), (entry, fresh)) in chain.iter().zip(entries) {
+        // `&entries`: by value, the whole 24-entry array was copied (a memcpy call) per walk.
+        for ((lvl, idx, bytes, _), &(entry, fresh)) in chain.iter().zip(&entries) {
             if fresh && entry != 0 {
                 let line = self.block_addr(*lvl, *idx) >> LINE_SHIFT;
                 self.func.as_mut().expect("functional").image.set_memo(line, &tag, bytes, entry);
