@@ -551,8 +551,9 @@ impl SetAssocCache {
 
     /// The line a fill into `line`'s set would evict now, with its dirty bit (exact for LRU
     /// and FIFO, the usual victim for random replacement), or None if that way is empty. A
-    /// host look-ahead uses it to prefetch the state the eviction will touch.
-    #[inline]
+    /// host look-ahead uses it to prefetch the state the eviction will touch. (Always
+    /// inlined: as a call, 1 M calls in 500 K random records, it cost a third more.)
+    #[inline(always)]
     pub fn next_victim(&self, line: u64) -> Option<(u64, bool)> {
         let set = self.set_of(line);
         let t = self.tags[set * self.ways + self.order.tail(set)];

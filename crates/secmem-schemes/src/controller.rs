@@ -583,7 +583,7 @@ impl SecureMc {
     fn payload(&self, kind: MetaKind, key: u64) -> Option<[u8; 64]> { self.payload_ref(kind, key).copied() }
 
     /// As [`payload`](Self::payload), without copying the 64 bytes out.
-    #[inline]
+    #[inline(always)]
     fn payload_ref(&self, kind: MetaKind, key: u64) -> Option<&[u8; 64]> {
         let cache = match kind {
             MetaKind::Counter => &self.counter_cache,
@@ -596,7 +596,7 @@ impl SecureMc {
     /// The payload of a cached metadata block, to change in place: one probe of the cache,
     /// where a read-modify-write through `payload` and `set_payload` took two and copied the
     /// block twice.
-    #[inline]
+    #[inline(always)]
     fn payload_mut(&mut self, kind: MetaKind, key: u64) -> &mut [u8; 64] {
         let cache = self.cache_of(kind);
         let slot = cache.probe(key).expect("metadata block is cached when its payload is set");
