@@ -611,16 +611,17 @@ impl SecureMc {
     /// `dirty` marks the block modified. Returns the cycle it is available and verified.
     #[inline(always)]
     pub fn ensure_block(&mut self, level: usize, index: u64, dirty: bool, now: Cycle) -> Result<Cycle, IntegrityError> {
-        // The counter block its cache hit or filled last (consecutive lines of one page) is
-        // answered here, without the call: the call's entry and exit alone cost more than the
-        // rest of such a hit. (Level 0 is always below the root.)
+        // The counter block its cache hit or filled last (consecutive lines of one page), or
+        // the one before that (`recent_hit`), is answered here, without the call: the call's
+        // entry and exit alone cost more than the rest of such a hit. (Level 0 is always below
+        // the root.)
         if level == 0 && recent_hit(&mut self.counter_cache, &mut self.counter_before, self.layout.counter_addr(index) >> LINE_SHIFT, dirty) {
             return Ok(now + self.p.counter_hit);
         }
         self.ensure_block_searched(level, index, dirty, now)
     }
 
-    /// [`ensure_block`](Self::ensure_block) past the last-block test.
+    /// [`ensure_block`](Self::ensure_block) past the recent-block tests.
     #[inline(never)]
     fn ensure_block_searched(&mut self, level: usize, index: u64, dirty: bool, now: Cycle) -> Result<Cycle, IntegrityError> {
         let root = self.layout.tree.root_level();
@@ -762,14 +763,15 @@ impl SecureMc {
     #[inline(always)]
     pub fn ensure_mac(&mut self, line: u64, dirty: bool, now: Cycle) -> Cycle {
         // The MAC block its cache hit or filled last (the 8 consecutive lines whose MACs it
-        // holds) is answered here, without the call (see `ensure_block`).
+        // holds), or the one before that, is answered here, without the call (see
+        // `ensure_block`).
         if recent_hit(&mut self.mac_cache, &mut self.mac_before, self.layout.mac_addr(line).0 >> LINE_SHIFT, dirty) {
             return now + self.p.mac_hit;
         }
         self.ensure_mac_searched(line, dirty, now)
     }
 
-    /// [`ensure_mac`](Self::ensure_mac) past the last-block test.
+    /// [`ensure_mac`](Self::ensure_mac) past the recent-block tests.
     #[inline(never)]
     fn ensure_mac_searched(&mut self, line: u64, dirty: bool, now: Cycle) -> Cycle {
         let (addr, _) = self.layout.mac_addr(line);
