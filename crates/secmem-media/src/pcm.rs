@@ -89,6 +89,7 @@
 use crate::{AccessKind, MediaStats, MemRequest, MemoryPort, TrafficClass};
 use secmem_core::addr::{LINE_SHIFT, PAGE_SHIFT};
 use secmem_core::error::{ensure, number, ConfigError};
+use secmem_core::pow2::Pow2Slice;
 use secmem_core::{config_enum, config_section, Cycle};
 use std::hint::select_unpredictable;
 
@@ -216,7 +217,7 @@ struct BusCalendar {
     /// number `w` (bit `c & 63` is cycle `c = 64 w + (c & 63)`), or a stale word, which reads
     /// as all free. Only words `base / 64 .. base / 64 + len` are ever read or written, and
     /// they have distinct slots.
-    slots: Vec<(u64, u64)>,
+    slots: Pow2Slice<(u64, u64)>,
     /// `64 * slots.len()`: the window length in cycles.
     span: u64,
     base: u64,
@@ -259,14 +260,14 @@ impl BusCalendar {
     fn new(window_words: usize) -> BusCalendar {
         // Two words at least: the fast path touches two distinct slots.
         debug_assert!(window_words.is_power_of_two() && window_words >= 2);
-        BusCalendar { slots: vec![(NO_WORD, 0); window_words], span: 64 * window_words as u64, base: 0, hint: (0, 0), hint_len: 0 }
+        BusCalendar { slots: Pow2Slice::new(window_words, (NO_WORD, 0)), span: 64 * window_words as u64, base: 0, hint: (0, 0), hint_len: 0 }
     }
 
     #[inline]
     fn window_end(&self) -> u64 { self.base + self.span }
 
     #[inline]
-    fn slot(&self, w: u64) -> usize { w as usize & (self.slots.len() - 1) }
+    fn slot(&self, w: u64) -> usize { w as usize & self.slots.mask() }
 
     /// Booked cycles of word number `w`.
     #[inline]
@@ -596,9 +597,9 @@ const QUEUED: u64 = u64::MAX;
 struct LineTable {
     /// Per slot, 0 if empty, else [`LineTable::tag`] of its line. Length is a power of two,
     /// more than the WPQ size, so a probe always ends on an empty slot.
-    tags: Vec<u8>,
+    tags: Pow2Slice<u8>,
     /// `(line, value)` of the occupied slots.
-    slots: Vec<(u64, u64)>,
+    slots: Pow2Slice<(u64, u64)>,
     /// `64 - log2(tags.len())`: the multiplicative hash keeps the product's top bits.
     shift: u32,
 }
@@ -606,11 +607,11 @@ struct LineTable {
 impl LineTable {
     fn new(max_entries: usize) -> LineTable {
         let n = (8 * max_entries).next_power_of_two().max(8);
-        LineTable { tags: vec![0; n], slots: vec![(0, 0); n], shift: 64 - n.trailing_zeros() }
+        LineTable { tags: Pow2Slice::new(n, 0), slots: Pow2Slice::new(n, (0, 0)), shift: 64 - n.trailing_zeros() }
     }
 
     #[inline(always)]
-    fn mask(&self) -> usize { self.tags.len() - 1 }
+    fn mask(&self) -> usize { self.tags.mask() }
 
     /// `(home slot, tag)` of a line. Fibonacci hashing spreads strided line numbers (regions,
     /// pages) well; the slot comes from the product's top bits, the tag (never 0) from the
@@ -679,21 +680,21 @@ impl LineTable {
 /// instructions, with no growth check on the hot path.
 #[derive(Clone, Debug)]
 struct Ring<T: Copy + Default> {
-    buf: Vec<T>,
+    buf: Pow2Slice<T>,
     head: usize,
     len: usize,
 }
 
 impl<T: Copy + Default> Ring<T> {
     fn new(capacity: usize) -> Ring<T> {
-        Ring { buf: vec![T::default(); capacity.next_power_of_two()], head: 0, len: 0 }
+        Ring { buf: Pow2Slice::new(capacity.next_power_of_two(), T::default()), head: 0, len: 0 }
     }
 
     #[inline]
     fn len(&self) -> usize { self.len }
 
     #[inline]
-    fn mask(&self) -> usize { self.buf.len() - 1 }
+    fn mask(&self) -> usize { self.buf.mask() }
 
     #[inline]
     fn front(&self) -> Option<T> { if self.len == 0 { None } else { Some(self.buf[self.head]) } }
@@ -727,15 +728,15 @@ impl<T: Copy + Default> Ring<T> {
 #[derive(Clone, Debug)]
 struct IssuedWrites {
     /// Per bank, sized to the whole WPQ (one bank may hold every issued write).
-    per_bank: Vec<Ring<(u64, u64)>>,
+    per_bank: Pow2Slice<Ring<(u64, u64)>>,
     /// Per bank, the earliest start in its FIFO, `u64::MAX` if empty.
-    heads: Vec<u64>,
+    heads: Pow2Slice<u64>,
     len: usize,
 }
 
 impl IssuedWrites {
     fn new(banks: usize, wpq_cap: usize) -> IssuedWrites {
-        IssuedWrites { per_bank: vec![Ring::new(wpq_cap); banks], heads: vec![u64::MAX; banks], len: 0 }
+        IssuedWrites { per_bank: Pow2Slice::new(banks, Ring::new(wpq_cap)), heads: Pow2Slice::new(banks, u64::MAX), len: 0 }
     }
 
     #[inline(always)]
@@ -759,7 +760,7 @@ impl IssuedWrites {
             // The due banks of these 64 as a bit set, found without a branch per bank (which
             // ones are due is unpredictable).
             let mut due = 0u64;
-            for (k, &v) in self.heads[first..].iter().take(64).enumerate() {
+            for (k, &v) in self.heads.as_slice()[first..].iter().take(64).enumerate() {
                 due |= u64::from(v <= t) << k;
             }
             while due != 0 {
@@ -834,9 +835,9 @@ pub struct PcmMedia {
     // State.
     /// Per bank (internal index, see `bank_index_mask`): cycle the bank finishes its last
     /// issued access.
-    bank_busy: Vec<u64>,
+    bank_busy: Pow2Slice<u64>,
     /// Per channel data bus.
-    bus: Vec<BusCalendar>,
+    bus: Pow2Slice<BusCalendar>,
     /// The latest issue cycle of any request less `BUS_LAG_CYCLES`, rounded down to 64: the
     /// point every calendar is pruned to, lazily, when it is next booked.
     bus_base: u64,
@@ -904,8 +905,8 @@ impl PcmMedia {
             adr: cfg.adr,
             read_energy: cfg.read_energy_nj,
             write_energy: cfg.write_energy_nj,
-            bank_busy: vec![0; all_banks],
-            bus: vec![BusCalendar::new(BUS_WINDOW_WORDS); channels as usize],
+            bank_busy: Pow2Slice::new(all_banks, 0),
+            bus: Pow2Slice::new(channels as usize, BusCalendar::new(BUS_WINDOW_WORDS)),
             bus_base: 0,
             read_queue: ReadQueue::new(rq_cap),
             wpq_queued: Ring::new(wpq_cap),
