@@ -222,6 +222,37 @@ fn packed_pos(word: u64, w: u32) -> u32 {
     z.trailing_zeros() / 4
 }
 
+/// Word `set` of a packed order, unchecked. Every caller's set comes from
+/// [`SetAssocCache::set_of`] or from a slot already read (`slot / ways`), so it is below
+/// `sets`, the number of words: the bounds check (a third of a hit's instructions in the
+/// order update) would never fail.
+#[inline(always)]
+fn packed_word(words: &[u64], set: usize) -> u64 {
+    debug_assert!(set < words.len());
+    // SAFETY: `set < words.len()`, as above.
+    unsafe { *words.get_unchecked(set) }
+}
+
+/// [`packed_word`], to update.
+#[inline(always)]
+fn packed_word_mut(words: &mut [u64], set: usize) -> &mut u64 {
+    debug_assert!(set < words.len());
+    // SAFETY: as in `packed_word`.
+    unsafe { words.get_unchecked_mut(set) }
+}
+
+/// The `N` items of one set in a per-slot array: slots `base..base + N`.
+///
+/// # Safety
+/// `base + N <= v.len()`: `base` is `set * ways` with `set < sets`, `N == ways`, and `v` holds
+/// one item per slot (`sets * ways`).
+#[inline(always)]
+unsafe fn set_ways<T, const N: usize>(v: &[T], base: usize) -> &[T; N] {
+    debug_assert!(base + N <= v.len());
+    // SAFETY: the range is in bounds (the caller's promise), and `[T; N]` has `T`'s alignment.
+    unsafe { &*(v.as_ptr().add(base) as *const [T; N]) }
+}
+
 impl Order {
     fn new(sets: usize, ways: usize) -> Order { Self::with_packing(sets, ways, ways <= 16) }
 
@@ -255,7 +286,7 @@ impl Order {
     #[inline(always)]
     fn tail(&self, set: usize) -> usize {
         match self {
-            Order::Packed { words, tail_shift, .. } => ((words[set] >> tail_shift) & 0xF) as usize,
+            Order::Packed { words, tail_shift, .. } => ((packed_word(words, set) >> tail_shift) & 0xF) as usize,
             Order::Linked { tail, .. } => tail[set] as usize,
         }
     }
@@ -265,11 +296,11 @@ impl Order {
     fn move_to_head(&mut self, set: usize, base: usize, w: u16) {
         match self {
             Order::Packed { words, .. } => {
-                let word = words[set];
+                let word = packed_word(words, set);
                 let p = packed_pos(word, w as u32);
                 let below = nibbles_below(p);
                 let above = !nibbles_below(p + 1);
-                words[set] = (word & above) | ((word & below) << 4) | w as u64;
+                *packed_word_mut(words, set) = (word & above) | ((word & below) << 4) | w as u64;
             }
             Order::Linked { next, prev, head, tail } => {
                 if head[set] != w {
@@ -289,8 +320,8 @@ impl Order {
     fn tail_to_head(&mut self, set: usize, base: usize, w: u16) {
         match self {
             Order::Packed { words, list, .. } => {
-                let word = words[set];
-                words[set] = (word & !*list) | ((word << 4) & *list) | w as u64;
+                let word = packed_word(words, set);
+                *packed_word_mut(words, set) = (word & !*list) | ((word << 4) & *list) | w as u64;
             }
             Order::Linked { .. } => self.move_to_head(set, base, w),
         }
@@ -301,11 +332,11 @@ impl Order {
     fn move_to_tail(&mut self, set: usize, base: usize, w: u16) {
         match self {
             Order::Packed { words, ways, .. } => {
-                let word = words[set];
+                let word = packed_word(words, set);
                 let p = packed_pos(word, w as u32);
                 let t = *ways - 1;
                 let mid = (word & nibbles_below(t + 1) & !nibbles_below(p + 1)) >> 4;
-                words[set] = (word & nibbles_below(p)) | mid | ((w as u64) << (4 * t)) | (word & !nibbles_below(t + 1));
+                *packed_word_mut(words, set) = (word & nibbles_below(p)) | mid | ((w as u64) << (4 * t)) | (word & !nibbles_below(t + 1));
             }
             Order::Linked { next, prev, head, tail } => {
                 Self::unlink(next, prev, head, tail, set, base, w);
@@ -429,8 +460,9 @@ impl SetAssocCache {
     #[cfg(target_arch = "x86_64")]
     #[inline(always)]
     fn way_by_sse<const WAYS: usize>(&self, base: usize, line: u64) -> Option<usize> {
-        let fps: &[u8; WAYS] = self.fps[base..base + WAYS].try_into().expect("a set's fingerprints");
-        let tags: &[u64; WAYS] = self.tags[base..base + WAYS].try_into().expect("a set's tags");
+        // SAFETY: `base` is `set * ways` for a set below `sets` (see `set_ways`), and this search
+        // is chosen only when `ways == WAYS` and fingerprints are kept (`fps` as long as `tags`).
+        let (fps, tags) = unsafe { (set_ways::<u8, WAYS>(&self.fps, base), set_ways::<u64, WAYS>(&self.tags, base)) };
         let mut m = fingerprint_matches(fps, fingerprint(line));
         while m != 0 {
             let w = m.trailing_zeros() as usize;
@@ -560,6 +592,16 @@ impl SetAssocCache {
         (t != INVALID).then_some((t & !DIRTY, t & DIRTY != 0))
     }
 
+    /// The tag of `slot`, unchecked: for internal callers whose slot is `set * ways + way`
+    /// with `set` from [`set_of`](Self::set_of) (below `sets`) and `way` below `ways`, or a slot
+    /// a search just returned, so always below `tags.len()` (`sets * ways`).
+    #[inline(always)]
+    fn tag_mut(&mut self, slot: usize) -> &mut u64 {
+        debug_assert!(slot < self.tags.len());
+        // SAFETY: `slot < tags.len()`, as above.
+        unsafe { self.tags.get_unchecked_mut(slot) }
+    }
+
     /// Moves way `w` of `set` to the most-recent end of the set.
     #[inline]
     fn touch(&mut self, set: usize, w: u16) { self.order.move_to_head(set, set * self.ways, w) }
@@ -636,7 +678,7 @@ impl SetAssocCache {
                     self.touch(set, w as u16);
                 }
                 if write {
-                    self.tags[base + w] |= DIRTY;
+                    *self.tag_mut(base + w) |= DIRTY;
                 }
                 self.last = (line, base + w);
                 Some(base + w)

@@ -3,10 +3,10 @@
 //! Rings, hash tables and bank arrays of the device model are indexed by a number masked to
 //! their length (`i & (len - 1)`) on every access. A `Vec` checks each such index against its
 //! length all the same, because the compiler cannot see that the mask keeps it in bounds:
-//! a length load, a compare and a branch per access, 7-10% of the host instructions of a
-//! run. Here the mask is applied by the type itself, so an index is in bounds by
-//! construction and is not checked again; the one place that relies on it is
-//! [`Pow2Slice::slot`].
+//! a length load, a compare and a branch per access. Here the mask is applied by the type
+//! itself, so an index is in bounds by construction and is not checked again (the one place
+//! that relies on it is [`Pow2Slice::slot`]). In the PCM model this took 2.4% of the host
+//! instructions of a memory-level sequential run and 1.3% of a random one (callgrind).
 
 use std::ops::{Index, IndexMut};
 
