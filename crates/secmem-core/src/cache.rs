@@ -187,6 +187,8 @@ fn fingerprint_matches<const WAYS: usize>(fps: &[u8; WAYS], fp: u8) -> u32 {
 enum Search {
     /// No fingerprints (the associativity is not a multiple of 8): compare every tag.
     Tags,
+    /// Two ways (Horus Table I's L1): both tags compared, without the loop of `Tags`.
+    Two,
     /// 8 ways (x86_64): one SSE2 compare of the set's fingerprints.
     Sse8,
     /// 16 ways (x86_64): the same.
@@ -198,6 +200,7 @@ enum Search {
 impl Search {
     fn for_ways(ways: usize) -> Search {
         match ways {
+            2 => Search::Two,
             8 if cfg!(target_arch = "x86_64") => Search::Sse8,
             16 if cfg!(target_arch = "x86_64") => Search::Sse16,
             w if w.is_multiple_of(8) => Search::Words,
@@ -394,7 +397,7 @@ impl SetAssocCache {
             search,
             tags: vec![INVALID; n],
             // Every search but the plain tag compare reads fingerprints.
-            fps: if search == Search::Tags { Vec::new() } else { vec![0; n] },
+            fps: if matches!(search, Search::Tags | Search::Two) { Vec::new() } else { vec![0; n] },
             order: Order::new(sets as usize, ways),
             rng_state: 0x9E37_79B9_7F4A_7C15,
             last: (INVALID, 0),
@@ -443,6 +446,16 @@ impl SetAssocCache {
     fn way_of(&self, base: usize, line: u64) -> Option<usize> {
         match self.search {
             Search::Tags => self.tags[base..base + self.ways].iter().position(|&t| t & !DIRTY == line),
+            Search::Two => {
+                // SAFETY: `base` is `set * ways` for a set below `sets` and `ways == 2` (see
+                // `set_ways`).
+                let [a, b] = *unsafe { set_ways::<u64, 2>(&self.tags, base) };
+                if a & !DIRTY == line {
+                    Some(0)
+                } else {
+                    (b & !DIRTY == line).then_some(1)
+                }
+            }
             // 8 and 16 ways (every preset's metadata caches, L2 and LLC): one SSE2 byte compare
             // gives every candidate way as a bit, with no loop over words. Every candidate's
             // tag is checked, so the result is exact.
@@ -982,7 +995,8 @@ mod tests {
                 proptest::prop_assert_eq!(packed.next_victim(line), linked.next_victim(line));
             }
             proptest::prop_assert_eq!(&packed.tags, &linked.tags);
-            // Fingerprint lookups (ways a multiple of 8) find exactly what a scan of the tags does.
+            // Fingerprint lookups (ways a multiple of 8) and the two-way compare find exactly what
+            // a scan of the tags does.
             for line in 0..64u64 {
                 let base = packed.set_of(line) * ways;
                 let naive = packed.tags[base..base + ways].iter().position(|&t| t & !DIRTY == line).map(|w| base + w);
