@@ -227,8 +227,7 @@ fn packed_pos(word: u64, w: u32) -> u32 {
 
 /// Word `set` of a packed order, unchecked. Every caller's set comes from
 /// [`SetAssocCache::set_of`] or from a slot already read (`slot / ways`), so it is below
-/// `sets`, the number of words: the bounds check (a third of a hit's instructions in the
-/// order update) would never fail.
+/// `sets`, the number of words: the bounds check, on every hit and fill, would never fail.
 #[inline(always)]
 fn packed_word(words: &[u64], set: usize) -> u64 {
     debug_assert!(set < words.len());
