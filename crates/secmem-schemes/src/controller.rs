@@ -719,13 +719,12 @@ impl SecureMc {
         for (e, (lvl, idx, bytes, memo)) in entries.iter_mut().zip(chain) {
             *e = if *memo != 0 { (*memo, false) } else { (f.child_entry(*lvl, *idx, bytes), true) };
         }
-        let arity = self.layout.tree.arity;
         let root = self.layout.tree.root_level();
         let mut verdict = Ok(());
         for i in (0..chain.len()).rev() {
             let (lvl, idx, _, _) = &chain[i];
             let (plvl, pidx) = self.layout.tree.parent(*lvl, *idx);
-            let slot = (*idx % arity) as usize;
+            let slot = self.layout.tree.slot_in_parent(*idx);
             let expected = if plvl >= root {
                 f.root_entry(slot)
             } else if i + 1 < chain.len() {
@@ -875,7 +874,7 @@ impl SecureMc {
         }
         let (plvl, pidx) = self.layout.tree.parent(level, index);
         self.stats.mac_ops.tree_update += 1;
-        let slot = (index % self.layout.tree.arity) as usize;
+        let slot = self.layout.tree.slot_in_parent(index);
         let entry = match (self.func.as_ref(), bytes) {
             (Some(f), Some(b)) => Some(f.child_entry(level, index, b)),
             _ => None,
@@ -908,7 +907,7 @@ impl SecureMc {
         loop {
             let (plvl, pidx) = self.layout.tree.parent(level, index);
             self.stats.mac_ops.tree_update += 1;
-            let slot = (index % self.layout.tree.arity) as usize;
+            let slot = self.layout.tree.slot_in_parent(index);
             let entry = match (self.func.as_ref(), child.as_ref()) {
                 (Some(f), Some(b)) => Some(f.child_entry(level, index, b)),
                 _ => None,

@@ -113,7 +113,7 @@ fn rebuild(
             let entry = func.child_entry(level, *index, bytes);
             report.hashes += 1;
             let (_, pidx) = tree.parent(level, *index);
-            set_node_entry(parents.entry(pidx).or_insert([0; 64]), (*index % tree.arity) as usize, entry);
+            set_node_entry(parents.entry(pidx).or_insert([0; 64]), tree.slot_in_parent(*index), entry);
         }
         let plevel = level + 1;
         let mut next: Vec<(u64, [u8; 64])> = parents.into_iter().collect();
