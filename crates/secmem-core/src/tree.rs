@@ -62,9 +62,10 @@ impl TreeGeometry {
             None => (level + 1, index / self.arity),
         }
     }
-    /// Which of its parent's entries node `index` is (`index % arity`), with the same shift
-    /// and mask as [`parent`](Self::parent) where the arity allows: a verified walk asks once
-    /// per fetched block, and a 64-bit division on that path was a large share of the line.
+    /// Which of its parent's entries node `index` is (`index % arity`), by a mask where the
+    /// arity is a power of two, as [`parent`](Self::parent) shifts: the walk's verification
+    /// and every parent update ask, once per node, and a 64-bit division is a slow
+    /// instruction on the path.
     #[inline]
     pub fn slot_in_parent(&self, index: u64) -> usize {
         match self.arity_shift {
