@@ -5,7 +5,7 @@
 //! length all the same, because the compiler cannot see that the mask keeps it in bounds:
 //! a length load, a compare and a branch per access. Here the mask is applied by the type
 //! itself, so an index is in bounds by construction and is not checked again (the one place
-//! that relies on it is [`Pow2Slice::slot`]). In the PCM model this took 2.4% of the host
+//! that relies on it is `Pow2Slice::slot`). In the PCM model this took 2.4% of the host
 //! instructions of a memory-level sequential run and 1.3% of a random one (callgrind).
 
 use std::ops::{Index, IndexMut};

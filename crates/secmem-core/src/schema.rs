@@ -1,4 +1,4 @@
-//! Config schema: sections declared with [`config_section!`] carry a default and a description
+//! Config schema: sections declared with [`config_section!`](crate::config_section) carry a default and a description
 //! for every field. Configs are built in layers — built-in defaults, then a preset, then a user
 //! file, then `-p dotted.key=value` overrides — merged on the TOML tree, so that:
 //!

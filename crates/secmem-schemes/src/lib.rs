@@ -2,7 +2,7 @@
 //!
 //! * [`controller`] — counters, MACs, Bonsai Merkle Tree, metadata caches, lazy/eager update,
 //!   re-encryption on overflow; the baseline read/write paths.
-//! * [`design`] — the [`Design`](design::Design) trait (hooks with baseline defaults) and the
+//! * [`design`] — the [`Design`] trait (hooks with baseline defaults) and the
 //!   closed list of designs.
 //! * [`config`] — the config sections the controller reads.
 //! * [`eadr`] — draining the cache hierarchy on power loss (eADR), the baselines' drains.

@@ -13,8 +13,8 @@
 //!   full, doubling when it would be fuller. A lookup touches one or two adjacent host cache
 //!   lines of the index and then the line's slab entry; both can be prefetched ahead of use
 //!   ([`NvmImage::prefetch_index`], [`NvmImage::prefetch_bytes`]). From
-//!   [`RESERVE_MIN_BUCKETS`] buckets on, the index lives in a mapping with room reserved for
-//!   [`RESERVE_BUCKETS`] and doubles in place ([`NvmImage::rehash_in_place`]): the pages the
+//!   `RESERVE_MIN_BUCKETS` buckets on, the index lives in a mapping with room reserved for
+//!   `RESERVE_BUCKETS` and doubles in place (`NvmImage::rehash_in_place`): the pages the
 //!   smaller table committed are reused, so the kernel zeroes each index page once, where
 //!   doubling into a new table zeroed twice the final index in all (under a hypervisor,
 //!   first-touch zeroing is slow: it was 4.6% of a random functional run's time).

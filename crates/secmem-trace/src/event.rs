@@ -261,9 +261,9 @@ impl Event {
         Ok(())
     }
 
-    /// What a writer checks before encoding a record into a trace of `kind`: [`validate`]
-    /// (Self::validate), and OS records only in an OS-level trace (`os_header` says, for the
-    /// message, how that trace's header announces it). Returns the record's op.
+    /// What a writer checks before encoding a record into a trace of `kind`:
+    /// [`validate`](Self::validate), and OS records only in an OS-level trace (`os_header`
+    /// says, for the message, how that trace's header announces it). Returns the record's op.
     pub fn check_writable(&self, kind: TraceKind, os_header: fmt::Arguments<'_>) -> Result<EventOp, String> {
         self.validate()?;
         let op = self.op();
