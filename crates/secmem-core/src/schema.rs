@@ -1,6 +1,7 @@
-//! Config schema: sections declared with [`config_section!`](crate::config_section) carry a default and a description
-//! for every field. Configs are built in layers — built-in defaults, then a preset, then a user
-//! file, then `-p dotted.key=value` overrides — merged on the TOML tree, so that:
+//! Config schema: sections declared with [`config_section!`](crate::config_section) carry a
+//! default and a description for every field. Configs are built in layers — built-in
+//! defaults, then a preset, then a user file, then `-p dotted.key=value` overrides — merged
+//! on the TOML tree, so that:
 //!
 //! * an unknown key in any layer is an error naming the full dotted path and the known keys;
 //! * a value of the wrong type is an error naming the field;

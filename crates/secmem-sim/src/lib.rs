@@ -1,8 +1,8 @@
 //! secmem-sim: the engine and everything around a run.
 //!
 //! Reading order: [`config`] (what can be set) -> [`hierarchy`] (L1/L2/LLC) -> [`engine`]
-//! (core model, drives a design on the secure controller) -> [`run`](mod@run) (trace in, report out)
-//! -> [`report`] -> [`bench`](mod@bench).
+//! (core model, drives a design on the secure controller) -> [`run`](mod@run) (trace in,
+//! report out) -> [`report`] -> [`bench`](mod@bench).
 
 pub mod bench;
 pub mod config;
