@@ -9,6 +9,7 @@ use secmem_core::Cycle;
 use serde::Serialize;
 
 pub mod pcm;
+pub mod untimed;
 
 /// What a request is for. Devices count traffic per class so that reports can split memory
 /// reads/writes into data, counter, MAC, tree and re-encryption traffic.
@@ -142,6 +143,9 @@ pub trait MemoryPort {
 #[allow(clippy::large_enum_variant)]
 pub enum Media {
     Pcm(pcm::PcmMedia),
+    /// The functional half of a two-thread run: a direct call too, as it also makes about
+    /// eleven accesses per secure request.
+    Untimed(untimed::UntimedDevice),
     Other(Box<dyn MemoryPort>),
 }
 
@@ -152,6 +156,7 @@ impl Media {
     pub fn read(&mut self, addr: u64, class: TrafficClass, issue: Cycle) -> Cycle {
         match self {
             Media::Pcm(pcm) => pcm.read(addr, class, issue),
+            Media::Untimed(dev) => dev.access(MemRequest { addr, kind: AccessKind::Read, class, issue }),
             Media::Other(dev) => dev.access(MemRequest { addr, kind: AccessKind::Read, class, issue }),
         }
     }
@@ -161,6 +166,7 @@ impl Media {
     pub fn write(&mut self, addr: u64, class: TrafficClass, issue: Cycle) -> Cycle {
         match self {
             Media::Pcm(pcm) => pcm.write(addr, class, issue),
+            Media::Untimed(dev) => dev.access(MemRequest { addr, kind: AccessKind::Write, class, issue }),
             Media::Other(dev) => dev.access(MemRequest { addr, kind: AccessKind::Write, class, issue }),
         }
     }
@@ -171,12 +177,14 @@ impl MemoryPort for Media {
     fn access(&mut self, req: MemRequest) -> Cycle {
         match self {
             Media::Pcm(pcm) => pcm.access(req),
+            Media::Untimed(dev) => dev.access(req),
             Media::Other(dev) => dev.access(req),
         }
     }
     fn drain(&mut self, now: Cycle) -> Cycle {
         match self {
             Media::Pcm(pcm) => pcm.drain(now),
+            Media::Untimed(dev) => dev.drain(now),
             Media::Other(dev) => dev.drain(now),
         }
     }
@@ -184,6 +192,7 @@ impl MemoryPort for Media {
     fn capacity_bytes(&self) -> u64 {
         match self {
             Media::Pcm(pcm) => pcm.capacity_bytes(),
+            Media::Untimed(dev) => dev.capacity_bytes(),
             Media::Other(dev) => dev.capacity_bytes(),
         }
     }
@@ -191,6 +200,7 @@ impl MemoryPort for Media {
     fn stats(&self) -> &MediaStats {
         match self {
             Media::Pcm(pcm) => pcm.stats(),
+            Media::Untimed(dev) => dev.stats(),
             Media::Other(dev) => dev.stats(),
         }
     }

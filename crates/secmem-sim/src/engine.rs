@@ -158,16 +158,21 @@ pub struct Engine {
 /// An idle device sized for the config: the DIMM holds the data and, above it, the security
 /// metadata regions (counters, MACs, tree).
 pub fn build_media(cfg: &Config) -> Result<PcmMedia, ConfigError> {
-    let layout = secmem_core::tree::SecureLayout::new(cfg.data_bytes(), cfg.tree.arity, cfg.security.mac_bits)?;
     let mut pcm = cfg.pcm.clone();
-    // Above the tree, a reserved region for eADR drains (Horus' vault, Base-LU's metadata
-    // save), sized for the whole hierarchy and metadata caches; untouched unless a drain runs.
+    pcm.capacity_gib = device_gib(cfg)?;
+    Ok(PcmMedia::new(&pcm, cfg.core.freq_mhz))
+}
+
+/// The device's size in whole GiB: the data, the security metadata above it and, above the
+/// tree, a reserved region for eADR drains (Horus' vault, Base-LU's metadata save), sized for
+/// the whole hierarchy and metadata caches; untouched unless a drain runs.
+fn device_gib(cfg: &Config) -> Result<u64, ConfigError> {
+    let layout = secmem_core::tree::SecureLayout::new(cfg.data_bytes(), cfg.tree.arity, cfg.security.mac_bits)?;
     let ctx = design_context(cfg);
     let reserved_base = layout.end.div_ceil(4096) * 4096;
     let vault = secmem_schemes::horus::ChvLayout::new(reserved_base, ctx.hierarchy_lines, ctx.metadata_lines, secmem_schemes::horus::MacLevels::Single);
     let reserved_end = vault.end.max(reserved_base + secmem_schemes::eadr::shadow_bytes(ctx.metadata_lines));
-    pcm.capacity_gib = reserved_end.div_ceil(1 << 30);
-    Ok(PcmMedia::new(&pcm, cfg.core.freq_mhz))
+    Ok(reserved_end.div_ceil(1 << 30))
 }
 
 /// The secure controller of a config on a fresh device (functional per `run.functional`, with
@@ -175,7 +180,11 @@ pub fn build_media(cfg: &Config) -> Result<PcmMedia, ConfigError> {
 pub fn build_controller(cfg: &Config) -> Result<SecureMc, ConfigError> {
     // By value (`Media::Pcm`), not as `Box<dyn MemoryPort>`: device accesses are then direct
     // calls into the PCM model.
-    let media = Media::Pcm(build_media(cfg)?);
+    build_controller_on(cfg, Media::Pcm(build_media(cfg)?))
+}
+
+/// As [`build_controller`], over `media`.
+fn build_controller_on(cfg: &Config, media: Media) -> Result<SecureMc, ConfigError> {
     let mut mc = SecureMc::with_media(&cfg.security, &cfg.tree, &cfg.metadata_cache, cfg.data_bytes(), media, cfg.run.seed, cfg.run.functional)?;
     if let Some(f) = mc.func.as_mut() {
         f.canaries = test_canaries();
@@ -211,9 +220,24 @@ pub fn design_context(cfg: &Config) -> secmem_schemes::design::DesignContext {
 
 impl Engine {
     /// Builds every component from a validated config (functional mode per `run.functional`).
-    pub fn new(cfg: &Config) -> Result<Engine, ConfigError> {
+    pub fn new(cfg: &Config) -> Result<Engine, ConfigError> { Self::with_controller(cfg, build_controller(cfg)?) }
+
+    /// The functional half of a two-thread functional run (`run.host_threads`): functional
+    /// mode over an [`UntimedDevice`], whose every access takes the PCM read latency. Its
+    /// bytes, checks and event log are the run's; its cycles are not (the timing half, a
+    /// counting-mode engine on the same records, has the real device). The controller's
+    /// decisions do not depend on device timing, so its counts are the timing half's.
+    ///
+    /// [`UntimedDevice`]: secmem_media::untimed::UntimedDevice
+    pub fn new_functional_half(cfg: &Config) -> Result<Engine, ConfigError> {
+        debug_assert!(cfg.run.functional);
+        let latency = Cycle::from_ns(cfg.pcm.read_latency_ns, cfg.core.freq_mhz);
+        let device = secmem_media::untimed::UntimedDevice::new(device_gib(cfg)? << 30, latency);
+        Self::with_controller(cfg, build_controller_on(cfg, Media::Untimed(device))?)
+    }
+
+    fn with_controller(cfg: &Config, mc: SecureMc) -> Result<Engine, ConfigError> {
         let track_data = cfg.run.functional;
-        let mc = build_controller(cfg)?;
         let design = build_design(cfg)?;
         Ok(Engine {
             hier: Hierarchy::new(&cfg.l1, &cfg.l2, &cfg.llc, cfg.hierarchy.inclusive_llc, track_data),

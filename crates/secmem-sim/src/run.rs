@@ -1,7 +1,7 @@
 //! One run: config + trace in, report out.
 
 use crate::config::Config;
-use crate::engine::{Engine, RecordError};
+use crate::engine::{Engine, RecordError, Snapshot};
 use crate::report;
 use secmem_core::error::ConfigError;
 use secmem_trace::{Record, TraceError};
@@ -148,6 +148,9 @@ where
     if image_out.is_some() && !cfg.run.functional {
         return Err(SimError::Config(ConfigError::new("run.functional", "saving an NVM image needs functional mode (-p run.functional=true)")));
     }
+    if splits_functional_run(cfg) {
+        return run_two_halves(cfg, records, total_hint, trace_name, image_out);
+    }
     let start = Instant::now();
     let mut engine = Engine::new(cfg)?;
     let warmup = cfg.run.warmup_requests;
@@ -157,13 +160,51 @@ where
     if let Some(total) = total_hint {
         ensure_roi_left(warmup, total.min(limit))?;
     }
-    let mut warm = None;
-    let mut n: u64 = 0;
-    if warmup == 0 {
-        warm = Some(engine.roi_start());
+    let mut warm = (warmup == 0).then(|| engine.roi_start());
+    let records = records.take(usize::try_from(limit).unwrap_or(usize::MAX));
+    let n = simulate(&mut engine, records, trace_name, |engine, _, n| {
+        if n == warmup {
+            warm = Some(engine.roi_start());
+        }
+        if progress && n.is_multiple_of(1 << 20) {
+            show_progress(n, total_hint.map(|t| t.min(limit)), start.elapsed().as_secs_f64());
+        }
+        true
+    })?;
+    engine.settle();
+    if progress {
+        eprint!("\r\x1b[K");
     }
-    // Records pass through a short look-ahead window so that the host can prefetch the state
-    // each will touch while earlier ones are simulated (see Engine::prefetch).
+    ensure_roi_left(warmup, n)?;
+    let end = engine.snapshot();
+    let warm = warm.expect("the warm-up snapshot is taken before the last record");
+    let roi = end.since(&warm);
+    let wall = start.elapsed().as_secs_f64();
+    let stats = report::stats(cfg, &roi, &engine.design.extra_stats());
+    let meta = report::meta(cfg, trace_name.to_string(), cfg.run.functional, n, wall);
+    let mut rep = report::report(cfg, &meta, stats);
+    if let Some(path) = image_out {
+        save_image(cfg, &mut engine, path, trace_name)?;
+        rep["meta"]["image"] = serde_json::json!(path.display().to_string());
+    }
+    if let Some(f) = engine.mc.func.as_ref() {
+        rep["meta"]["event_log_hash"] = serde_json::json!(format!("{:016x}", f.event_log_digest()));
+        if let Some(v) = &f.reuse_violation {
+            return Err(SimError::Integrity { trace: trace_name.to_string(), message: v.to_string() });
+        }
+    }
+    Ok(rep)
+}
+
+/// Steps `engine` through `records` with a short look-ahead window in front, so that the host
+/// can prefetch the state each record will touch while earlier ones are simulated (see
+/// [`Engine::prefetch`]). After record `n` (counted from 1) is stepped, `after_step(engine,
+/// record, n)` runs; it returns false to stop early. Returns the number of records stepped.
+#[inline(always)]
+fn simulate<I>(engine: &mut Engine, mut records: I, trace_name: &str, mut after_step: impl FnMut(&mut Engine, &Record, u64) -> bool) -> Result<u64, SimError>
+where
+    I: Iterator<Item = Result<Record, TraceError>>,
+{
     const LOOKAHEAD: usize = 16;
     // The record this many places behind the newest gets the second stage
     // (Engine::prefetch_late), which reads the cache sets the first stage brought in.
@@ -172,8 +213,8 @@ where
     // stepped from there by reference (a queue of records copied each ~90 B record in and out).
     let mut window: [Record; LOOKAHEAD] = std::array::from_fn(|_| Record::read(0, 0));
     let (mut head, mut len) = (0usize, 0usize);
-    let mut records = records.take(usize::try_from(limit).unwrap_or(usize::MAX));
     let mut exhausted = false;
+    let mut n: u64 = 0;
     loop {
         while len < LOOKAHEAD && !exhausted {
             match records.next() {
@@ -190,26 +231,144 @@ where
             }
         }
         if len == 0 {
-            break;
+            return Ok(n);
         }
         let rec = &window[head];
         head = (head + 1) % LOOKAHEAD;
         len -= 1;
         engine.step(rec, n).map_err(|error| SimError::Record { trace: trace_name.to_string(), error })?;
         n += 1;
-        if n == warmup {
-            warm = Some(engine.roi_start());
-        }
-        if progress && n.is_multiple_of(1 << 20) {
-            show_progress(n, total_hint.map(|t| t.min(limit)), start.elapsed().as_secs_f64());
+        if !after_step(engine, rec, n) {
+            return Ok(n);
         }
     }
-    engine.settle();
+}
+
+/// After a functional run: writes every dirty line back, flushes the design's metadata and
+/// saves the NVM image to `path`.
+fn save_image(cfg: &Config, engine: &mut Engine, path: &Path, trace_name: &str) -> Result<(), SimError> {
+    let integrity = |e: secmem_schemes::IntegrityError| SimError::Integrity { trace: trace_name.to_string(), message: e.to_string() };
+    engine.flush_hierarchy().map_err(integrity)?;
+    engine.finish_design().map_err(integrity)?;
+    let f = engine.mc.func.as_ref().expect("functional");
+    let meta = secmem_schemes::image_file::ImageMeta {
+        mac_bits: cfg.security.mac_bits,
+        minor_bits: cfg.security.minor_counter_bits,
+        arity: cfg.tree.arity as u32,
+        data_bytes: cfg.data_bytes(),
+        key_seed: cfg.run.seed,
+        random_counters: cfg.security.counter_init == secmem_schemes::config::CounterInit::Random,
+    };
+    secmem_schemes::image_file::save(path, &meta, &f.root, &f.image).map_err(|e| SimError::Io { path: e.path.clone(), message: e.message })
+}
+
+// ------------------------------------------------------------------ two-thread functional runs
+
+/// Whether a functional run of `cfg` runs as two halves on two host threads
+/// (`run.host_threads = 2`): the baseline design only. Its timing does not depend on any
+/// functional byte (both modes give the same counts, by test) and its functional state does
+/// not depend on timing, so the two halves can run apart. The other designs' hooks work on
+/// functional bytes (drains, vaults, page copies), and stay on one thread.
+pub fn splits_functional_run(cfg: &Config) -> bool { cfg.run.functional && cfg.run.host_threads >= 2 && cfg.run.design == "baseline" }
+
+/// Records the timing half hands the functional half at a time: few enough to stay in the
+/// host's caches between the two cores (about 96 KiB), many enough that handing them over
+/// costs nothing per record.
+const BATCH_RECORDS: usize = 1024;
+/// Batches handed over and not yet simulated, at most: the timing half, about twice as fast,
+/// waits when this many are queued.
+const BATCHES_QUEUED: usize = 16;
+
+/// What the timing half sends the functional half.
+enum Handover {
+    Records(Vec<Record>),
+    /// Every record was sent: finish the run (an ended channel without this means the timing
+    /// half failed, and the functional half's result is not wanted).
+    End,
+}
+
+/// What the functional half of a finished run hands back.
+struct FunctionalOutcome {
+    end: Snapshot,
+    event_log_hash: u64,
+    reuse_violation: Option<String>,
+}
+
+/// A functional run on two host threads. The calling thread is the timing half: a counting-mode
+/// engine, with the real device model, whose statistics make the report exactly as a one-thread
+/// functional run's. A second thread is the functional half: a functional-mode engine over an
+/// untimed device ([`Engine::new_functional_half`]), stepping the same records behind it; its
+/// image, checks, event log and pad-reuse check are the run's. At the end the two halves'
+/// counts are compared, so that a divergence is an error and never a silently wrong report.
+fn run_two_halves<I>(cfg: &Config, records: I, total_hint: Option<u64>, trace_name: &str, image_out: Option<&Path>) -> Result<Value, SimError>
+where
+    I: Iterator<Item = Result<Record, TraceError>>,
+{
+    let start = Instant::now();
+    let mut timing_cfg = cfg.clone();
+    timing_cfg.run.functional = false;
+    timing_cfg.run.check_pad_reuse = false;
+    let mut engine = Engine::new(&timing_cfg)?;
+    let warmup = cfg.run.warmup_requests;
+    let limit = if cfg.run.max_requests == 0 { u64::MAX } else { cfg.run.max_requests };
+    let progress = cfg.run.progress && std::io::stderr().is_terminal();
+    if let Some(total) = total_hint {
+        ensure_roi_left(warmup, total.min(limit))?;
+    }
+    let total = total_hint.map(|t| t.min(limit));
+    // The planted bugs of a test are set on its own thread; the functional half needs them.
+    let canaries = crate::engine::test_canaries();
+    let (timing, functional) = std::thread::scope(|scope| {
+        let (tx, rx) = std::sync::mpsc::sync_channel::<Handover>(BATCHES_QUEUED);
+        let half = scope.spawn(move || functional_half(cfg, rx, canaries, trace_name, image_out, progress.then_some((total, start))));
+        let mut warm = (warmup == 0).then(|| engine.roi_start());
+        let mut batch = Vec::with_capacity(BATCH_RECORDS);
+        let records = records.take(usize::try_from(limit).unwrap_or(usize::MAX));
+        let stepped = simulate(&mut engine, records, trace_name, |engine, rec, n| {
+            if n == warmup {
+                warm = Some(engine.roi_start());
+            }
+            batch.push(rec.clone());
+            if batch.len() < BATCH_RECORDS {
+                return true;
+            }
+            // An error means the functional half stopped (it failed): stop too.
+            tx.send(Handover::Records(std::mem::replace(&mut batch, Vec::with_capacity(BATCH_RECORDS)))).is_ok()
+        });
+        if stepped.is_ok() {
+            let _ = tx.send(Handover::Records(batch));
+            let _ = tx.send(Handover::End);
+        }
+        drop(tx);
+        let functional = half.join().unwrap_or_else(|panic| std::panic::resume_unwind(panic));
+        (stepped.map(|n| (n, warm)), functional)
+    });
     if progress {
         eprint!("\r\x1b[K");
     }
+    // The functional half only ever sees records the timing half stepped, so its failure
+    // (an integrity check, a pad reuse) is at an earlier record than the timing half's.
+    let functional = functional?;
+    let (n, warm) = timing?;
+    let Some(functional) = functional else {
+        unreachable!("the functional half finishes every run the timing half finished")
+    };
+    engine.settle();
     ensure_roi_left(warmup, n)?;
     let end = engine.snapshot();
+    // A pad reuse fails the run first, as on one thread. (The planted bug that causes one in
+    // tests also changes what the functional half counts.)
+    if let Some(v) = functional.reuse_violation {
+        return Err(SimError::Integrity { trace: trace_name.to_string(), message: v });
+    }
+    if let Some(disagreement) = halves_disagree(&end, &functional.end) {
+        return Err(SimError::Integrity {
+            trace: trace_name.to_string(),
+            message: format!(
+                "internal error: the two halves of a two-thread functional run counted different {disagreement}; rerun with -p run.host_threads=1 and please report it"
+            ),
+        });
+    }
     let warm = warm.expect("the warm-up snapshot is taken before the last record");
     let roi = end.since(&warm);
     let wall = start.elapsed().as_secs_f64();
@@ -217,28 +376,81 @@ where
     let meta = report::meta(cfg, trace_name.to_string(), cfg.run.functional, n, wall);
     let mut rep = report::report(cfg, &meta, stats);
     if let Some(path) = image_out {
-        let integrity = |e: secmem_schemes::IntegrityError| SimError::Integrity { trace: trace_name.to_string(), message: e.to_string() };
-        engine.flush_hierarchy().map_err(integrity)?;
-        engine.finish_design().map_err(integrity)?;
-        let f = engine.mc.func.as_ref().expect("functional");
-        let meta = secmem_schemes::image_file::ImageMeta {
-            mac_bits: cfg.security.mac_bits,
-            minor_bits: cfg.security.minor_counter_bits,
-            arity: cfg.tree.arity as u32,
-            data_bytes: cfg.data_bytes(),
-            key_seed: cfg.run.seed,
-            random_counters: cfg.security.counter_init == secmem_schemes::config::CounterInit::Random,
-        };
-        secmem_schemes::image_file::save(path, &meta, &f.root, &f.image).map_err(|e| SimError::Io { path: e.path.clone(), message: e.message })?;
         rep["meta"]["image"] = serde_json::json!(path.display().to_string());
     }
-    if let Some(f) = engine.mc.func.as_ref() {
-        rep["meta"]["event_log_hash"] = serde_json::json!(format!("{:016x}", f.event_log_digest()));
-        if let Some(v) = &f.reuse_violation {
-            return Err(SimError::Integrity { trace: trace_name.to_string(), message: v.to_string() });
-        }
-    }
+    rep["meta"]["event_log_hash"] = serde_json::json!(format!("{:016x}", functional.event_log_hash));
     Ok(rep)
+}
+
+/// The functional half's thread: steps the records the timing half hands over; when told the
+/// run ended, saves the image if asked and hands back its counts and event log. `None` when
+/// the timing half stopped without ending the run (it failed; its error is the run's).
+fn functional_half(
+    cfg: &Config,
+    rx: std::sync::mpsc::Receiver<Handover>,
+    canaries: secmem_schemes::Canaries,
+    trace_name: &str,
+    image_out: Option<&Path>,
+    progress: Option<(Option<u64>, Instant)>,
+) -> Result<Option<FunctionalOutcome>, SimError> {
+    #[cfg(feature = "canaries")]
+    crate::engine::set_test_canaries(canaries);
+    let _ = canaries;
+    let mut engine = Engine::new_functional_half(cfg)?;
+    let mut ended = false;
+    let records = rx.iter().map_while(|h| match h {
+        Handover::Records(batch) => Some(batch),
+        Handover::End => {
+            ended = true;
+            None
+        }
+    });
+    simulate(&mut engine, records.flatten().map(Ok), trace_name, |_, _, n| {
+        if let Some((total, start)) = progress {
+            if n.is_multiple_of(1 << 20) {
+                show_progress(n, total, start.elapsed().as_secs_f64());
+            }
+        }
+        true
+    })?;
+    if !ended {
+        return Ok(None);
+    }
+    engine.settle();
+    let end = engine.snapshot();
+    if let Some(path) = image_out {
+        save_image(cfg, &mut engine, path, trace_name)?;
+    }
+    let f = engine.mc.func.as_ref().expect("the functional half is functional");
+    Ok(Some(FunctionalOutcome { end, event_log_hash: f.event_log_digest(), reuse_violation: f.reuse_violation.as_ref().map(|v| v.to_string()) }))
+}
+
+/// The first count on which the timing half's and the functional half's end snapshots differ,
+/// if any: every count of the core, the hierarchy, the controller and the device traffic by
+/// class. Cycles, latencies, stalls and the device's queueing figures are the timing half's
+/// alone (the functional half's device is untimed).
+fn halves_disagree(timing: &Snapshot, functional: &Snapshot) -> Option<&'static str> {
+    let core = |s: &Snapshot| {
+        let c = &s.core;
+        (c.records, c.reads, c.writes, c.fences, c.flushes, c.instructions, c.llc_misses, c.memory_writes_issued)
+    };
+    let mc = |s: &Snapshot| {
+        let mut m = s.mc.clone();
+        m.read_latency = Default::default();
+        m.write_latency = Default::default();
+        m
+    };
+    if core(timing) != core(functional) {
+        Some("core counts (records, reads, writes, instructions, misses, write-backs)")
+    } else if timing.caches != functional.caches {
+        Some("cache hierarchy counts")
+    } else if mc(timing) != mc(functional) {
+        Some("secure controller counts (data accesses, MAC and AES operations, overflows, metadata caches)")
+    } else if timing.media.reads_by_class != functional.media.reads_by_class || timing.media.writes_by_class != functional.media.writes_by_class {
+        Some("device reads or writes")
+    } else {
+        None
+    }
 }
 
 fn show_progress(n: u64, total: Option<u64>, secs: f64) {
@@ -296,4 +508,47 @@ pub fn run_to_dir_saving(cfg: &Config, input: &TraceInput, out_dir: &Path, image
     let text = serde_json::to_string_pretty(&report).expect("report serializes");
     std::fs::write(out_dir.join("report.json"), text).map_err(io)?;
     Ok(report)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use secmem_core::Cycle;
+
+    fn snapshot() -> Snapshot {
+        let mut s = Snapshot { cycle: Cycle(1000), core: Default::default(), caches: Default::default(), mc: Default::default(), media: Default::default() };
+        s.core.records = 10;
+        s.mc.data_reads = 4;
+        s.media.reads_by_class[3] = 7;
+        s
+    }
+
+    #[test]
+    fn the_halves_agree_whatever_their_cycles_latencies_and_queueing() {
+        let (a, mut b) = (snapshot(), snapshot());
+        b.cycle = Cycle(5);
+        b.core.mlp_stall_cycles = 99;
+        b.mc.read_latency.record(300);
+        b.media.wpq_read_hits = 3;
+        b.media.bank_conflict_cycles = 40;
+        assert_eq!(halves_disagree(&a, &b), None);
+    }
+
+    #[test]
+    fn the_halves_disagree_on_any_count_of_the_core_caches_controller_or_device() {
+        let a = snapshot();
+        let changes: [(&str, fn(&mut Snapshot)); 5] = [
+            ("core", |s| s.core.llc_misses += 1),
+            ("cache hierarchy", |s| s.caches[2].misses += 1),
+            ("secure controller", |s| s.mc.mac_ops.tree_verify += 1),
+            ("secure controller", |s| s.mc.counter_cache.hits += 1),
+            ("device", |s| s.media.writes_by_class[0] += 1),
+        ];
+        for (what, change) in changes {
+            let mut b = snapshot();
+            change(&mut b);
+            let said = halves_disagree(&a, &b).unwrap_or_else(|| panic!("{what}: not noticed"));
+            assert!(said.starts_with(what), "{what}: {said}");
+        }
+    }
 }

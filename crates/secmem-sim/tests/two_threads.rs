@@ -1,0 +1,167 @@
+//! Does a functional run on two host threads (`run.host_threads = 2`: the timing half and the
+//! functional half) give exactly what the same run on one thread gives — the statistics, the
+//! event-log hash, the saved image and the errors?
+
+use secmem_schemes::Canaries;
+use secmem_sim::run::splits_functional_run;
+use secmem_sim::{Config, TraceInput};
+use serde_json::Value;
+
+/// A temporary directory removed when dropped (also when the test fails).
+struct TmpDir(std::path::PathBuf);
+impl TmpDir {
+    fn new(name: &str) -> TmpDir {
+        let d = std::env::temp_dir().join(format!("secmem-two-threads-{name}-{}", std::process::id()));
+        std::fs::create_dir_all(&d).unwrap();
+        TmpDir(d)
+    }
+}
+impl Drop for TmpDir {
+    fn drop(&mut self) { let _ = std::fs::remove_dir_all(&self.0); }
+}
+
+/// A small functional config: caches small enough that metadata is evicted, written back and
+/// fetched again many times in a few thousand records.
+fn cfg(extra: &[&str]) -> Config {
+    let mut o: Vec<String> = [
+        "run.progress=false",
+        "run.functional=true",
+        "workload.footprint_bytes=262144",
+        "workload.requests=6000",
+        "workload.pattern=random",
+        "l1.size_kib=4", "l1.ways=2", "l2.size_kib=8", "l2.ways=4", "llc.size_kib=16", "llc.ways=4",
+        "metadata_cache.counter.size_kib=2", "metadata_cache.mac.size_kib=2", "metadata_cache.tree.size_kib=2",
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect();
+    o.extend(extra.iter().map(|s| s.to_string()));
+    Config::load(Some("horus"), None, &o).unwrap()
+}
+
+fn with_threads(c: &Config, n: u32) -> Config {
+    let mut c = c.clone();
+    c.run.host_threads = n;
+    c
+}
+
+/// Runs `c` on one thread and on two; both must succeed with the same statistics, record
+/// count and event-log hash.
+fn assert_same_on_one_and_two_threads(c: &Config, what: &str) {
+    assert!(splits_functional_run(&with_threads(c, 2)), "{what}: the two-thread run would not split");
+    let one = secmem_sim::run(&with_threads(c, 1), &TraceInput::Workload).unwrap_or_else(|e| panic!("{what}, one thread: {e}"));
+    let two = secmem_sim::run(&with_threads(c, 2), &TraceInput::Workload).unwrap_or_else(|e| panic!("{what}, two threads: {e}"));
+    assert_eq!(one["stats"], two["stats"], "{what}: the statistics differ");
+    assert_eq!(one["meta"]["records"], two["meta"]["records"], "{what}: the record counts differ");
+    let hash = |r: &Value| r["meta"]["event_log_hash"].as_str().map(str::to_string);
+    assert!(hash(&one).is_some(), "{what}: no event-log hash");
+    assert_eq!(hash(&one), hash(&two), "{what}: the event logs differ");
+}
+
+#[test]
+fn two_halves_report_what_one_thread_reports_under_every_update_and_persistence_scheme() {
+    for (what, extra) in [
+        ("lazy update", &[][..]),
+        ("eager update", &["tree.update=eager"][..]),
+        ("strict persistence", &["tree.update=eager", "security.metadata_persistence=strict"][..]),
+        ("strict persistency (write-through)", &["hierarchy.write_through=true"][..]),
+        ("random initial counters", &["security.counter_init=random"][..]),
+        ("non-secure memory", &["security.enabled=false"][..]),
+    ] {
+        assert_same_on_one_and_two_threads(&cfg(extra), what);
+    }
+}
+
+#[test]
+fn two_halves_report_what_one_thread_reports_across_minor_counter_overflows() {
+    // 3-bit minors over 16 KiB: most writes overflow and re-encrypt a page.
+    let c = cfg(&["security.minor_counter_bits=3", "workload.footprint_bytes=16384", "workload.read_ratio=0.2", "hierarchy.write_through=true"]);
+    let one = secmem_sim::run(&with_threads(&c, 1), &TraceInput::Workload).unwrap();
+    assert!(one["stats"]["security"]["counter_overflows"].as_u64().unwrap() > 10, "{}", one["stats"]["security"]);
+    assert_same_on_one_and_two_threads(&c, "overflowing minors");
+}
+
+#[test]
+fn two_halves_report_what_one_thread_reports_at_memory_level_with_warm_up_and_a_record_limit() {
+    assert_same_on_one_and_two_threads(&cfg(&["run.trace_level=memory"]), "memory level");
+    assert_same_on_one_and_two_threads(&cfg(&["run.warmup_requests=2500"]), "warm-up");
+    assert_same_on_one_and_two_threads(&cfg(&["run.max_requests=2500"]), "record limit");
+    assert_same_on_one_and_two_threads(&cfg(&["workload.pattern=sequential", "workload.persist_writes=true"]), "persisted writes");
+}
+
+#[test]
+fn two_halves_report_what_one_thread_reports_when_the_timing_half_runs_far_ahead() {
+    // Many more records than the hand-over queue holds (16 batches of 1024), and a count
+    // that is not a whole number of batches: the timing half waits for the functional half
+    // many times, and the last, partial batch is simulated too.
+    assert_same_on_one_and_two_threads(&cfg(&["workload.requests=40001"]), "40,001 records");
+}
+
+#[test]
+fn a_saved_image_is_the_same_byte_for_byte_on_two_threads() {
+    let dir = TmpDir::new("image");
+    let c = cfg(&[]);
+    let (a, b) = (dir.0.join("one.img"), dir.0.join("two.img"));
+    let one = secmem_sim::run::run_saving(&with_threads(&c, 1), &TraceInput::Workload, Some(&a)).unwrap();
+    let two = secmem_sim::run::run_saving(&with_threads(&c, 2), &TraceInput::Workload, Some(&b)).unwrap();
+    assert_eq!(one["stats"], two["stats"]);
+    let (a, b) = (std::fs::read(&a).unwrap(), std::fs::read(&b).unwrap());
+    assert!(a.len() > 4096, "the image holds the run's lines ({} bytes)", a.len());
+    assert!(a == b, "the two images differ");
+}
+
+#[test]
+fn a_planted_bug_fails_the_two_thread_run_with_the_one_thread_runs_error() {
+    // Parents never learn their children's new hashes: the first block fetched back fails
+    // its check. The canary is set on this thread; the functional half must inherit it.
+    let mut k = Canaries::default();
+    k.skip_tree_update = true;
+    secmem_sim::engine::set_test_canaries(k);
+    let c = cfg(&[]);
+    let one = secmem_sim::run(&with_threads(&c, 1), &TraceInput::Workload).unwrap_err().to_string();
+    let two = secmem_sim::run(&with_threads(&c, 2), &TraceInput::Workload).unwrap_err().to_string();
+    secmem_sim::engine::set_test_canaries(Canaries::default());
+    assert!(one.contains("integrity failure"), "{one}");
+    assert_eq!(one, two);
+}
+
+#[test]
+fn a_bad_record_stops_both_halves_with_the_one_thread_runs_error() {
+    let dir = TmpDir::new("bad-record");
+    let path = dir.0.join("t.txt");
+    let mut text = String::from("# secmem-trace v1\n");
+    for i in 0..3000u64 {
+        text += &format!("W {:#x} 64 2\n", (i * 4160) % 262144 / 64 * 64);
+    }
+    text += "R 0x1001 64 0\n"; // misaligned
+    text += "R 0x0 64 0\n";
+    std::fs::write(&path, text).unwrap();
+    let input = TraceInput::File(path);
+    let c = cfg(&[]);
+    let one = secmem_sim::run(&with_threads(&c, 1), &input).unwrap_err().to_string();
+    let two = secmem_sim::run(&with_threads(&c, 2), &input).unwrap_err().to_string();
+    assert!(one.contains("record 3000"), "{one}");
+    assert_eq!(one, two);
+}
+
+#[test]
+fn only_functional_baseline_runs_with_two_host_threads_split() {
+    let c = cfg(&[]);
+    assert!(splits_functional_run(&c), "host_threads defaults to 2");
+    assert!(!splits_functional_run(&with_threads(&c, 1)));
+    let mut counting = c.clone();
+    counting.run.functional = false;
+    assert!(!splits_functional_run(&counting));
+    let mut design = c.clone();
+    design.run.design = "horus-slm".into();
+    assert!(!splits_functional_run(&design));
+}
+
+#[test]
+fn host_threads_other_than_one_or_two_are_rejected_naming_the_field() {
+    for n in ["0", "3"] {
+        let e = Config::load(Some("horus"), None, &[format!("run.host_threads={n}")]).unwrap_err();
+        assert_eq!(e.field, "run.host_threads", "{e}");
+        assert!(e.to_string().contains("must be 1 or 2"), "{e}");
+    }
+}
