@@ -152,22 +152,33 @@ pub enum Media {
 impl Media {
     /// A read of the 64 B line at device byte address `addr`: [`MemoryPort::access`] with
     /// `AccessKind::Read`, without the kind `match` on PCM.
-    #[inline]
+    // Always: with a third variant the inliner stopped folding this into the controller's
+    // walk, and counting mode paid a call per access.
+    #[inline(always)]
     pub fn read(&mut self, addr: u64, class: TrafficClass, issue: Cycle) -> Cycle {
         match self {
             Media::Pcm(pcm) => pcm.read(addr, class, issue),
-            Media::Untimed(dev) => dev.access(MemRequest { addr, kind: AccessKind::Read, class, issue }),
-            Media::Other(dev) => dev.access(MemRequest { addr, kind: AccessKind::Read, class, issue }),
+            _ => self.access_not_pcm(MemRequest { addr, kind: AccessKind::Read, class, issue }),
         }
     }
 
     /// A write of the 64 B line at device byte address `addr` (see [`read`](Self::read)).
-    #[inline]
+    #[inline(always)]
     pub fn write(&mut self, addr: u64, class: TrafficClass, issue: Cycle) -> Cycle {
         match self {
             Media::Pcm(pcm) => pcm.write(addr, class, issue),
-            Media::Untimed(dev) => dev.access(MemRequest { addr, kind: AccessKind::Write, class, issue }),
-            Media::Other(dev) => dev.access(MemRequest { addr, kind: AccessKind::Write, class, issue }),
+            _ => self.access_not_pcm(MemRequest { addr, kind: AccessKind::Write, class, issue }),
+        }
+    }
+
+    /// The accesses of every device but PCM, out of line: inlined, they made counting mode's
+    /// PCM path about 1% more host instructions (session 31).
+    #[inline(never)]
+    fn access_not_pcm(&mut self, req: MemRequest) -> Cycle {
+        match self {
+            Media::Pcm(pcm) => pcm.access(req),
+            Media::Untimed(dev) => dev.access(req),
+            Media::Other(dev) => dev.access(req),
         }
     }
 }

@@ -138,7 +138,8 @@ pub struct Engine {
     last_persist: Cycle,
     stats: CoreStats,
     data_bytes: u64,
-    /// Functional mode: line contents move through the hierarchy and memory is real bytes.
+    /// Line contents move through the hierarchy: functional mode, where memory is real bytes
+    /// too, and the timing half of a two-thread functional run (see `forwarded`).
     functional: bool,
     /// Stores seen, for the deterministic content of stores whose record carries no data.
     store_seq: u64,
@@ -148,6 +149,10 @@ pub struct Engine {
     pub on_persist: Option<PersistHook>,
     /// Called with every page command the design accepted, when it was accepted.
     pub on_page_command: Option<PageCommandHook>,
+    /// The timing half of a two-thread functional run ([`new_timing_half`](Self::new_timing_half)):
+    /// every read and write this engine sent the controller, in order, as memory-level records
+    /// (writes with their bytes) for the functional half to replay. `None` otherwise.
+    pub forwarded: Option<Vec<Record>>,
     /// Records are memory-controller requests (no cache hierarchy).
     memory_level: bool,
     /// Page of the record last given to `prefetch_late` / `prefetch` (host look-ahead only).
@@ -231,9 +236,29 @@ impl Engine {
     /// [`UntimedDevice`]: secmem_media::untimed::UntimedDevice
     pub fn new_functional_half(cfg: &Config) -> Result<Engine, ConfigError> {
         debug_assert!(cfg.run.functional);
+        // Its records are the timing half's controller requests (`forwarded`): no hierarchy.
+        let mut cfg = cfg.clone();
+        cfg.run.trace_level = TraceLevel::Memory;
         let latency = Cycle::from_ns(cfg.pcm.read_latency_ns, cfg.core.freq_mhz);
-        let device = secmem_media::untimed::UntimedDevice::new(device_gib(cfg)? << 30, latency);
-        Self::with_controller(cfg, build_controller_on(cfg, Media::Untimed(device))?)
+        let device = secmem_media::untimed::UntimedDevice::new(device_gib(&cfg)? << 30, latency);
+        Self::with_controller(&cfg, build_controller_on(&cfg, Media::Untimed(device))?)
+    }
+
+    /// The timing half of a two-thread functional run: counting mode (the real device model,
+    /// no crypto, no image), except that line contents move through the hierarchy as in
+    /// functional mode, so that every request it sends the controller is recorded, with the
+    /// bytes of each write, in [`forwarded`](Self::forwarded) for the functional half
+    /// ([`new_functional_half`](Self::new_functional_half)). Its counts, cycles and every
+    /// other statistic are a functional run's: neither depends on the bytes.
+    pub fn new_timing_half(cfg: &Config) -> Result<Engine, ConfigError> {
+        let mut counting = cfg.clone();
+        counting.run.functional = false;
+        counting.run.check_pad_reuse = false;
+        let mut e = Self::with_controller(&counting, build_controller(&counting)?)?;
+        e.hier = Hierarchy::new(&cfg.l1, &cfg.l2, &cfg.llc, cfg.hierarchy.inclusive_llc, true);
+        e.functional = true;
+        e.forwarded = Some(Vec::new());
+        Ok(e)
     }
 
     fn with_controller(cfg: &Config, mc: SecureMc) -> Result<Engine, ConfigError> {
@@ -255,6 +280,7 @@ impl Engine {
             failure: None,
             on_persist: None,
             on_page_command: None,
+            forwarded: None,
             memory_level: cfg.run.trace_level == TraceLevel::Memory,
             prefetch_page: std::cell::Cell::new(u64::MAX),
             prefetch_page_early: std::cell::Cell::new(u64::MAX),
@@ -337,6 +363,9 @@ impl Engine {
 
     fn write_to_memory(&mut self, line: u64, data: Option<&[u8; 64]>) {
         self.stats.memory_writes_issued += 1;
+        if let Some(out) = self.forwarded.as_mut() {
+            out.push(Record { op: Op::Write, addr: line << LINE_SHIFT, size_bytes: 64, inst_gap: 0, data: data.copied() });
+        }
         match self.design.write(&mut self.mc, line, data, self.now) {
             Ok(t) => self.last_persist = self.last_persist.max(t),
             Err(e) => {
@@ -410,6 +439,9 @@ impl Engine {
                     self.stats.fence_stall_cycles += (self.last_persist - self.now).0;
                     self.now = self.last_persist;
                 }
+                if let Some(out) = self.forwarded.as_mut() {
+                    out.push(Record::fence(0));
+                }
                 self.now = self.now.max(self.design.fence(&mut self.mc, self.now));
             }
             Op::Flush => {
@@ -433,6 +465,9 @@ impl Engine {
             self.write_to_memory(line, data);
         } else {
             self.stats.llc_misses += 1;
+            if let Some(out) = self.forwarded.as_mut() {
+                out.push(Record::read(line << LINE_SHIFT, 0));
+            }
             match self.design.read(&mut self.mc, line, self.now) {
                 Ok((done, _)) => self.add_outstanding(done),
                 Err(e) => {
@@ -454,6 +489,9 @@ impl Engine {
             Level::Memory => {
                 self.stats.llc_misses += 1;
                 let at = self.now + self.hier.path_latency[2];
+                if let Some(out) = self.forwarded.as_mut() {
+                    out.push(Record::read(line << LINE_SHIFT, 0));
+                }
                 match self.design.read(&mut self.mc, line, at) {
                     Ok((done, plain)) => {
                         if let Some(p) = plain {
@@ -483,7 +521,7 @@ impl Engine {
     /// will touch (its cache sets and counter block). Changes no simulated state; it only
     /// hides host memory latency, which dominates when simulating random traffic over large
     /// structures.
-    #[inline]
+    #[inline(always)]
     pub fn prefetch(&self, rec: &Record) {
         if matches!(rec.op, Op::Read | Op::Write) {
             let line = rec.addr >> LINE_SHIFT;
@@ -521,7 +559,7 @@ impl Engine {
     /// back-invalidated from, its counter block and its counter and MAC cache sets (its
     /// write-back); and the metadata-cache sets a read of the record's line looks up.
     /// Changes no simulated state; a wrong guess costs one useless host prefetch.
-    #[inline]
+    #[inline(always)]
     pub fn prefetch_late(&self, rec: &Record) {
         if !matches!(rec.op, Op::Read | Op::Write) {
             return;

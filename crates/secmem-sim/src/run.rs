@@ -271,18 +271,20 @@ fn save_image(cfg: &Config, engine: &mut Engine, path: &Path, trace_name: &str) 
 /// functional bytes (drains, vaults, page copies), and stay on one thread.
 pub fn splits_functional_run(cfg: &Config) -> bool { cfg.run.functional && cfg.run.host_threads >= 2 && cfg.run.design == "baseline" }
 
-/// Records the timing half hands the functional half at a time: few enough to stay in the
-/// host's caches between the two cores (about 96 KiB), many enough that handing them over
-/// costs nothing per record.
-const BATCH_RECORDS: usize = 1024;
-/// Batches handed over and not yet simulated, at most: the timing half, about twice as fast,
-/// waits when this many are queued.
+/// Controller requests the timing half hands the functional half at a time (a record may add
+/// a few, so a batch may pass this by as many): few enough to stay in the host's caches
+/// between the two cores (about 96 KiB), many enough that handing them over costs nothing
+/// per request.
+const BATCH_REQUESTS: usize = 1024;
+/// Batches handed over and not yet simulated, at most: the timing half waits when this many
+/// are queued.
 const BATCHES_QUEUED: usize = 16;
 
 /// What the timing half sends the functional half.
 enum Handover {
-    Records(Vec<Record>),
-    /// Every record was sent: finish the run (an ended channel without this means the timing
+    /// Requests, each with the number of the trace record it came from (for errors).
+    Requests(Vec<Record>, Vec<u64>),
+    /// Every request was sent: finish the run (an ended channel without this means the timing
     /// half failed, and the functional half's result is not wanted).
     End,
 }
@@ -294,74 +296,90 @@ struct FunctionalOutcome {
     reuse_violation: Option<String>,
 }
 
-/// A functional run on two host threads. The calling thread is the timing half: a counting-mode
-/// engine, with the real device model, whose statistics make the report exactly as a one-thread
-/// functional run's. A second thread is the functional half: a functional-mode engine over an
-/// untimed device ([`Engine::new_functional_half`]), stepping the same records behind it; its
-/// image, checks, event log and pad-reuse check are the run's. At the end the two halves'
-/// counts are compared, so that a divergence is an error and never a silently wrong report.
+/// A functional run on two host threads. The calling thread is the timing half
+/// ([`Engine::new_timing_half`]): counting mode with the real device model, whose statistics
+/// make the report exactly as a one-thread functional run's, and whose hierarchy carries line
+/// contents. It forwards every request it sends its controller, in order and with the bytes
+/// of each write, to a second thread, the functional half
+/// ([`Engine::new_functional_half`]): a functional-mode controller over an untimed device,
+/// which replays them at memory level. That half's image, checks, event log and pad-reuse
+/// check are the run's. At the end the two halves' counts are compared, so that a divergence
+/// is an error and never a silently wrong report.
 fn run_two_halves<I>(cfg: &Config, records: I, total_hint: Option<u64>, trace_name: &str, image_out: Option<&Path>) -> Result<Value, SimError>
 where
     I: Iterator<Item = Result<Record, TraceError>>,
 {
     let start = Instant::now();
-    let mut timing_cfg = cfg.clone();
-    timing_cfg.run.functional = false;
-    timing_cfg.run.check_pad_reuse = false;
-    let mut engine = Engine::new(&timing_cfg)?;
+    let mut engine = Engine::new_timing_half(cfg)?;
     let warmup = cfg.run.warmup_requests;
     let limit = if cfg.run.max_requests == 0 { u64::MAX } else { cfg.run.max_requests };
     let progress = cfg.run.progress && std::io::stderr().is_terminal();
     if let Some(total) = total_hint {
         ensure_roi_left(warmup, total.min(limit))?;
     }
-    let total = total_hint.map(|t| t.min(limit));
     // The planted bugs of a test are set on its own thread; the functional half needs them.
     let canaries = crate::engine::test_canaries();
     let (timing, functional) = std::thread::scope(|scope| {
         let (tx, rx) = std::sync::mpsc::sync_channel::<Handover>(BATCHES_QUEUED);
-        let half = scope.spawn(move || functional_half(cfg, rx, canaries, trace_name, image_out, progress.then_some((total, start))));
+        let half = scope.spawn(move || functional_half(cfg, rx, canaries, trace_name, image_out));
         let mut warm = (warmup == 0).then(|| engine.roi_start());
-        let mut batch = Vec::with_capacity(BATCH_RECORDS);
         let records = records.take(usize::try_from(limit).unwrap_or(usize::MAX));
-        let stepped = simulate(&mut engine, records, trace_name, |engine, rec, n| {
+        let mut from_record = Vec::with_capacity(BATCH_REQUESTS + 64);
+        let stepped = simulate(&mut engine, records, trace_name, |engine, _, n| {
             if n == warmup {
                 warm = Some(engine.roi_start());
             }
-            batch.push(rec.clone());
-            if batch.len() < BATCH_RECORDS {
+            if progress && n.is_multiple_of(1 << 20) {
+                show_progress(n, total_hint.map(|t| t.min(limit)), start.elapsed().as_secs_f64());
+            }
+            let out = engine.forwarded.as_mut().expect("the timing half forwards its requests");
+            // The requests added since the last record are record n - 1's.
+            from_record.resize(out.len(), n - 1);
+            if out.len() < BATCH_REQUESTS {
                 return true;
             }
+            let batch = std::mem::replace(out, Vec::with_capacity(BATCH_REQUESTS + 64));
+            let from = std::mem::replace(&mut from_record, Vec::with_capacity(BATCH_REQUESTS + 64));
             // An error means the functional half stopped (it failed): stop too.
-            tx.send(Handover::Records(std::mem::replace(&mut batch, Vec::with_capacity(BATCH_RECORDS)))).is_ok()
+            tx.send(Handover::Requests(batch, from)).is_ok()
         });
-        if stepped.is_ok() {
-            let _ = tx.send(Handover::Records(batch));
+        let timing = stepped.and_then(|n| {
+            engine.settle();
+            let end = engine.snapshot();
+            if image_out.is_some() {
+                // The functional half saves the image after the hierarchy's dirty lines are
+                // written back; those write-backs are forwarded too. (Not in the report.)
+                engine.flush_hierarchy().map_err(|e| SimError::Integrity { trace: trace_name.to_string(), message: e.to_string() })?;
+            }
+            let forwarded = engine.snapshot();
+            let rest = engine.forwarded.take().unwrap_or_default();
+            // The image's write-backs come after the last record.
+            from_record.resize(rest.len(), n.saturating_sub(1));
+            let _ = tx.send(Handover::Requests(rest, std::mem::take(&mut from_record)));
             let _ = tx.send(Handover::End);
-        }
+            Ok((n, warm, end, forwarded))
+        });
         drop(tx);
         let functional = half.join().unwrap_or_else(|panic| std::panic::resume_unwind(panic));
-        (stepped.map(|n| (n, warm)), functional)
+        (timing, functional)
     });
     if progress {
         eprint!("\r\x1b[K");
     }
-    // The functional half only ever sees records the timing half stepped, so its failure
-    // (an integrity check, a pad reuse) is at an earlier record than the timing half's.
+    // The functional half only ever sees requests of records the timing half stepped, so its
+    // failure (an integrity check, a pad reuse) is at an earlier record than the timing half's.
     let functional = functional?;
-    let (n, warm) = timing?;
+    let (n, warm, end, forwarded) = timing?;
     let Some(functional) = functional else {
         unreachable!("the functional half finishes every run the timing half finished")
     };
-    engine.settle();
     ensure_roi_left(warmup, n)?;
-    let end = engine.snapshot();
     // A pad reuse fails the run first, as on one thread. (The planted bug that causes one in
     // tests also changes what the functional half counts.)
     if let Some(v) = functional.reuse_violation {
         return Err(SimError::Integrity { trace: trace_name.to_string(), message: v });
     }
-    if let Some(disagreement) = halves_disagree(&end, &functional.end) {
+    if let Some(disagreement) = halves_disagree(&forwarded, &functional.end) {
         return Err(SimError::Integrity {
             trace: trace_name.to_string(),
             message: format!(
@@ -382,36 +400,54 @@ where
     Ok(rep)
 }
 
-/// The functional half's thread: steps the records the timing half hands over; when told the
-/// run ended, saves the image if asked and hands back its counts and event log. `None` when
-/// the timing half stopped without ending the run (it failed; its error is the run's).
+/// The functional half's thread: replays the requests the timing half hands over; when told
+/// the run ended, saves the image if asked and hands back its counts and event log. `None`
+/// when the timing half stopped without ending the run (it failed; its error is the run's).
 fn functional_half(
     cfg: &Config,
     rx: std::sync::mpsc::Receiver<Handover>,
     canaries: secmem_schemes::Canaries,
     trace_name: &str,
     image_out: Option<&Path>,
-    progress: Option<(Option<u64>, Instant)>,
 ) -> Result<Option<FunctionalOutcome>, SimError> {
     #[cfg(feature = "canaries")]
     crate::engine::set_test_canaries(canaries);
     let _ = canaries;
     let mut engine = Engine::new_functional_half(cfg)?;
     let mut ended = false;
-    let records = rx.iter().map_while(|h| match h {
-        Handover::Records(batch) => Some(batch),
+    // The trace record of each request of the batches taken lately, after the number of the
+    // first request before them: a failed request is at most a look-ahead window (16
+    // requests) behind the newest one taken, and only the last batch is shorter than that, so
+    // the last three batches name its record, as a one-thread run does.
+    let recent: std::cell::RefCell<std::collections::VecDeque<(u64, Vec<u64>)>> = Default::default();
+    let mut taken: u64 = 0;
+    let requests = rx.iter().map_while(|h| match h {
+        Handover::Requests(batch, from) => {
+            let mut recent = recent.borrow_mut();
+            if recent.len() == 3 {
+                recent.pop_front();
+            }
+            if !batch.is_empty() {
+                recent.push_back((taken, from));
+            }
+            taken += batch.len() as u64;
+            Some(batch)
+        }
         Handover::End => {
             ended = true;
             None
         }
     });
-    simulate(&mut engine, records.flatten().map(Ok), trace_name, |_, _, n| {
-        if let Some((total, start)) = progress {
-            if n.is_multiple_of(1 << 20) {
-                show_progress(n, total, start.elapsed().as_secs_f64());
+    simulate(&mut engine, requests.flatten().map(Ok), trace_name, |_, _, _| true).map_err(|e| match e {
+        SimError::Record { trace, mut error } => {
+            let recent = recent.borrow();
+            let record = recent.iter().rev().find(|(first, _)| *first <= error.index).and_then(|(first, from)| from.get((error.index - first) as usize));
+            if let Some(&record) = record {
+                error.index = record;
             }
+            SimError::Record { trace, error }
         }
-        true
+        e => e,
     })?;
     if !ended {
         return Ok(None);
@@ -425,25 +461,21 @@ fn functional_half(
     Ok(Some(FunctionalOutcome { end, event_log_hash: f.event_log_digest(), reuse_violation: f.reuse_violation.as_ref().map(|v| v.to_string()) }))
 }
 
-/// The first count on which the timing half's and the functional half's end snapshots differ,
-/// if any: every count of the core, the hierarchy, the controller and the device traffic by
-/// class. Cycles, latencies, stalls and the device's queueing figures are the timing half's
-/// alone (the functional half's device is untimed).
+/// The first count on which the timing half's and the functional half's snapshots differ, if
+/// any: the reads and writes sent to the controller, every count of the controller, and the
+/// device traffic by class. Cycles, latencies, stalls and the device's queueing figures are
+/// the timing half's alone (the functional half's device is untimed), and so are the core's
+/// and the hierarchy's (the functional half has none: it replays requests).
 fn halves_disagree(timing: &Snapshot, functional: &Snapshot) -> Option<&'static str> {
-    let core = |s: &Snapshot| {
-        let c = &s.core;
-        (c.records, c.reads, c.writes, c.fences, c.flushes, c.instructions, c.llc_misses, c.memory_writes_issued)
-    };
+    let requests = |s: &Snapshot| (s.core.llc_misses, s.core.memory_writes_issued);
     let mc = |s: &Snapshot| {
         let mut m = s.mc.clone();
         m.read_latency = Default::default();
         m.write_latency = Default::default();
         m
     };
-    if core(timing) != core(functional) {
-        Some("core counts (records, reads, writes, instructions, misses, write-backs)")
-    } else if timing.caches != functional.caches {
-        Some("cache hierarchy counts")
+    if requests(timing) != requests(functional) {
+        Some("requests to the memory controller (reads, writes)")
     } else if mc(timing) != mc(functional) {
         Some("secure controller counts (data accesses, MAC and AES operations, overflows, metadata caches)")
     } else if timing.media.reads_by_class != functional.media.reads_by_class || timing.media.writes_by_class != functional.media.writes_by_class {
@@ -524,22 +556,26 @@ mod tests {
     }
 
     #[test]
-    fn the_halves_agree_whatever_their_cycles_latencies_and_queueing() {
+    fn the_halves_agree_whatever_their_cycles_latencies_queueing_and_core_side_counts() {
         let (a, mut b) = (snapshot(), snapshot());
         b.cycle = Cycle(5);
         b.core.mlp_stall_cycles = 99;
         b.mc.read_latency.record(300);
         b.media.wpq_read_hits = 3;
         b.media.bank_conflict_cycles = 40;
+        // The functional half replays requests: it has no hierarchy and retires no trace.
+        b.core.records = 3;
+        b.core.instructions = 7;
+        b.caches[0].hits = 5;
         assert_eq!(halves_disagree(&a, &b), None);
     }
 
     #[test]
-    fn the_halves_disagree_on_any_count_of_the_core_caches_controller_or_device() {
+    fn the_halves_disagree_on_any_count_of_requests_controller_work_or_device_traffic() {
         let a = snapshot();
         let changes: [(&str, fn(&mut Snapshot)); 5] = [
-            ("core", |s| s.core.llc_misses += 1),
-            ("cache hierarchy", |s| s.caches[2].misses += 1),
+            ("requests", |s| s.core.llc_misses += 1),
+            ("requests", |s| s.core.memory_writes_issued += 1),
             ("secure controller", |s| s.mc.mac_ops.tree_verify += 1),
             ("secure controller", |s| s.mc.counter_cache.hits += 1),
             ("device", |s| s.media.writes_by_class[0] += 1),

@@ -340,7 +340,7 @@ impl Generator {
         })
     }
 
-    #[inline]
+    #[inline(always)]
     fn next_line(&mut self) -> u64 {
         match self.pattern {
             Pattern::Sequential => {
@@ -376,7 +376,7 @@ impl Generator {
 impl Iterator for Generator {
     type Item = Record;
 
-    #[inline]
+    #[inline(always)]
     fn next(&mut self) -> Option<Record> {
         if self.remaining == 0 {
             return None;
