@@ -43,7 +43,7 @@ config_section! {
         design: String = "baseline".to_string() => "Design plugged into the secure controller: baseline (use security.enabled=false for non-secure), horus-slm, horus-dlm, lelantus, lelantus-cow, silent-shredder";
         seed: u64 = 1 => "Seed for every random choice of the run (and, in functional mode, of the keys)";
         functional: bool = false => "Functional mode: real AES-128-CTR encryption, MACs and tree hashes over real bytes in a sparse NVM image (slower); false = counting/timing mode (same counts)";
-        host_threads: u32 = 2 => "Host threads a functional run may use, 1 or 2. With 2, a baseline-design run simulates timing on one thread (as counting mode does) and the bytes, crypto, checks and event log on the other, from the same records; the statistics and event-log hash are those of 1. Counting mode, other designs and the crash and attack harnesses use one";
+        host_threads: u32 = 2 => "Host threads a functional run may use, 1 or 2. With 2, a baseline-design run simulates timing on one thread (as counting mode does) and on the other replays its memory-controller requests, with their bytes, through a functional controller (image, crypto, checks, event log); the statistics and event-log hash are those of 1. Counting mode, other designs and the crash and attack harnesses use one";
         check_pad_reuse: bool = false => "Functional mode: record every pad used for encryption and fail on a repeat (tests and campaigns)";
         warmup_requests: u64 = 0 => "Trace records simulated before statistics start (stats are end minus warm-up snapshot)";
         max_requests: u64 = 0 => "Stop after this many trace records (0 = the whole trace)";
