@@ -27,6 +27,10 @@ pub struct BenchResult {
     pub llc_requests: Option<u64>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub llc_requests_per_s: Option<f64>,
+    /// Host threads the run used (the engine scenarios): 2 for a functional run split into a
+    /// timing half and a functional half (`run.host_threads`), else 1.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub host_threads: Option<u32>,
 }
 
 impl BenchResult {
@@ -39,6 +43,7 @@ impl BenchResult {
             wall_time_s,
             llc_requests: None,
             llc_requests_per_s: None,
+            host_threads: None,
         }
     }
 }
@@ -167,7 +172,8 @@ pub fn run_scenario(name: &str, scale: f64) -> Result<BenchResult, SimError> {
     let wall = start.elapsed().as_secs_f64();
     let records = report["meta"]["records"].as_u64().unwrap_or(0);
     let llc = llc_level_requests(&report);
-    Ok(BenchResult { llc_requests: Some(llc), llc_requests_per_s: Some(llc as f64 / wall), ..BenchResult::of(records, wall) })
+    let host_threads = if crate::run::splits_functional_run(&cfg) { 2 } else { 1 };
+    Ok(BenchResult { llc_requests: Some(llc), llc_requests_per_s: Some(llc as f64 / wall), host_threads: Some(host_threads), ..BenchResult::of(records, wall) })
 }
 
 /// Requests a run's memory controller received from the LLC: its misses (fills) plus its
@@ -242,6 +248,13 @@ mod tests {
         assert!((ratio - 1.0).abs() < 1e-9);
         // Figures in other units carry no LLC-level count.
         assert_eq!(aes_ctr_limit(64).llc_requests, None);
+    }
+
+    #[test]
+    fn the_functional_scenario_says_it_ran_on_two_host_threads_and_counting_on_one() {
+        assert_eq!(run_scenario("functional-random", 0.0005).unwrap().host_threads, Some(2));
+        assert_eq!(run_scenario("secure-lazy-random", 0.0005).unwrap().host_threads, Some(1));
+        assert_eq!(aes_ctr_limit(64).host_threads, None, "not an engine run");
     }
 
     #[test]

@@ -165,3 +165,21 @@ fn host_threads_other_than_one_or_two_are_rejected_naming_the_field() {
         assert!(e.to_string().contains("must be 1 or 2"), "{e}");
     }
 }
+
+#[test]
+fn a_malformed_trace_line_stops_both_halves_with_the_one_thread_runs_error() {
+    let dir = TmpDir::new("bad-line");
+    let path = dir.0.join("t.txt");
+    let mut text = String::from("# secmem-trace v1\n");
+    for i in 0..3000u64 {
+        text += &format!("W {:#x} 64 2\n", (i * 4160) % 262144 / 64 * 64);
+    }
+    text += "Q 0x40 64 0\n"; // no such operation
+    std::fs::write(&path, text).unwrap();
+    let input = TraceInput::File(path);
+    let c = cfg(&[]);
+    let one = secmem_sim::run(&with_threads(&c, 1), &input).unwrap_err().to_string();
+    let two = secmem_sim::run(&with_threads(&c, 2), &input).unwrap_err().to_string();
+    assert!(one.contains(":3002: unknown operation"), "{one}");
+    assert_eq!(one, two);
+}
