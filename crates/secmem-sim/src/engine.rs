@@ -228,10 +228,11 @@ impl Engine {
     pub fn new(cfg: &Config) -> Result<Engine, ConfigError> { Self::with_controller(cfg, build_controller(cfg)?) }
 
     /// The functional half of a two-thread functional run (`run.host_threads`): functional
-    /// mode over an [`UntimedDevice`], whose every access takes the PCM read latency. Its
-    /// bytes, checks and event log are the run's; its cycles are not (the timing half, a
-    /// counting-mode engine on the same records, has the real device). The controller's
-    /// decisions do not depend on device timing, so its counts are the timing half's.
+    /// mode at memory level over an [`UntimedDevice`], whose every access takes the PCM read
+    /// latency. Its records are the controller requests of the timing half
+    /// ([`new_timing_half`](Self::new_timing_half)), which has the real device. Its bytes,
+    /// checks and event log are the run's; its cycles are not. The controller's decisions do
+    /// not depend on device timing, so its controller and device counts are the timing half's.
     ///
     /// [`UntimedDevice`]: secmem_media::untimed::UntimedDevice
     pub fn new_functional_half(cfg: &Config) -> Result<Engine, ConfigError> {

@@ -371,7 +371,9 @@ where
     let functional = functional?;
     let (n, warm, end, forwarded) = timing?;
     let Some(functional) = functional else {
-        unreachable!("the functional half finishes every run the timing half finished")
+        // Cannot happen: the functional half returns no outcome only when the run was not
+        // ended, and the timing half ends every run it finishes. An error, not a panic.
+        return Err(SimError::Integrity { trace: trace_name.to_string(), message: "internal error: the functional half of a two-thread run stopped before the end; rerun with -p run.host_threads=1 and please report it".into() });
     };
     ensure_roi_left(warmup, n)?;
     // A pad reuse fails the run first, as on one thread. (The planted bug that causes one in
