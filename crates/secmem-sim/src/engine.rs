@@ -225,7 +225,7 @@ pub fn design_context(cfg: &Config) -> secmem_schemes::design::DesignContext {
 
 impl Engine {
     /// Builds every component from a validated config (functional mode per `run.functional`).
-    pub fn new(cfg: &Config) -> Result<Engine, ConfigError> { Self::with_controller(cfg, build_controller(cfg)?) }
+    pub fn new(cfg: &Config) -> Result<Engine, ConfigError> { Self::with_controller(cfg, build_controller(cfg)?, cfg.run.functional) }
 
     /// The functional half of a two-thread functional run (`run.host_threads`): functional
     /// mode at memory level over an [`UntimedDevice`], whose every access takes the PCM read
@@ -242,7 +242,7 @@ impl Engine {
         cfg.run.trace_level = TraceLevel::Memory;
         let latency = Cycle::from_ns(cfg.pcm.read_latency_ns, cfg.core.freq_mhz);
         let device = secmem_media::untimed::UntimedDevice::new(device_gib(&cfg)? << 30, latency);
-        Self::with_controller(&cfg, build_controller_on(&cfg, Media::Untimed(device))?)
+        Self::with_controller(&cfg, build_controller_on(&cfg, Media::Untimed(device))?, true)
     }
 
     /// The timing half of a two-thread functional run: counting mode (the real device model,
@@ -255,15 +255,13 @@ impl Engine {
         let mut counting = cfg.clone();
         counting.run.functional = false;
         counting.run.check_pad_reuse = false;
-        let mut e = Self::with_controller(&counting, build_controller(&counting)?)?;
-        e.hier = Hierarchy::new(&cfg.l1, &cfg.l2, &cfg.llc, cfg.hierarchy.inclusive_llc, true);
-        e.functional = true;
+        let mut e = Self::with_controller(&counting, build_controller(&counting)?, true)?;
         e.forwarded = Some(Vec::new());
         Ok(e)
     }
 
-    fn with_controller(cfg: &Config, mc: SecureMc) -> Result<Engine, ConfigError> {
-        let track_data = cfg.run.functional;
+    /// An engine around `mc`; with `track_data`, line contents move through the hierarchy.
+    fn with_controller(cfg: &Config, mc: SecureMc, track_data: bool) -> Result<Engine, ConfigError> {
         let design = build_design(cfg)?;
         Ok(Engine {
             hier: Hierarchy::new(&cfg.l1, &cfg.l2, &cfg.llc, cfg.hierarchy.inclusive_llc, track_data),

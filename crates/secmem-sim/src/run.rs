@@ -177,12 +177,7 @@ where
     }
     ensure_roi_left(warmup, n)?;
     let end = engine.snapshot();
-    let warm = warm.expect("the warm-up snapshot is taken before the last record");
-    let roi = end.since(&warm);
-    let wall = start.elapsed().as_secs_f64();
-    let stats = report::stats(cfg, &roi, &engine.design.extra_stats());
-    let meta = report::meta(cfg, trace_name.to_string(), cfg.run.functional, n, wall);
-    let mut rep = report::report(cfg, &meta, stats);
+    let mut rep = report_of(cfg, &engine, warm, &end, n, start, trace_name);
     if let Some(path) = image_out {
         save_image(cfg, &mut engine, path, trace_name)?;
         rep["meta"]["image"] = serde_json::json!(path.display().to_string());
@@ -194,6 +189,17 @@ where
         }
     }
     Ok(rep)
+}
+
+/// The report of a run of `n` records that `engine` simulated from `start`: its statistics
+/// from the warm-up snapshot to `end`.
+fn report_of(cfg: &Config, engine: &Engine, warm: Option<Snapshot>, end: &Snapshot, n: u64, start: Instant, trace_name: &str) -> Value {
+    let warm = warm.expect("the warm-up snapshot is taken before the last record");
+    let roi = end.since(&warm);
+    let wall = start.elapsed().as_secs_f64();
+    let stats = report::stats(cfg, &roi, &engine.design.extra_stats());
+    let meta = report::meta(cfg, trace_name.to_string(), cfg.run.functional, n, wall);
+    report::report(cfg, &meta, stats)
 }
 
 /// Steps `engine` through `records` with a short look-ahead window in front, so that the host
@@ -389,12 +395,7 @@ where
             ),
         });
     }
-    let warm = warm.expect("the warm-up snapshot is taken before the last record");
-    let roi = end.since(&warm);
-    let wall = start.elapsed().as_secs_f64();
-    let stats = report::stats(cfg, &roi, &engine.design.extra_stats());
-    let meta = report::meta(cfg, trace_name.to_string(), cfg.run.functional, n, wall);
-    let mut rep = report::report(cfg, &meta, stats);
+    let mut rep = report_of(cfg, &engine, warm, &end, n, start, trace_name);
     if let Some(path) = image_out {
         rep["meta"]["image"] = serde_json::json!(path.display().to_string());
     }

@@ -125,18 +125,23 @@ fn a_planted_bug_fails_the_two_thread_run_with_the_one_thread_runs_error() {
     assert_eq!(one, two);
 }
 
-#[test]
-fn a_bad_record_stops_both_halves_with_the_one_thread_runs_error() {
-    let dir = TmpDir::new("bad-record");
+/// A text trace in `dir`: 3,000 good writes over the footprint, then `tail`.
+fn trace_of_3000_writes_then(dir: &TmpDir, tail: &str) -> TraceInput {
     let path = dir.0.join("t.txt");
     let mut text = String::from("# secmem-trace v1\n");
     for i in 0..3000u64 {
         text += &format!("W {:#x} 64 2\n", (i * 4160) % 262144 / 64 * 64);
     }
-    text += "R 0x1001 64 0\n"; // misaligned
-    text += "R 0x0 64 0\n";
+    text += tail;
     std::fs::write(&path, text).unwrap();
-    let input = TraceInput::File(path);
+    TraceInput::File(path)
+}
+
+#[test]
+fn a_bad_record_stops_both_halves_with_the_one_thread_runs_error() {
+    let dir = TmpDir::new("bad-record");
+    // Misaligned, then a good record that is never reached.
+    let input = trace_of_3000_writes_then(&dir, "R 0x1001 64 0\nR 0x0 64 0\n");
     let c = cfg(&[]);
     let one = secmem_sim::run(&with_threads(&c, 1), &input).unwrap_err().to_string();
     let two = secmem_sim::run(&with_threads(&c, 2), &input).unwrap_err().to_string();
@@ -169,14 +174,7 @@ fn host_threads_other_than_one_or_two_are_rejected_naming_the_field() {
 #[test]
 fn a_malformed_trace_line_stops_both_halves_with_the_one_thread_runs_error() {
     let dir = TmpDir::new("bad-line");
-    let path = dir.0.join("t.txt");
-    let mut text = String::from("# secmem-trace v1\n");
-    for i in 0..3000u64 {
-        text += &format!("W {:#x} 64 2\n", (i * 4160) % 262144 / 64 * 64);
-    }
-    text += "Q 0x40 64 0\n"; // no such operation
-    std::fs::write(&path, text).unwrap();
-    let input = TraceInput::File(path);
+    let input = trace_of_3000_writes_then(&dir, "Q 0x40 64 0\n"); // no such operation
     let c = cfg(&[]);
     let one = secmem_sim::run(&with_threads(&c, 1), &input).unwrap_err().to_string();
     let two = secmem_sim::run(&with_threads(&c, 2), &input).unwrap_err().to_string();
