@@ -153,29 +153,15 @@ where
     }
     let start = Instant::now();
     let mut engine = Engine::new(cfg)?;
-    let warmup = cfg.run.warmup_requests;
-    let limit = if cfg.run.max_requests == 0 { u64::MAX } else { cfg.run.max_requests };
-    let progress = cfg.run.progress && std::io::stderr().is_terminal();
-    // A warm-up that covers the whole trace is an error, up front when the length is known.
-    if let Some(total) = total_hint {
-        ensure_roi_left(warmup, total.min(limit))?;
-    }
-    let mut warm = (warmup == 0).then(|| engine.roi_start());
-    let records = records.take(usize::try_from(limit).unwrap_or(usize::MAX));
+    let pacing = Pacing::of(cfg, total_hint, start)?;
+    let mut warm = pacing.warm_at_start(&engine);
+    let records = records.take(pacing.limit);
     let n = simulate(&mut engine, records, trace_name, |engine, _, n| {
-        if n == warmup {
-            warm = Some(engine.roi_start());
-        }
-        if progress && n.is_multiple_of(1 << 20) {
-            show_progress(n, total_hint.map(|t| t.min(limit)), start.elapsed().as_secs_f64());
-        }
+        pacing.after_record(engine, n, &mut warm);
         true
     })?;
     engine.settle();
-    if progress {
-        eprint!("\r\x1b[K");
-    }
-    ensure_roi_left(warmup, n)?;
+    pacing.finish(n)?;
     let end = engine.snapshot();
     let mut rep = report_of(cfg, &engine, warm, &end, n, start, trace_name);
     if let Some(path) = image_out {
@@ -189,6 +175,59 @@ where
         }
     }
     Ok(rep)
+}
+
+/// What paces a run through its records, the same on one thread and two: the warm-up
+/// snapshot, the record limit and the progress line.
+struct Pacing {
+    start: Instant,
+    warmup: u64,
+    /// `run.max_requests`, or no limit.
+    limit: usize,
+    progress: bool,
+    total: Option<u64>,
+}
+
+impl Pacing {
+    /// Refuses, up front when the trace's length is known, a warm-up that covers it all.
+    fn of(cfg: &Config, total_hint: Option<u64>, start: Instant) -> Result<Pacing, SimError> {
+        let warmup = cfg.run.warmup_requests;
+        let limit = if cfg.run.max_requests == 0 { u64::MAX } else { cfg.run.max_requests };
+        let total = total_hint.map(|t| t.min(limit));
+        if let Some(total) = total {
+            ensure_roi_left(warmup, total)?;
+        }
+        let progress = cfg.run.progress && std::io::stderr().is_terminal();
+        Ok(Pacing { start, warmup, limit: usize::try_from(limit).unwrap_or(usize::MAX), progress, total })
+    }
+
+    /// The warm-up snapshot, when there is no warm-up.
+    fn warm_at_start(&self, engine: &Engine) -> Option<Snapshot> { (self.warmup == 0).then(|| engine.roi_start()) }
+
+    /// After record `n` (counted from 1): the warm-up snapshot when the warm-up ends, and the
+    /// progress line now and then.
+    #[inline(always)]
+    fn after_record(&self, engine: &Engine, n: u64, warm: &mut Option<Snapshot>) {
+        if n == self.warmup {
+            *warm = Some(engine.roi_start());
+        }
+        if self.progress && n.is_multiple_of(1 << 20) {
+            show_progress(n, self.total, self.start.elapsed().as_secs_f64());
+        }
+    }
+
+    fn clear_progress(&self) {
+        if self.progress {
+            eprint!("\r\x1b[K");
+        }
+    }
+
+    /// After the last of `n` records: clears the progress line; an error if the warm-up took
+    /// them all.
+    fn finish(&self, n: u64) -> Result<(), SimError> {
+        self.clear_progress();
+        ensure_roi_left(self.warmup, n)
+    }
 }
 
 /// The report of a run of `n` records that `engine` simulated from `start`: its statistics
@@ -317,27 +356,17 @@ where
 {
     let start = Instant::now();
     let mut engine = Engine::new_timing_half(cfg)?;
-    let warmup = cfg.run.warmup_requests;
-    let limit = if cfg.run.max_requests == 0 { u64::MAX } else { cfg.run.max_requests };
-    let progress = cfg.run.progress && std::io::stderr().is_terminal();
-    if let Some(total) = total_hint {
-        ensure_roi_left(warmup, total.min(limit))?;
-    }
+    let pacing = Pacing::of(cfg, total_hint, start)?;
     // The planted bugs of a test are set on its own thread; the functional half needs them.
     let canaries = crate::engine::test_canaries();
     let (timing, functional) = std::thread::scope(|scope| {
         let (tx, rx) = std::sync::mpsc::sync_channel::<Handover>(BATCHES_QUEUED);
         let half = scope.spawn(move || functional_half(cfg, rx, canaries, trace_name, image_out));
-        let mut warm = (warmup == 0).then(|| engine.roi_start());
-        let records = records.take(usize::try_from(limit).unwrap_or(usize::MAX));
+        let mut warm = pacing.warm_at_start(&engine);
+        let records = records.take(pacing.limit);
         let mut from_record = Vec::with_capacity(BATCH_REQUESTS + 64);
         let stepped = simulate(&mut engine, records, trace_name, |engine, _, n| {
-            if n == warmup {
-                warm = Some(engine.roi_start());
-            }
-            if progress && n.is_multiple_of(1 << 20) {
-                show_progress(n, total_hint.map(|t| t.min(limit)), start.elapsed().as_secs_f64());
-            }
+            pacing.after_record(engine, n, &mut warm);
             let out = engine.forwarded.as_mut().expect("the timing half forwards its requests");
             // The requests added since the last record are record n - 1's.
             from_record.resize(out.len(), n - 1);
@@ -369,9 +398,7 @@ where
         let functional = half.join().unwrap_or_else(|panic| std::panic::resume_unwind(panic));
         (timing, functional)
     });
-    if progress {
-        eprint!("\r\x1b[K");
-    }
+    pacing.clear_progress();
     // The functional half only ever sees requests of records the timing half stepped, so its
     // failure (an integrity check, a pad reuse) is at an earlier record than the timing half's.
     let functional = functional?;
@@ -381,7 +408,7 @@ where
         // ended, and the timing half ends every run it finishes. An error, not a panic.
         return Err(SimError::Integrity { trace: trace_name.to_string(), message: "internal error: the functional half of a two-thread run stopped before the end; rerun with -p run.host_threads=1 and please report it".into() });
     };
-    ensure_roi_left(warmup, n)?;
+    ensure_roi_left(pacing.warmup, n)?;
     // A pad reuse fails the run first, as on one thread. (The planted bug that causes one in
     // tests also changes what the functional half counts.)
     if let Some(v) = functional.reuse_violation {
@@ -576,7 +603,8 @@ mod tests {
     #[test]
     fn the_halves_disagree_on_any_count_of_requests_controller_work_or_device_traffic() {
         let a = snapshot();
-        let changes: [(&str, fn(&mut Snapshot)); 5] = [
+        type Change = (&'static str, fn(&mut Snapshot));
+        let changes: [Change; 5] = [
             ("requests", |s| s.core.llc_misses += 1),
             ("requests", |s| s.core.memory_writes_issued += 1),
             ("secure controller", |s| s.mc.mac_ops.tree_verify += 1),

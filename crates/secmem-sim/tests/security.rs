@@ -5,30 +5,8 @@ use secmem_schemes::Canaries;
 use secmem_sim::harness::{attack_campaign, crash_campaign};
 use secmem_sim::{Config, TraceInput};
 
-/// A temporary directory removed when dropped (also when the test fails).
-struct TmpDir(std::path::PathBuf);
-impl TmpDir {
-    fn new(name: &str) -> TmpDir { TmpDir(std::env::temp_dir().join(format!("secmem-{name}-{}", std::process::id()))) }
-}
-impl Drop for TmpDir {
-    fn drop(&mut self) { let _ = std::fs::remove_dir_all(&self.0); }
-}
-
-fn cfg(preset: &str, extra: &[&str]) -> Config {
-    let mut o: Vec<String> = [
-        "run.progress=false",
-        "workload.footprint_bytes=262144",
-        "workload.requests=6000",
-        "workload.pattern=random",
-        "l1.size_kib=4", "l1.ways=2", "l2.size_kib=8", "l2.ways=4", "llc.size_kib=16", "llc.ways=4",
-        "metadata_cache.counter.size_kib=2", "metadata_cache.mac.size_kib=2", "metadata_cache.tree.size_kib=2",
-    ]
-    .iter()
-    .map(|s| s.to_string())
-    .collect();
-    o.extend(extra.iter().map(|s| s.to_string()));
-    Config::load(Some(preset), None, &o).unwrap()
-}
+mod common;
+use common::{cfg, TmpDir};
 
 const STRICT: &[&str] = &["tree.update=eager", "security.metadata_persistence=strict"];
 

@@ -7,36 +7,14 @@ use secmem_sim::run::splits_functional_run;
 use secmem_sim::{Config, TraceInput};
 use serde_json::Value;
 
-/// A temporary directory removed when dropped (also when the test fails).
-struct TmpDir(std::path::PathBuf);
-impl TmpDir {
-    fn new(name: &str) -> TmpDir {
-        let d = std::env::temp_dir().join(format!("secmem-two-threads-{name}-{}", std::process::id()));
-        std::fs::create_dir_all(&d).unwrap();
-        TmpDir(d)
-    }
-}
-impl Drop for TmpDir {
-    fn drop(&mut self) { let _ = std::fs::remove_dir_all(&self.0); }
-}
+mod common;
+use common::TmpDir;
 
-/// A small functional config: caches small enough that metadata is evicted, written back and
-/// fetched again many times in a few thousand records.
+/// A small functional config (see `common::cfg`).
 fn cfg(extra: &[&str]) -> Config {
-    let mut o: Vec<String> = [
-        "run.progress=false",
-        "run.functional=true",
-        "workload.footprint_bytes=262144",
-        "workload.requests=6000",
-        "workload.pattern=random",
-        "l1.size_kib=4", "l1.ways=2", "l2.size_kib=8", "l2.ways=4", "llc.size_kib=16", "llc.ways=4",
-        "metadata_cache.counter.size_kib=2", "metadata_cache.mac.size_kib=2", "metadata_cache.tree.size_kib=2",
-    ]
-    .iter()
-    .map(|s| s.to_string())
-    .collect();
-    o.extend(extra.iter().map(|s| s.to_string()));
-    Config::load(Some("horus"), None, &o).unwrap()
+    let mut all = vec!["run.functional=true"];
+    all.extend_from_slice(extra);
+    common::cfg("horus", &all)
 }
 
 fn with_threads(c: &Config, n: u32) -> Config {
@@ -99,7 +77,7 @@ fn two_halves_report_what_one_thread_reports_when_the_timing_half_runs_far_ahead
 
 #[test]
 fn a_saved_image_is_the_same_byte_for_byte_on_two_threads() {
-    let dir = TmpDir::new("image");
+    let dir = TmpDir::new("two-threads-image");
     let c = cfg(&[]);
     let (a, b) = (dir.0.join("one.img"), dir.0.join("two.img"));
     let one = secmem_sim::run::run_saving(&with_threads(&c, 1), &TraceInput::Workload, Some(&a)).unwrap();
@@ -114,9 +92,7 @@ fn a_saved_image_is_the_same_byte_for_byte_on_two_threads() {
 fn a_planted_bug_fails_the_two_thread_run_with_the_one_thread_runs_error() {
     // Parents never learn their children's new hashes: the first block fetched back fails
     // its check. The canary is set on this thread; the functional half must inherit it.
-    let mut k = Canaries::default();
-    k.skip_tree_update = true;
-    secmem_sim::engine::set_test_canaries(k);
+    secmem_sim::engine::set_test_canaries(Canaries { skip_tree_update: true, ..Default::default() });
     let c = cfg(&[]);
     let one = secmem_sim::run(&with_threads(&c, 1), &TraceInput::Workload).unwrap_err().to_string();
     let two = secmem_sim::run(&with_threads(&c, 2), &TraceInput::Workload).unwrap_err().to_string();
@@ -139,7 +115,7 @@ fn trace_of_3000_writes_then(dir: &TmpDir, tail: &str) -> TraceInput {
 
 #[test]
 fn a_bad_record_stops_both_halves_with_the_one_thread_runs_error() {
-    let dir = TmpDir::new("bad-record");
+    let dir = TmpDir::new("two-threads-bad-record");
     // Misaligned, then a good record that is never reached.
     let input = trace_of_3000_writes_then(&dir, "R 0x1001 64 0\nR 0x0 64 0\n");
     let c = cfg(&[]);
@@ -173,7 +149,7 @@ fn host_threads_other_than_one_or_two_are_rejected_naming_the_field() {
 
 #[test]
 fn a_malformed_trace_line_stops_both_halves_with_the_one_thread_runs_error() {
-    let dir = TmpDir::new("bad-line");
+    let dir = TmpDir::new("two-threads-bad-line");
     let input = trace_of_3000_writes_then(&dir, "Q 0x40 64 0\n"); // no such operation
     let c = cfg(&[]);
     let one = secmem_sim::run(&with_threads(&c, 1), &input).unwrap_err().to_string();
