@@ -185,19 +185,30 @@ impl CounterBlock {
 /// so a 32 GiB memory reserves 8 Mi pages' worth of address space but costs host memory only
 /// for the pages a workload writes — and no hashing on the hot path.
 ///
-/// With random initial counters a zeroed slot cannot stand for the initial value, so a bitmap
-/// (one bit per page, also lazily committed: 1 MiB of address space for 32 GiB) says which
-/// pages hold their own value; a page is materialised from [`InitialCounters::block`] the
-/// first time it is bumped or set, and reads of other pages derive the initial value. With
-/// zero initial counters the bitmap is empty and the paths are the ones above.
+/// A bitmap says which pages may hold their own value; reads of the others derive the initial
+/// value without touching the arrays.
+/// - With random initial counters a zeroed slot cannot stand for the initial value, so the
+///   bitmap has one bit per page (also lazily committed: 1 MiB of address space for 32 GiB);
+///   a page is materialised from [`InitialCounters::block`] the first time it is bumped or
+///   set.
+/// - With zero initial counters it has one bit per 64 pages, the pages whose minors share one
+///   4 KiB host page (16 KiB for 32 GiB, so it stays in the host's L1). The bit is set, and
+///   the host page written, when the first of them is bumped or set. That is for the host
+///   kernel: a read of a never-written anonymous page maps the shared zero page, and the
+///   first write to it then replaces that mapping, which must flush the TLB of every host
+///   CPU running the process. With two host threads (a functional run) each such flush was an
+///   inter-processor interrupt, about 2% of the run's samples on the sending side alone.
+///   Written first, the page is simply allocated.
 pub struct CounterStore {
     /// Per page, its 64 minors.
     minors: ZeroedSlice<[u8; LINES_PER_PAGE as usize]>,
     /// Per page, its major.
     majors: ZeroedSlice<u64>,
     init: InitialCounters,
-    /// Random init only (else empty): bit `p` set once page `p`'s block was materialised.
+    /// Bit `g` set once a page of group `g` (pages `g << group_shift ..`) was materialised.
     materialised: ZeroedSlice<u64>,
+    /// log2 of the pages per bit of `materialised`: 0 under random init, 6 under zero init.
+    group_shift: u32,
     touched: u64,
     /// Per huge-page region of the minors array: pages written for the first time, or
     /// `COLLAPSED`. Host memory only (see `first_touch`).
@@ -213,6 +224,9 @@ const PAGES_PER_REGION: u64 = (crate::hostmem::HUGE_BYTES / LINES_PER_PAGE as us
 const COLLAPSE_STEP: u32 = (PAGES_PER_REGION / 16) as u32;
 /// `region_touches` value of a region already collapsed.
 const COLLAPSED: u32 = u32::MAX;
+/// Zero init: log2 of the pages per bit of the materialised bitmap, the 64 pages whose 64 B
+/// minors fill one 4 KiB host page.
+const ZERO_INIT_GROUP_SHIFT: u32 = 6;
 
 /// The largest value a `minor_bits`-bit minor holds; a write to a minor there overflows.
 #[inline]
@@ -242,10 +256,11 @@ impl CounterStore {
         // no drop): major 0 and minors 0, no page materialised yet.
         let (minors, majors) = unsafe { (ZeroedSlice::new(pages as usize), ZeroedSlice::new(pages as usize)) };
         let regions = if minors.is_mapped() { pages.div_ceil(PAGES_PER_REGION) as usize + 1 } else { 0 };
-        let bitmap_words = if init.is_zero() { 0 } else { pages.div_ceil(64) as usize };
+        let group_shift = if init.is_zero() { ZERO_INIT_GROUP_SHIFT } else { 0 };
+        let groups = pages.div_ceil(1 << group_shift);
         // SAFETY: as above.
-        let materialised = unsafe { ZeroedSlice::new(bitmap_words) };
-        CounterStore { minors, majors, init, materialised, touched: 0, region_touches: vec![0; regions], minor_bits }
+        let materialised = unsafe { ZeroedSlice::new(groups.div_ceil(64) as usize) };
+        CounterStore { minors, majors, init, materialised, group_shift, touched: 0, region_touches: vec![0; regions], minor_bits }
     }
 
     /// How the counters started (a fresh store after a crash starts the same way).
@@ -254,14 +269,17 @@ impl CounterStore {
     /// Page `page`'s counter block at boot.
     pub fn initial_block(&self, page: u64) -> CounterBlock { self.init.block(page, self.minor_bits) }
 
-    /// Random init: whether `page`'s block holds its own value (else it is still the initial
-    /// one, derived on demand).
+    /// Whether `page`'s block may hold its own value (else it is still the initial one, derived
+    /// on demand). Under zero init, whether any page of its group was bumped or set.
     #[inline]
-    fn is_materialised(&self, page: u64) -> bool { self.materialised[(page / 64) as usize] & (1 << (page % 64)) != 0 }
+    fn is_materialised(&self, page: u64) -> bool {
+        let group = page >> self.group_shift;
+        self.materialised[(group / 64) as usize] & (1 << (group % 64)) != 0
+    }
 
     /// Whether `page`'s block is not stored but derived from the initial counters.
     #[inline]
-    fn is_derived(&self, page: u64) -> bool { !self.materialised.is_empty() && !self.is_materialised(page) }
+    fn is_derived(&self, page: u64) -> bool { !self.is_materialised(page) }
 
     /// The block stored for `page`.
     #[inline]
@@ -310,11 +328,10 @@ impl CounterStore {
     pub fn bump_line_keeping_old(&mut self, line: u64) -> Option<CounterBlock> {
         let bits = self.minor_bits;
         let (page, idx) = (page_of_line(line) as usize, line_in_page(line));
-        if !self.materialised.is_empty() {
-            if !self.is_materialised(page as u64) {
-                self.materialise(page, true);
-            }
-        } else if self.stored_is_zero(page) {
+        if !self.is_materialised(page as u64) {
+            self.materialise(page, true);
+        } else if self.group_shift != 0 && self.stored_is_zero(page) {
+            // Zero init: the first write to another page of a materialised group.
             self.touched += 1;
             self.first_touch(page);
         }
@@ -323,14 +340,27 @@ impl CounterStore {
         old
     }
 
-    /// Random init: stores `page`'s initial block in its slot and marks it materialised;
-    /// `first_write` counts it as touched, as a first bump from zero does.
+    /// Marks `page`'s group materialised and stores its initial block (under zero init, writes
+    /// the zero minors of the group's host page before anything reads them: see the type's
+    /// notes); `first_write` counts the page as touched, as a first bump from zero does.
     #[cold]
     #[inline(never)]
     fn materialise(&mut self, page: usize, first_write: bool) {
-        self.materialised[page / 64] |= 1 << (page % 64);
-        let b = self.init.block(page as u64, self.minor_bits);
-        self.store(page, b);
+        let group = page >> self.group_shift;
+        self.materialised[group / 64] |= 1 << (group % 64);
+        if self.group_shift == 0 {
+            let b = self.init.block(page as u64, self.minor_bits);
+            self.store(page, b);
+        } else {
+            // Volatile, so that the compiler keeps this store of zeros over zeros. The majors
+            // are left alone: they are read before an overflow first writes them, and
+            // overflows are rare.
+            let first = (page >> self.group_shift) << self.group_shift;
+            if let Some(m) = self.minors.get_mut(first) {
+                // SAFETY: `m` is a valid, aligned, exclusive reference.
+                unsafe { std::ptr::write_volatile(m, [0; LINES_PER_PAGE as usize]) };
+            }
+        }
         if first_write {
             self.touched += 1;
         }
@@ -370,34 +400,35 @@ impl CounterStore {
     }
 
     pub fn set_block(&mut self, page: u64, b: CounterBlock) {
-        if !self.materialised.is_empty() {
-            if !self.is_materialised(page) {
-                self.materialise(page as usize, false);
-            }
-        } else if self.stored_is_zero(page as usize) {
-            // Recorded for `changed_blocks`, which skips regions nothing was stored in.
+        if !self.is_materialised(page) {
+            self.materialise(page as usize, false);
+        } else if self.group_shift != 0 && self.stored_is_zero(page as usize) {
+            // Zero init: the first store to another page of a materialised group.
             self.first_touch(page as usize);
         }
         self.store(page as usize, b);
     }
 
     /// Every page whose block holds its own value (bumped or set since boot; under random
-    /// init, materialised), ascending, with the block. Scans only the huge-page regions some
-    /// block was stored in (all of a small store): for a crash in counting mode, which keeps
+    /// init, materialised), ascending, with the block. Scans only the groups of the
+    /// materialised bitmap some block was stored in: for a crash in counting mode, which keeps
     /// them as the persisted counters recovery reads back.
     pub fn changed_blocks(&self) -> Vec<(u64, CounterBlock)> {
         let pages = self.minors.len() as u64;
-        if !self.materialised.is_empty() {
+        if self.group_shift == 0 {
             return (0..pages).filter(|&p| self.is_materialised(p)).map(|p| (p, self.stored(p as usize))).collect();
         }
+        // Zero init: the pages of materialised groups whose block is no longer all zero.
         let mut out = Vec::new();
-        for r in 0..pages.div_ceil(PAGES_PER_REGION) {
-            if !self.region_touches.is_empty() && self.region_touches.get(r as usize).is_none_or(|&n| n == 0) {
-                continue;
-            }
-            for p in r * PAGES_PER_REGION..((r + 1) * PAGES_PER_REGION).min(pages) {
-                if !self.stored_is_zero(p as usize) {
-                    out.push((p, self.stored(p as usize)));
+        for (w, &word) in self.materialised.iter().enumerate() {
+            let mut bits = word;
+            while bits != 0 {
+                let group = w as u64 * 64 + u64::from(bits.trailing_zeros());
+                bits &= bits - 1;
+                for p in group << self.group_shift..((group + 1) << self.group_shift).min(pages) {
+                    if !self.stored_is_zero(p as usize) {
+                        out.push((p, self.stored(p as usize)));
+                    }
                 }
             }
         }
@@ -407,7 +438,12 @@ impl CounterStore {
     pub fn pages_touched(&self) -> u64 { self.touched }
     /// Random init: pages whose block was materialised (bumped or set at least once); with
     /// zero init, 0 (nothing to materialise). Scans the bitmap: for tests and reports.
-    pub fn pages_materialised(&self) -> u64 { self.materialised.iter().map(|w| w.count_ones() as u64).sum() }
+    pub fn pages_materialised(&self) -> u64 {
+        if self.group_shift != 0 {
+            return 0;
+        }
+        self.materialised.iter().map(|w| w.count_ones() as u64).sum()
+    }
 }
 
 #[cfg(test)]
@@ -618,6 +654,29 @@ mod tests {
                 prop_assert!(seen.insert((idx, b.counter_of(idx))), "pad reuse at line {}", idx);
             }
         }
+    }
+
+    #[test]
+    fn reading_counters_of_never_written_pages_leaves_their_host_memory_unmapped_until_a_write() {
+        // 2^20 pages: 64 MiB of minors, in a mapping of their own. The 64 pages of a group
+        // share one 4 KiB host page of minors; a read of one mapped the kernel's zero page
+        // there, and the first write then had to flush every host CPU's TLB.
+        let mut s = CounterStore::new(7, 1 << 20);
+        let page = 5 * 64 + 3;
+        let line = page * LINES_PER_PAGE + 9;
+        let Some(mapped) = s.minors.is_page_mapped(page as usize) else { return }; // not Linux
+        assert!(!mapped);
+        assert_eq!(s.counter_of_line(line), (0, 0));
+        assert_eq!(s.block(page + 1), CounterBlock::default());
+        assert_eq!(s.minors.is_page_mapped(page as usize), Some(false), "reads of an unwritten group touch nothing");
+        s.bump_line(line);
+        assert_eq!(s.minors.is_page_mapped(page as usize), Some(true));
+        assert_eq!((s.counter_of_line(line), s.counter_of_line(line + 1)), ((0, 1), (0, 0)));
+        assert_eq!(s.block(page - 3), CounterBlock::default(), "another page of the written group");
+        s.bump_line((page - 3) * LINES_PER_PAGE);
+        assert_eq!(s.pages_touched(), 2);
+        assert_eq!(s.changed_blocks().iter().map(|b| b.0).collect::<Vec<_>>(), [page - 3, page]);
+        assert_eq!(s.minors.is_page_mapped(page as usize + 64), Some(false), "the next group's host page");
     }
 
     #[test]

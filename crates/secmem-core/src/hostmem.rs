@@ -119,6 +119,24 @@ impl<T> ZeroedSlice<T> {
     /// Values the slice can grow to in place.
     pub fn capacity(&self) -> usize { self.cap }
 
+    /// Whether the host page holding value `i` is mapped (`mincore`), None where that
+    /// cannot be told (not Linux, not a mapping of its own, `i` out of range). A page only
+    /// ever read is mapped too (to the kernel's shared zero page). For tests of which host
+    /// pages a structure touches.
+    pub fn is_page_mapped(&self, i: usize) -> Option<bool> {
+        #[cfg(target_os = "linux")]
+        if self.is_mapped() && i < self.len {
+            let addr = (self.ptr as usize + i * std::mem::size_of::<T>()) & !4095;
+            let mut resident = 0u8;
+            // SAFETY: the page lies inside our mapping; mincore only reports.
+            if unsafe { libc::mincore(addr as *mut libc::c_void, 1, &mut resident) } == 0 {
+                return Some(resident & 1 != 0);
+            }
+        }
+        let _ = i;
+        None
+    }
+
     /// An anonymous mapping for `cap` values (`len` of them visible), aligned to a huge page;
     /// None where the array is too small to be worth one, or the mapping fails.
     unsafe fn map_anonymous(len: usize, cap: usize, huge: bool) -> Option<ZeroedSlice<T>> {
