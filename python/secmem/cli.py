@@ -377,7 +377,7 @@ def parser() -> argparse.ArgumentParser:
         help="a dotted config key and the values to run it at (repeatable: the points are every combination, "
         "the last --vary varying fastest); values are written as for -p",
     )
-    p.add_argument("--jobs", type=int, default=1, help="runs at once, on threads (default 1); results do not depend on it")
+    p.add_argument("--jobs", type=int, default=1, help="runs at once, on threads (default 1), each on one host thread unless -p or --vary sets run.host_threads; results do not depend on it")
     p.add_argument("--out", type=_path_arg, default="out", help="output directory (default: out): sweep.csv, sweep.json, points/NNN/{report.json,config.toml}")
     p.add_argument(
         "--columns", metavar="A,B,...",

@@ -8,7 +8,9 @@ so a point's row equals what ``secmem run`` with those overrides reports.
 * All points are checked before any runs: a bad value fails at once, naming the point.
 * ``jobs`` > 1 runs points on that many threads (the engine releases the GIL); results do not
   depend on it, and rows stay in point order. Per-run progress bars are off then (they would
-  interleave).
+  interleave), and each point runs on one host thread (``run.host_threads = 1``, where a
+  functional run of the baseline takes two by default) unless ``params`` or ``vary`` set
+  that key, so that ``jobs`` bounds the cores a sweep uses.
 * With ``out``, the sweep writes ``out/points/NNN/report.json`` and ``config.toml`` (the
   resolved config) for every point, ``out/sweep.csv`` (one row per point, every stat), and
   ``out/sweep.json`` (what was varied over what base, and where each point's files are).
@@ -126,6 +128,12 @@ def sweep(
     base = _overrides(params)
     if jobs > 1:
         base = base + ["run.progress=false"]
+        # A functional run of the baseline takes two host threads (`run.host_threads`), so
+        # `jobs` of them at once would take twice `jobs` cores. Each point takes one then,
+        # unless the sweep sets the key itself (results do not depend on it). First, so that
+        # the caller's own overrides come after it.
+        if "run.host_threads" not in keys and not any(o.split("=", 1)[0].strip() == "run.host_threads" for o in base):
+            base = ["run.host_threads=1"] + base
     # Every point's config, before anything runs: a bad value costs no run.
     per_point: List[List[str]] = []
     resolved = []

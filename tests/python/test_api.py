@@ -87,6 +87,20 @@ def test_a_sweep_on_several_threads_gives_the_rows_of_a_sweep_on_one():
     assert list(one["sweep.point"]) == list(two["sweep.point"])
 
 
+def test_a_sweep_on_several_threads_runs_each_functional_point_on_one_host_thread_unless_told():
+    grid = {"llc.size_kib": [512, 1024]}
+    params = {**SMALL, "run.functional": True}
+    one = secmem.sweep(grid, params=params)
+    two = secmem.sweep(grid, params=params, jobs=2)
+    told = secmem.sweep(grid, params={**params, "run.host_threads": 2}, jobs=2)
+    # Two points at once on one thread each: --jobs bounds the cores a sweep takes.
+    assert list(one["config.run.host_threads"]) == [2, 2]
+    assert list(two["config.run.host_threads"]) == [1, 1]
+    assert list(told["config.run.host_threads"]) == [2, 2]
+    stats = [c for c in one.columns if c.startswith("stats.")]
+    assert one[stats].equals(two[stats]) and one[stats].equals(told[stats])
+
+
 def test_a_sweep_with_out_writes_each_points_report_and_config_and_one_csv(tmp_path):
     import json
     import pandas as pd
