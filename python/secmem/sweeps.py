@@ -130,10 +130,9 @@ def sweep(
         base = base + ["run.progress=false"]
         # A functional run of the baseline takes two host threads (`run.host_threads`), so
         # `jobs` of them at once would take twice `jobs` cores. Each point takes one then,
-        # unless the sweep sets the key itself (results do not depend on it). First, so that
-        # the caller's own overrides come after it.
+        # unless the sweep sets the key itself (results do not depend on it).
         if "run.host_threads" not in keys and not any(o.split("=", 1)[0].strip() == "run.host_threads" for o in base):
-            base = ["run.host_threads=1"] + base
+            base = base + ["run.host_threads=1"]
     # Every point's config, before anything runs: a bad value costs no run.
     per_point: List[List[str]] = []
     resolved = []
