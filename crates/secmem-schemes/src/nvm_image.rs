@@ -952,7 +952,7 @@ mod tests {
             let home_in = |k: u64, n: usize| home(homes, 64 - n.trailing_zeros(), k - 1);
             // Every third entry flagged as an inline line (its word position is `i % 8`): the
             // flags must not move it.
-            let flags = |i: usize| if i % 3 == 0 { INLINE | (i as u64 % 8) << WORD_SHIFT } else { 0 };
+            let flags = |i: usize| if i.is_multiple_of(3) { INLINE | (i as u64 % 8) << WORD_SHIFT } else { 0 };
             for (i, &k) in keys.iter().enumerate() {
                 let b = NvmImage::find(&table, home_in(k, old), k - 1);
                 table[b] = [k | flags(i), i as u64];
