@@ -355,8 +355,7 @@ impl CounterStore {
             // Volatile, so that the compiler keeps this store of zeros over zeros. The majors
             // are left alone: they are read before an overflow first writes them, and
             // overflows are rare.
-            let first = (page >> self.group_shift) << self.group_shift;
-            if let Some(m) = self.minors.get_mut(first) {
+            if let Some(m) = self.minors.get_mut(group << self.group_shift) {
                 // SAFETY: `m` is a valid, aligned, exclusive reference.
                 unsafe { std::ptr::write_volatile(m, [0; LINES_PER_PAGE as usize]) };
             }
