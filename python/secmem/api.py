@@ -33,6 +33,11 @@ _U64_MAX = (1 << 64) - 1
 _U32_MAX = (1 << 32) - 1
 # The largest `secmem bench --scale`.
 _MAX_BENCH_SCALE = 1000
+# The largest `secmem bench --rounds`.
+_MAX_BENCH_ROUNDS = 100
+# The functional-mode speed target (issue 3) compares these two scenarios: the same trace in
+# functional and in counting mode.
+_FUNCTIONAL_SCENARIO, _COUNTING_SCENARIO = "functional-random", "secure-lazy-random"
 
 
 def _uint(name: str, value: Any, minimum: int = 0, optional: bool = False, maximum: int = _U64_MAX) -> None:
@@ -398,10 +403,28 @@ def bench_scenarios() -> List[Dict[str, str]]:
     return json.loads(_native.bench_scenarios())
 
 
-def bench(scenarios: Optional[Sequence[str]] = None, scale: float = 1.0, isolate: bool = True) -> Dict[str, Any]:
+def _lower_median(values: Sequence[float]) -> float:
+    """The median of ``values``; of an even count, the lower of the middle two (a value that
+    was measured, so that the round it came from can be reported whole)."""
+    return sorted(values)[(len(values) - 1) // 2]
+
+
+def bench(scenarios: Optional[Sequence[str]] = None, scale: float = 1.0, isolate: bool = True, rounds: int = 1) -> Dict[str, Any]:
     """Runs bench scenarios; returns ``{name: {"requests_per_s", "peak_rss_bytes", ...}}``.
-    Each scenario runs in its own process (``isolate``) so peak memory is its own."""
+    Each scenario runs in its own process (``isolate``) so peak memory is its own.
+
+    With ``rounds`` > 1 every scenario runs that many times, interleaved (round 1 of each
+    scenario, then round 2, ...), so that a drift of the machine's speed hits every scenario
+    alike. Each scenario then reports its median round (by ``requests_per_s``; of an even
+    count, the slower middle one) with ``"rounds"``: every round's ``requests_per_s`` (and
+    ``llc_requests_per_s``) in order, and their ``min``, ``median`` and ``max``.
+
+    When both ``functional-random`` and ``secure-lazy-random`` run (the functional-mode target
+    compares them: the same trace in both modes), ``functional-random`` gains ``"vs_counting"``:
+    its ``requests_per_s`` over the counting scenario's, round by round (``per_round``; a
+    round's two runs are minutes apart at most), and their median, ``min`` and ``max``."""
     scale = _float("--scale", scale, what="a positive number")
+    _uint("--rounds", rounds, minimum=1, maximum=_MAX_BENCH_ROUNDS)
     if not (math.isfinite(scale) and scale > 0):
         # Checked here, before any scenario's process starts (the engine checks it too).
         raise SecmemError(f"--scale must be a positive number, got {scale:g}" + (" (it must be finite)" if scale == math.inf else ""))
@@ -413,17 +436,39 @@ def bench(scenarios: Optional[Sequence[str]] = None, scale: float = 1.0, isolate
     for n in names:
         if n not in known:
             raise SecmemError(f"unknown bench scenario '{n}'; known: {', '.join(sorted(known))}")
+    runs: Dict[str, List[Dict[str, Any]]] = {n: [] for n in names}
+    for _ in range(rounds):
+        for n in names:
+            if isolate:
+                cmd = [sys.executable, "-m", "secmem.cli", "_bench-one", n, "--scale", str(scale)]
+                res = subprocess.run(cmd, capture_output=True, text=True)
+                if res.returncode != 0:
+                    msg = res.stderr.strip()
+                    raise SecmemError(f"bench scenario {n} failed: {msg[len('secmem: error: '):] if msg.startswith('secmem: error: ') else msg}")
+                runs[n].append(json.loads(res.stdout))
+            else:
+                runs[n].append(json.loads(_call(_native.bench_run, n, scale)))
     out: Dict[str, Any] = {}
-    for n in names:
-        if isolate:
-            cmd = [sys.executable, "-m", "secmem.cli", "_bench-one", n, "--scale", str(scale)]
-            res = subprocess.run(cmd, capture_output=True, text=True)
-            if res.returncode != 0:
-                msg = res.stderr.strip()
-                raise SecmemError(f"bench scenario {n} failed: {msg[len('secmem: error: '):] if msg.startswith('secmem: error: ') else msg}")
-            out[n] = json.loads(res.stdout)
-        else:
-            out[n] = json.loads(_call(_native.bench_run, n, scale))
+    for n, rs in runs.items():
+        if rounds == 1:
+            out[n] = rs[0]
+            continue
+        rates = [r["requests_per_s"] for r in rs]
+        median = _lower_median(rates)
+        entry = dict(rs[rates.index(median)])
+        entry["rounds"] = {"requests_per_s": rates, "min": min(rates), "median": median, "max": max(rates)}
+        if all("llc_requests_per_s" in r for r in rs):
+            entry["rounds"]["llc_requests_per_s"] = [r["llc_requests_per_s"] for r in rs]
+        out[n] = entry
+    if _FUNCTIONAL_SCENARIO in runs and _COUNTING_SCENARIO in runs:
+        ratios = [f["requests_per_s"] / c["requests_per_s"] for f, c in zip(runs[_FUNCTIONAL_SCENARIO], runs[_COUNTING_SCENARIO])]
+        out[_FUNCTIONAL_SCENARIO]["vs_counting"] = {
+            "scenario": _COUNTING_SCENARIO,
+            "median": _lower_median(ratios),
+            "min": min(ratios),
+            "max": max(ratios),
+            "per_round": ratios,
+        }
     return out
 
 

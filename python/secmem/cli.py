@@ -12,7 +12,7 @@
     secmem crash --preset strict [--trace FILE] --points N --seed S [--out DIR]
     secmem attack --preset NAME [--trace FILE] --per-class N --seed S [--out DIR]
     secmem image verify FILE [--preset NAME]
-    secmem bench [--scenario NAME ...] [--scale X]
+    secmem bench [--scenario NAME ...] [--scale X] [--rounds N]
     secmem drain --preset horus --scheme nonsecure|base-lu|base-eu|horus-slm|horus-dlm [-p ...] [--out DIR]
     secmem vault-attack --scheme horus-slm|horus-dlm --per-class N --seed S [--out DIR]
     secmem forkbench --scheme S --page-size 4k|2m --lines-per-page N [-p key=value ...] [--out DIR]
@@ -304,7 +304,7 @@ def cmd_sweep(a) -> int:
 
 
 def cmd_bench(a) -> int:
-    print(json.dumps(api.bench(a.scenario or None, scale=a.scale), indent=2))
+    print(json.dumps(api.bench(a.scenario or None, scale=a.scale, rounds=a.rounds), indent=2))
     return 0
 
 
@@ -471,6 +471,13 @@ def parser() -> argparse.ArgumentParser:
     p = sub.add_parser("bench", help="measure simulation speed and peak memory (JSON)")
     p.add_argument("--scenario", action="append", default=[], help="scenario name (repeatable; default: all)")
     p.add_argument("--scale", type=float, default=1.0, help="multiply each scenario's request count")
+    p.add_argument(
+        "--rounds",
+        type=int,
+        default=1,
+        help="run every scenario this many times, interleaved, and report each one's median round with every round's rate "
+        "(default 1); functional-random reports its rate over secure-lazy-random's round by round (vs_counting) when both run",
+    )
     p.set_defaults(fn=cmd_bench)
 
     p = sub.add_parser("drain", help="simulate an eADR power-loss drain of the cache hierarchy (Horus), print JSON")

@@ -180,6 +180,8 @@ def test_api_arguments_of_the_wrong_kind_are_errors_naming_them(tmp_path):
         (lambda: secmem.bench(scale="1"), "--scale must be a positive number"),
         (lambda: secmem.bench(scale=None), "--scale must be a positive number"),
         (lambda: secmem.bench(scale=10**400), "--scale is too large"),
+        (lambda: secmem.bench(rounds=True), "--rounds must be an integer in 1..=100"),
+        (lambda: secmem.bench(rounds=2.0), "--rounds must be an integer in 1..=100"),
         (lambda: secmem.trace_gen(str(tmp_path / "t.bin"), read_ratio=10**400), "read_ratio is too large"),
         (lambda: secmem.run(params="workload.requests=10"), "params must be a mapping or a list"),
         (lambda: secmem.run(params={"llc": {"size_kib": 1}}), "params['llc']: a config value is"),

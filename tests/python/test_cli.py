@@ -163,6 +163,33 @@ def test_bench_prints_one_json_object_per_scenario(cli):
     assert res.returncode == 2 and "secure-lazy-random" in res.stderr
 
 
+def test_bench_rounds_report_each_scenarios_median_round_and_functional_over_counting_round_by_round(cli):
+    out = cli("bench", "--scenario", "functional-random", "--scenario", "secure-lazy-random", "--scale", "0.0005",
+              "--rounds", "3", check=True).stdout
+    res = json.loads(out)
+    assert set(res) == {"functional-random", "secure-lazy-random"}
+    for v in res.values():
+        r = v["rounds"]
+        assert len(r["requests_per_s"]) == 3 and len(r["llc_requests_per_s"]) == 3
+        assert r["median"] == sorted(r["requests_per_s"])[1] and (r["min"], r["max"]) == (min(r["requests_per_s"]), max(r["requests_per_s"]))
+        # The scenario's own fields are those of its median round.
+        i = r["requests_per_s"].index(r["median"])
+        assert v["requests_per_s"] == r["median"] and v["llc_requests_per_s"] == r["llc_requests_per_s"][i]
+    # Round by round: the functional run over the counting run of the same round.
+    f, c = res["functional-random"]["rounds"]["requests_per_s"], res["secure-lazy-random"]["rounds"]["requests_per_s"]
+    vs = res["functional-random"]["vs_counting"]
+    assert vs["scenario"] == "secure-lazy-random" and vs["per_round"] == [a / b for a, b in zip(f, c)]
+    assert vs["median"] == sorted(vs["per_round"])[1] and vs["min"] == min(vs["per_round"]) and vs["max"] == max(vs["per_round"])
+    # One round: no "rounds" block, and the ratio still comes when both scenarios run.
+    one = json.loads(cli("bench", "--scenario", "secure-lazy-random", "--scenario", "functional-random", "--scale", "0.0005", check=True).stdout)
+    assert "rounds" not in one["secure-lazy-random"]
+    assert one["functional-random"]["vs_counting"]["per_round"] == [one["functional-random"]["requests_per_s"] / one["secure-lazy-random"]["requests_per_s"]]
+    assert "vs_counting" not in json.loads(cli("bench", "--scenario", "functional-random", "--scale", "0.0005", check=True).stdout)["functional-random"]
+    for bad in ("0", "-2", "101", "two"):
+        res = cli("bench", "--scenario", "nonsecure-random", "--scale", "0.0005", "--rounds", bad)
+        assert res.returncode == 2 and "--rounds" in res.stderr and "Traceback" not in res.stderr, (bad, res.stderr)
+
+
 def test_absurd_sizes_are_refused_not_crashed_on(cli):
     for param, field in [("l1.size_kib=99999999999", "l1.size_kib"), ("pcm.capacity_gib=99999999", "pcm.capacity_gib"),
                          ("llc.ways=100000", "llc.ways"), ("workload.stride_bytes=3", "workload.stride_bytes")]:
