@@ -422,7 +422,8 @@ def bench(scenarios: Optional[Sequence[str]] = None, scale: float = 1.0, isolate
     When both ``functional-random`` and ``secure-lazy-random`` run (the functional-mode target
     compares them: the same trace in both modes), ``functional-random`` gains ``"vs_counting"``:
     its ``requests_per_s`` over the counting scenario's, round by round (``per_round``; a
-    round's two runs are minutes apart at most), and their median, ``min`` and ``max``."""
+    round's two runs are minutes apart at most), and their median (of an even count, the
+    lower middle one), ``min`` and ``max``. A scenario named twice runs once a round."""
     scale = _float("--scale", scale, what="a positive number")
     _uint("--rounds", rounds, minimum=1, maximum=_MAX_BENCH_ROUNDS)
     if not (math.isfinite(scale) and scale > 0):
@@ -431,7 +432,8 @@ def bench(scenarios: Optional[Sequence[str]] = None, scale: float = 1.0, isolate
     if scale > _MAX_BENCH_SCALE:
         # 10 M requests x 1000 is 10^10 requests, hours per scenario; more is a typo.
         raise SecmemError(f"--scale must be at most {_MAX_BENCH_SCALE}, got {scale:g}")
-    names = list(scenarios) if scenarios else [s["name"] for s in bench_scenarios()]
+    # Each name once, in the order given.
+    names = list(dict.fromkeys(scenarios)) if scenarios else [s["name"] for s in bench_scenarios()]
     known = {s["name"] for s in bench_scenarios()}
     for n in names:
         if n not in known:

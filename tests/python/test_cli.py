@@ -185,6 +185,9 @@ def test_bench_rounds_report_each_scenarios_median_round_and_functional_over_cou
     assert "rounds" not in one["secure-lazy-random"]
     assert one["functional-random"]["vs_counting"]["per_round"] == [one["functional-random"]["requests_per_s"] / one["secure-lazy-random"]["requests_per_s"]]
     assert "vs_counting" not in json.loads(cli("bench", "--scenario", "functional-random", "--scale", "0.0005", check=True).stdout)["functional-random"]
+    twice = json.loads(cli("bench", "--scenario", "nonsecure-random", "--scenario", "nonsecure-random", "--scale", "0.0005",
+                           "--rounds", "2", check=True).stdout)
+    assert len(twice["nonsecure-random"]["rounds"]["requests_per_s"]) == 2, "a scenario named twice runs once a round"
     for bad in ("0", "-2", "101", "two"):
         res = cli("bench", "--scenario", "nonsecure-random", "--scale", "0.0005", "--rounds", bad)
         assert res.returncode == 2 and "--rounds" in res.stderr and "Traceback" not in res.stderr, (bad, res.stderr)
