@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import statistics
 import subprocess
 import sys
 from typing import Any, Dict, List, Mapping, Optional, Sequence
@@ -403,12 +404,6 @@ def bench_scenarios() -> List[Dict[str, str]]:
     return json.loads(_native.bench_scenarios())
 
 
-def _lower_median(values: Sequence[float]) -> float:
-    """The median of ``values``; of an even count, the lower of the middle two (a value that
-    was measured, so that the round it came from can be reported whole)."""
-    return sorted(values)[(len(values) - 1) // 2]
-
-
 def bench(scenarios: Optional[Sequence[str]] = None, scale: float = 1.0, isolate: bool = True, rounds: int = 1) -> Dict[str, Any]:
     """Runs bench scenarios; returns ``{name: {"requests_per_s", "peak_rss_bytes", ...}}``.
     Each scenario runs in its own process (``isolate``) so peak memory is its own.
@@ -456,7 +451,9 @@ def bench(scenarios: Optional[Sequence[str]] = None, scale: float = 1.0, isolate
             out[n] = rs[0]
             continue
         rates = [r["requests_per_s"] for r in rs]
-        median = _lower_median(rates)
+        # Of an even count, the lower middle one: a rate that was measured, so that the round
+        # it came from can be reported whole.
+        median = statistics.median_low(rates)
         entry = dict(rs[rates.index(median)])
         entry["rounds"] = {"requests_per_s": rates, "min": min(rates), "median": median, "max": max(rates)}
         if all("llc_requests_per_s" in r for r in rs):
@@ -466,7 +463,7 @@ def bench(scenarios: Optional[Sequence[str]] = None, scale: float = 1.0, isolate
         ratios = [f["requests_per_s"] / c["requests_per_s"] for f, c in zip(runs[_FUNCTIONAL_SCENARIO], runs[_COUNTING_SCENARIO])]
         out[_FUNCTIONAL_SCENARIO]["vs_counting"] = {
             "scenario": _COUNTING_SCENARIO,
-            "median": _lower_median(ratios),
+            "median": statistics.median_low(ratios),
             "min": min(ratios),
             "max": max(ratios),
             "per_round": ratios,
