@@ -4,6 +4,7 @@ use crate::config::Config;
 use crate::engine::{Engine, RecordError, Snapshot};
 use crate::report;
 use secmem_core::error::ConfigError;
+use secmem_schemes::functional::EventLogHasher;
 use secmem_trace::{Record, TraceError};
 use serde_json::Value;
 use std::io::{IsTerminal, Write};
@@ -334,10 +335,10 @@ enum Handover {
     End,
 }
 
-/// What the functional half of a finished run hands back.
+/// What the functional half of a finished run hands back. (Its event log comes over a
+/// channel of its own, buffer by buffer, and the timing half hashes it.)
 struct FunctionalOutcome {
     end: Snapshot,
-    event_log_hash: u64,
     reuse_violation: Option<String>,
 }
 
@@ -359,9 +360,15 @@ where
     let pacing = Pacing::of(cfg, total_hint, start)?;
     // The planted bugs of a test are set on its own thread; the functional half needs them.
     let canaries = crate::engine::test_canaries();
-    let (timing, functional) = std::thread::scope(|scope| {
+    let (timing, functional, event_log_hash) = std::thread::scope(|scope| {
         let (tx, rx) = std::sync::mpsc::sync_channel::<Handover>(BATCHES_QUEUED);
-        let half = scope.spawn(move || functional_half(cfg, rx, canaries, trace_name, image_out));
+        // The functional half's event log, 64 KiB at a time: the timing half hashes it, in the
+        // time it would otherwise spend waiting for room in the queue. Unbounded, so that the
+        // functional half never waits on it: it holds at most what the functional half logs
+        // while the timing half waits on a full queue (a few MiB).
+        let (log_tx, log_rx) = std::sync::mpsc::channel::<Vec<u8>>();
+        let mut log = EventLogHasher::default();
+        let half = scope.spawn(move || functional_half(cfg, rx, log_tx, canaries, trace_name, image_out));
         let mut warm = pacing.warm_at_start(&engine);
         let records = records.take(pacing.limit);
         let mut from_record = Vec::with_capacity(BATCH_REQUESTS + 64);
@@ -376,7 +383,9 @@ where
             let batch = std::mem::replace(out, Vec::with_capacity(BATCH_REQUESTS + 64));
             let from = std::mem::replace(&mut from_record, Vec::with_capacity(BATCH_REQUESTS + 64));
             // An error means the functional half stopped (it failed): stop too.
-            tx.send(Handover::Requests(batch, from)).is_ok()
+            let sent = tx.send(Handover::Requests(batch, from)).is_ok();
+            log.absorb_all(&log_rx);
+            sent
         });
         let timing = stepped.and_then(|n| {
             engine.settle();
@@ -396,7 +405,9 @@ where
         });
         drop(tx);
         let functional = half.join().unwrap_or_else(|panic| std::panic::resume_unwind(panic));
-        (timing, functional)
+        // The functional half has ended and dropped its sender: this takes the rest.
+        log.absorb_all(&log_rx);
+        (timing, functional, log.digest())
     });
     pacing.clear_progress();
     // The functional half only ever sees requests of records the timing half stepped, so its
@@ -426,7 +437,7 @@ where
     if let Some(path) = image_out {
         rep["meta"]["image"] = serde_json::json!(path.display().to_string());
     }
-    rep["meta"]["event_log_hash"] = serde_json::json!(format!("{:016x}", functional.event_log_hash));
+    rep["meta"]["event_log_hash"] = serde_json::json!(format!("{:016x}", event_log_hash));
     Ok(rep)
 }
 
@@ -436,6 +447,7 @@ where
 fn functional_half(
     cfg: &Config,
     rx: std::sync::mpsc::Receiver<Handover>,
+    log_to: std::sync::mpsc::Sender<Vec<u8>>,
     canaries: secmem_schemes::Canaries,
     trace_name: &str,
     image_out: Option<&Path>,
@@ -444,6 +456,7 @@ fn functional_half(
     crate::engine::set_test_canaries(canaries);
     let _ = canaries;
     let mut engine = Engine::new_functional_half(cfg)?;
+    engine.mc.func.as_mut().expect("the functional half is functional").hand_off_event_log(log_to);
     let mut ended = false;
     // The trace record of each request of the batches taken lately, after the number of the
     // first request before them: a failed request is at most a look-ahead window (16
@@ -487,8 +500,9 @@ fn functional_half(
     if let Some(path) = image_out {
         save_image(cfg, &mut engine, path, trace_name)?;
     }
-    let f = engine.mc.func.as_ref().expect("the functional half is functional");
-    Ok(Some(FunctionalOutcome { end, event_log_hash: f.event_log_digest(), reuse_violation: f.reuse_violation.as_ref().map(|v| v.to_string()) }))
+    let f = engine.mc.func.as_mut().expect("the functional half is functional");
+    f.end_event_log_hand_off();
+    Ok(Some(FunctionalOutcome { end, reuse_violation: f.reuse_violation.as_ref().map(|v| v.to_string()) }))
 }
 
 /// The first count on which the timing half's and the functional half's snapshots differ, if
