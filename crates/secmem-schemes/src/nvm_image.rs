@@ -37,9 +37,9 @@
 //!
 //! * **Dense ranges** (optional, [`NvmImage::with_dense_ranges`]): ranges of device lines
 //!   that a run fills densely (the counter blocks and tree nodes) are kept in arrays indexed
-//!   by line, in lazily committed zeroed memory, with a presence bitmap: one host cache
-//!   miss per access instead of two, and their address is known without a lookup, so a
-//!   prefetch needs no index.
+//!   by line, in lazily committed zeroed memory: one host cache miss per access instead of
+//!   two, and their address is known without a lookup, so a prefetch needs no index. Whether
+//!   a line is stored is told by its memo word (below), which the access reads anyway.
 //!
 //! * **Hash memo** (dense ranges only): next to each line, the tree-hash entry a caller
 //!   computed from exactly the bytes stored there ([`NvmImage::set_memo`] checks them), under
@@ -125,14 +125,23 @@ fn same_line(a: &[u8; 64], b: &[u8; 64]) -> bool {
     a.chunks_exact(8).zip(b.chunks_exact(8)).fold(0, |acc, (x, y)| acc | (word(x) ^ word(y))) == 0
 }
 
-/// Lines `[first, first + lines.len())`, stored by position; `present` has one bit per line;
-/// `memo` one hash memo per line (0: none).
+/// Lines `[first, first + lines.len())`, stored by position. `memo` has one word per line:
+/// 0 for a line never written, [`NO_MEMO`] for a stored line without a hash memo, else its
+/// memo. So the access that reads a line's memo learns from the same word whether the line
+/// is there, and the hot paths touch two host cache lines per block (its bytes and its memo
+/// word), not three (session 34: a presence bitmap was the third). `present`, one bit per
+/// line, is kept in step for walking the stored lines in order.
 struct Dense {
     first: u64,
     lines: ZeroedSlice<[u8; 64]>,
     present: ZeroedSlice<u64>,
     memo: ZeroedSlice<u64>,
 }
+
+/// A dense line's memo word when the line is stored without a memo (see [`Dense`]). A memo
+/// that happens to equal it is not recorded: the line is hashed again when next read, the
+/// cost of one chance in 2^64.
+const NO_MEMO: u64 = u64::MAX;
 
 impl Dense {
     fn new(first: u64, end: u64) -> Dense {
@@ -150,7 +159,7 @@ impl Dense {
     }
 
     #[inline(always)]
-    fn has(&self, i: usize) -> bool { self.present[i / 64] >> (i % 64) & 1 != 0 }
+    fn has(&self, i: usize) -> bool { self.memo[i] != 0 }
 
     /// Positions of the present lines, ascending.
     fn positions(&self) -> impl Iterator<Item = usize> + '_ {
@@ -354,7 +363,7 @@ impl NvmImage {
                 self.dense_len += 1;
             }
             r.lines[i] = bytes;
-            r.memo[i] = 0;
+            r.memo[i] = NO_MEMO;
             return;
         }
         if (self.len + 1) * 4 > self.table.as_ref().map_or(0, |t| t.len()) * 3 {
@@ -394,10 +403,11 @@ impl NvmImage {
     pub fn get_opt_with_memo(&self, line: u64, tag: &MemoTag) -> (Option<[u8; 64]>, u64) {
         if let Some((d, i)) = self.dense_slot(line) {
             let r = &self.dense[d];
-            if !r.has(i) {
+            let word = r.memo[i];
+            if word == 0 {
                 return (None, 0);
             }
-            let memo = if self.memo_tag.as_ref() == Some(tag) { r.memo[i] } else { 0 };
+            let memo = if word != NO_MEMO && self.memo_tag.as_ref() == Some(tag) { word } else { 0 };
             return (Some(r.lines[i]), memo);
         }
         (self.get_opt(line), 0)
@@ -408,7 +418,8 @@ impl NvmImage {
     /// (otherwise nothing is recorded). Memos under an earlier, different tag are dropped.
     pub fn set_memo(&mut self, line: u64, tag: &MemoTag, bytes: &[u8; 64], memo: u64) {
         let Some((d, i)) = self.dense_slot(line) else { return };
-        if !self.dense[d].has(i) || !same_line(&self.dense[d].lines[i], bytes) {
+        // (0 is not a memo: in the memo word it would mark the line absent.)
+        if memo == 0 || !self.dense[d].has(i) || !same_line(&self.dense[d].lines[i], bytes) {
             return;
         }
         if self.memo_tag.as_ref() != Some(tag) {
@@ -416,12 +427,13 @@ impl NvmImage {
                 for r in &mut self.dense {
                     let positions: Vec<usize> = r.positions().collect();
                     for p in positions {
-                        r.memo[p] = 0;
+                        r.memo[p] = NO_MEMO;
                     }
                 }
             }
             self.memo_tag = Some(*tag);
         }
+        // (A memo equal to NO_MEMO is not recorded: the line keeps no memo.)
         self.dense[d].memo[i] = memo;
     }
 
@@ -515,13 +527,13 @@ impl NvmImage {
     pub fn prefetch_index(&self, line: u64) {
         #[cfg(target_arch = "x86_64")]
         if let Some((d, i)) = self.dense_slot(line) {
-            // No index: the line itself, its memo and its presence bit (written by a put).
+            // No index: the line itself and its memo word, which also says whether it is
+            // stored (the presence bitmap is only written by a first put, not read here).
             // SAFETY: `i` is in bounds; a prefetch has no effect on program state.
             unsafe {
                 use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T0};
                 _mm_prefetch(self.dense[d].lines.as_ptr().add(i) as *const i8, _MM_HINT_T0);
                 _mm_prefetch(self.dense[d].memo.as_ptr().add(i) as *const i8, _MM_HINT_T0);
-                _mm_prefetch(self.dense[d].present.as_ptr().add(i / 64) as *const i8, _MM_HINT_T0);
             }
         } else if let Some(t) = self.table.as_ref() {
             // SAFETY: `bucket` is in bounds; a prefetch has no effect on program state.
@@ -718,6 +730,31 @@ mod tests {
         img.put(30, a);
         img.set_memo(30, &other, &a, 5);
         assert_eq!(img.get_opt_with_memo(30, &other), (Some(a), 0));
+    }
+
+    #[test]
+    fn a_dense_line_is_stored_whatever_its_memo_word_holds_and_absent_only_until_its_first_put() {
+        // The memo word tells whether a dense line is stored: no memo, a memo dropped by a new
+        // tag, a memo that would read as "no memo" and a zero memo must all leave a stored
+        // line stored, zeros included, and in the list of stored lines.
+        let tag = MemoTag { key_id: 1, data_bytes: 4096, arity: 8, mac_bits: 64, counter_init: InitialCounters::Zero };
+        let other = MemoTag { key_id: 2, ..tag };
+        let mut img = NvmImage::with_dense_ranges(&[(10, 20)]);
+        let zeros = [0u8; 64];
+        assert_eq!((img.get_opt(13), img.len()), (None, 0));
+        img.put(13, zeros);
+        assert_eq!(img.get_opt_with_memo(13, &tag), (Some(zeros), 0), "stored zeros, no memo");
+        img.set_memo(13, &tag, &zeros, 0);
+        img.set_memo(13, &tag, &zeros, NO_MEMO);
+        assert_eq!(img.get_opt_with_memo(13, &tag), (Some(zeros), 0), "0 and NO_MEMO are not memos");
+        img.set_memo(13, &tag, &zeros, 5);
+        img.put(14, [3; 64]);
+        img.set_memo(14, &other, &[3; 64], 6);
+        assert_eq!(img.get_opt_with_memo(13, &other), (Some(zeros), 0), "memo dropped, line kept");
+        assert_eq!(img.get_opt_with_memo(13, &tag), (Some(zeros), 0));
+        img.put(13, zeros);
+        assert_eq!((img.len(), img.lines_in(10, 20)), (2, vec![13, 14]));
+        assert_eq!(img.get_opt(15), None);
     }
 
     #[test]
