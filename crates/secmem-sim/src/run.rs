@@ -520,6 +520,18 @@ impl<I: Iterator<Item = Vec<Record>>> PrefetchedBatches<I> {
     const AHEAD: usize = 16;
 
     fn new(batches: I) -> Self { PrefetchedBatches { batches, batch: Vec::new().into_iter() } }
+
+    /// Hints the host CPU to fetch the start of request `r`. Changes nothing.
+    #[inline(always)]
+    fn prefetch(r: &Record) {
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: a prefetch has no effect on program state.
+        unsafe {
+            std::arch::x86_64::_mm_prefetch(r as *const Record as *const i8, std::arch::x86_64::_MM_HINT_T0)
+        };
+        #[cfg(not(target_arch = "x86_64"))]
+        let _ = r;
+    }
 }
 
 impl<I: Iterator<Item = Vec<Record>>> Iterator for PrefetchedBatches<I> {
@@ -529,19 +541,13 @@ impl<I: Iterator<Item = Vec<Record>>> Iterator for PrefetchedBatches<I> {
     fn next(&mut self) -> Option<Record> {
         loop {
             if let Some(r) = self.batch.next() {
-                #[cfg(target_arch = "x86_64")]
                 if let Some(ahead) = self.batch.as_slice().get(Self::AHEAD) {
-                    // SAFETY: a prefetch has no effect on program state.
-                    unsafe { std::arch::x86_64::_mm_prefetch(ahead as *const Record as *const i8, std::arch::x86_64::_MM_HINT_T0) };
+                    Self::prefetch(ahead);
                 }
                 return Some(r);
             }
             self.batch = self.batches.next()?.into_iter();
-            #[cfg(target_arch = "x86_64")]
-            for first in self.batch.as_slice().iter().take(Self::AHEAD) {
-                // SAFETY: as above.
-                unsafe { std::arch::x86_64::_mm_prefetch(first as *const Record as *const i8, std::arch::x86_64::_MM_HINT_T0) };
-            }
+            self.batch.as_slice().iter().take(Self::AHEAD).for_each(Self::prefetch);
         }
     }
 }
