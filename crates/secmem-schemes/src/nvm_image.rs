@@ -521,8 +521,9 @@ impl NvmImage {
         table.filter(|e| e[0] != 0).map(|e| (line_of_key(e[0]), self.entry_bytes(*e))).chain(dense)
     }
 
-    /// Hints the host CPU to fetch the index bucket of `line` (first look-ahead stage).
-    /// Changes nothing.
+    /// Hints the host CPU to fetch what a lookup of `line` reads first (first look-ahead
+    /// stage): in a dense range the line and its memo word; else the host line of its index
+    /// bucket and the one after, where a probe run goes on. Changes nothing.
     #[inline]
     pub fn prefetch_index(&self, line: u64) {
         #[cfg(target_arch = "x86_64")]
