@@ -190,6 +190,15 @@ pub struct SecureMc {
     /// in the host caches, and prefetching them only costs instructions (see
     /// [`prefetch_levels`]).
     prefetch_levels: usize,
+    /// Functional mode, baseline data paths only: the counters of a written line are read and
+    /// bumped in its cached counter block's bytes, and [`counters`](Self::counters) is never
+    /// touched. Set for the functional half of a two-thread run
+    /// ([`set_counters_in_payload`](Self::set_counters_in_payload)), which runs nothing but
+    /// the baseline's reads and writes: its counter store was a second copy of counters its
+    /// counter-block bytes already hold (128 MiB on the bench, about 5% of that thread's time
+    /// in misses, page zeroing and huge-page collapses). Designs, recovery and the harnesses
+    /// work on the store, so every other controller keeps it.
+    counters_in_payload: bool,
 }
 
 /// A hit on metadata block `key` that needs no search: the block `cache` hit or filled last,
@@ -364,6 +373,7 @@ impl SecureMc {
                 tree_hit: Cycle(caches.tree.latency_cycles),
             },
             prefetch_levels: prefetch_levels(&layout.tree),
+            counters_in_payload: false,
             layout,
             stats: McStats::default(),
             evictions: Vec::with_capacity(16),
@@ -376,6 +386,20 @@ impl SecureMc {
     }
 
     pub fn is_functional(&self) -> bool { self.func.is_some() }
+
+    /// Keeps the counters of written lines in the cached counter blocks' bytes instead of the
+    /// counter store (see the field `counters_in_payload`). Functional mode only, and only for
+    /// a controller that runs the baseline's data paths and nothing else: a design, recovery
+    /// or a crash would read a counter store that no longer follows the writes.
+    pub fn set_counters_in_payload(&mut self) {
+        assert!(self.func.is_some(), "counters live in counter-block bytes only in functional mode");
+        self.counters_in_payload = true;
+    }
+
+    /// Whether [`set_counters_in_payload`](Self::set_counters_in_payload) was called: the
+    /// counter store is not used, and host look-aheads need not fetch it.
+    #[inline]
+    pub fn counters_in_payload(&self) -> bool { self.counters_in_payload }
 
     /// A snapshot of all stats (controller + caches), for warm-up subtraction and reports.
     pub fn snapshot(&self) -> (McStats, MediaStats) {
@@ -969,7 +993,7 @@ impl SecureMc {
     /// counters: writes that minor into the cached counter block's bytes (the same bytes as
     /// [`store_counter_payload`](Self::store_counter_payload), without re-encoding the other 63).
     fn store_counter_minor(&mut self, line: u64) {
-        if self.func.is_some() {
+        if self.func.is_some() && !self.counters_in_payload {
             let (_, minor) = self.counters.counter_of_line(line);
             let (page, bits) = (page_of_line(line), self.p.minor_bits);
             let payload = self.payload_mut(MetaKind::Counter, self.layout.counter_addr(page) >> LINE_SHIFT);
@@ -980,6 +1004,27 @@ impl SecureMc {
                 "the cached counter block of page {page} was out of step with the counter store"
             );
         }
+    }
+
+    /// [`CounterStore::bump_line_keeping_old`](secmem_core::counters::CounterStore::bump_line_keeping_old)
+    /// on the cached counter block's bytes (`counters_in_payload`): bumps `line`'s minor, or
+    /// on an overflow the major (every minor back to 0), and returns the block from before an
+    /// overflow, else `None`. The block is the counter cache's latest, so finding it takes no
+    /// search.
+    fn bump_in_payload(&mut self, line: u64) -> Option<CounterBlock> {
+        let (idx, bits) = (line_in_page(line), self.p.minor_bits);
+        let key = self.layout.counter_addr(page_of_line(line)) >> LINE_SHIFT;
+        let bytes = self.payload_mut(MetaKind::Counter, key);
+        let (_, minor) = CounterBlock::decode_one(bytes, idx, bits);
+        if u32::from(minor) + 1 < 1 << bits {
+            CounterBlock::encode_one(bytes, idx, minor + 1, bits);
+            return None;
+        }
+        let old = CounterBlock::decode(bytes, bits);
+        let mut new = old;
+        new.bump(idx, bits);
+        *bytes = new.encode(bits);
+        Some(old)
     }
 
     /// Decrypts and verifies the NVM copy of data `line` under counter (major, minor).
@@ -1004,7 +1049,13 @@ impl SecureMc {
     /// Encrypts `plain` for `line` under its current counter, persists the ciphertext and
     /// stores its MAC.
     fn seal_line(&mut self, line: u64, plain: &[u8; 64]) {
-        let (major, minor) = self.counters.counter_of_line(line);
+        let (major, minor) = if self.counters_in_payload {
+            let key = self.layout.counter_addr(page_of_line(line)) >> LINE_SHIFT;
+            let block = self.payload_ref(MetaKind::Counter, key).expect("the written line's counter block is cached");
+            CounterBlock::decode_one(block, line_in_page(line), self.p.minor_bits)
+        } else {
+            self.counters.counter_of_line(line)
+        };
         let f = self.func.as_mut().expect("functional");
         let mut ct = *plain;
         f.encrypt(&mut ct, line, major, minor);
@@ -1082,21 +1133,28 @@ impl SecureMc {
         let mut reenc_done = now;
         // The block from before an overflow: the counters the page's other lines are still
         // encrypted under.
-        let overflowed = self.counters.bump_line_keeping_old(line);
+        let overflowed = if self.counters_in_payload { self.bump_in_payload(line) } else { self.counters.bump_line_keeping_old(line) };
         let overflow = overflowed.is_some();
         if let Some(old) = overflowed {
             if self.func.as_ref().is_some_and(|f| f.canaries.minor_wrap_without_reencryption) {
                 // Planted bug: the minor wraps, the major stays, nothing is re-encrypted.
                 let mut wrapped = old;
                 wrapped.minors[line_in_page(line)] = 0;
-                self.counters.set_block(page, wrapped);
+                if self.counters_in_payload {
+                    let bytes = wrapped.encode(self.p.minor_bits);
+                    self.set_payload(MetaKind::Counter, self.layout.counter_addr(page) >> LINE_SHIFT, bytes);
+                } else {
+                    self.counters.set_block(page, wrapped);
+                }
             } else {
                 reenc_done = self.reencrypt_page(page, line_in_page(line), &old, ctr_at)?;
             }
         }
         let mac_at_start = self.ensure_mac(line, true, now);
         if functional {
-            if overflow {
+            if self.counters_in_payload {
+                // `bump_in_payload` wrote the counter block's bytes already.
+            } else if overflow {
                 self.store_counter_payload(page);
             } else {
                 self.store_counter_minor(line);

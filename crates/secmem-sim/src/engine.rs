@@ -242,7 +242,11 @@ impl Engine {
         cfg.run.trace_level = TraceLevel::Memory;
         let latency = Cycle::from_ns(cfg.pcm.read_latency_ns, cfg.core.freq_mhz);
         let device = secmem_media::untimed::UntimedDevice::new(device_gib(&cfg)? << 30, latency);
-        Self::with_controller(&cfg, build_controller_on(&cfg, Media::Untimed(device))?, true)
+        let mut mc = build_controller_on(&cfg, Media::Untimed(device))?;
+        // It runs the baseline's reads and writes and nothing else (no design, crash or
+        // recovery): its counters can live in the counter blocks' bytes alone.
+        mc.set_counters_in_payload();
+        Self::with_controller(&cfg, mc, true)
     }
 
     /// The timing half of a two-thread functional run: counting mode (the real device model,
@@ -525,8 +529,10 @@ impl Engine {
         if matches!(rec.op, Op::Read | Op::Write) {
             let line = rec.addr >> LINE_SHIFT;
             if self.memory_level {
-                // The record itself goes to the controller: a write bumps its counter.
-                if rec.op == Op::Write {
+                // The record itself goes to the controller: a write bumps its counter (in the
+                // counter block's cached bytes, which the second stage prefetches, when the
+                // controller keeps no counter store).
+                if rec.op == Op::Write && !self.mc.counters_in_payload() {
                     self.mc.counters.prefetch_line(line);
                 }
                 if self.functional {
