@@ -323,8 +323,13 @@ pub fn splits_functional_run(cfg: &Config) -> bool { cfg.run.functional && cfg.r
 /// per request.
 const BATCH_REQUESTS: usize = 1024;
 /// Batches handed over and not yet simulated, at most: the timing half waits when this many
-/// are queued.
-const BATCHES_QUEUED: usize = 16;
+/// are queued. The halves' speeds each vary over a run (page faults and huge-page collapses,
+/// the image index doubling, the event-log hashing), and the functional half loses time
+/// whenever the queue runs dry: 64 batches (about 6 MiB) hold some 80 ms of its work. Against
+/// 16, the bench's functional run took 0.929x and 0.944x as long (paired medians of 6 pairs
+/// each, every pair under 1; session 36) for 11 MiB more peak memory; 256 gained nothing more
+/// measurable (0.971x, range 0.90-1.12) for 45 MiB.
+const BATCHES_QUEUED: usize = 64;
 
 /// What the timing half sends the functional half.
 enum Handover {

@@ -69,10 +69,11 @@ fn two_halves_report_what_one_thread_reports_at_memory_level_with_warm_up_and_a_
 
 #[test]
 fn two_halves_report_what_one_thread_reports_when_the_timing_half_runs_far_ahead() {
-    // Many more records than the hand-over queue holds (16 batches of 1024), and a count
-    // that is not a whole number of batches: the timing half waits for the functional half
-    // many times, and the last, partial batch is simulated too.
-    assert_same_on_one_and_two_threads(&cfg(&["workload.requests=40001"]), "40,001 records");
+    // Many more records than the hand-over queue holds (64 batches of 1024 requests; each
+    // record here makes about 1.4), and a count that is not a whole number of batches: the
+    // timing half waits for the functional half many times, and the last, partial batch is
+    // simulated too.
+    assert_same_on_one_and_two_threads(&cfg(&["workload.requests=200001"]), "200,001 records");
 }
 
 #[test]
