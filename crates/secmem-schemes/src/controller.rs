@@ -993,7 +993,7 @@ impl SecureMc {
     /// counters: writes that minor into the cached counter block's bytes (the same bytes as
     /// [`store_counter_payload`](Self::store_counter_payload), without re-encoding the other 63).
     fn store_counter_minor(&mut self, line: u64) {
-        if self.func.is_some() && !self.counters_in_payload {
+        if self.func.is_some() {
             let (_, minor) = self.counters.counter_of_line(line);
             let (page, bits) = (page_of_line(line), self.p.minor_bits);
             let payload = self.payload_mut(MetaKind::Counter, self.layout.counter_addr(page) >> LINE_SHIFT);
@@ -1027,6 +1027,14 @@ impl SecureMc {
         Some(old)
     }
 
+    /// Functional mode: `line`'s counter (major, minor) as its cached counter block's bytes
+    /// hold it (the block must be cached).
+    fn cached_counter_of_line(&self, line: u64) -> (u64, u8) {
+        let key = self.layout.counter_addr(page_of_line(line)) >> LINE_SHIFT;
+        let block = self.payload_ref(MetaKind::Counter, key).expect("counter block cached");
+        CounterBlock::decode_one(block, line_in_page(line), self.p.minor_bits)
+    }
+
     /// Decrypts and verifies the NVM copy of data `line` under counter (major, minor).
     fn open_line(&self, line: u64, major: u64, minor: u8) -> Result<[u8; 64], IntegrityError> {
         let f = self.func.as_ref().expect("functional");
@@ -1049,13 +1057,7 @@ impl SecureMc {
     /// Encrypts `plain` for `line` under its current counter, persists the ciphertext and
     /// stores its MAC.
     fn seal_line(&mut self, line: u64, plain: &[u8; 64]) {
-        let (major, minor) = if self.counters_in_payload {
-            let key = self.layout.counter_addr(page_of_line(line)) >> LINE_SHIFT;
-            let block = self.payload_ref(MetaKind::Counter, key).expect("the written line's counter block is cached");
-            CounterBlock::decode_one(block, line_in_page(line), self.p.minor_bits)
-        } else {
-            self.counters.counter_of_line(line)
-        };
+        let (major, minor) = if self.counters_in_payload { self.cached_counter_of_line(line) } else { self.counters.counter_of_line(line) };
         let f = self.func.as_mut().expect("functional");
         let mut ct = *plain;
         f.encrypt(&mut ct, line, major, minor);
@@ -1081,9 +1083,7 @@ impl SecureMc {
         let mac_at = self.ensure_mac(line, false, now);
         let plain = if self.func.is_some() {
             // Decrypt with the counter from the verified counter-block bytes themselves.
-            let key = self.layout.counter_addr(page_of_line(line)) >> LINE_SHIFT;
-            let block = self.payload_ref(MetaKind::Counter, key).expect("counter block cached");
-            let (major, minor) = CounterBlock::decode_one(block, line_in_page(line), self.p.minor_bits);
+            let (major, minor) = self.cached_counter_of_line(line);
             Some(self.open_line(line, major, minor)?)
         } else {
             None
@@ -1152,12 +1152,13 @@ impl SecureMc {
         }
         let mac_at_start = self.ensure_mac(line, true, now);
         if functional {
-            if self.counters_in_payload {
-                // `bump_in_payload` wrote the counter block's bytes already.
-            } else if overflow {
-                self.store_counter_payload(page);
-            } else {
-                self.store_counter_minor(line);
+            // (With `counters_in_payload`, `bump_in_payload` wrote the block's bytes already.)
+            if !self.counters_in_payload {
+                if overflow {
+                    self.store_counter_payload(page);
+                } else {
+                    self.store_counter_minor(line);
+                }
             }
             self.seal_line(line, plain.as_ref().unwrap());
         }
