@@ -119,6 +119,16 @@ impl<T> ZeroedSlice<T> {
     /// Values the slice can grow to in place.
     pub fn capacity(&self) -> usize { self.cap }
 
+    /// The host byte addresses `(start, bytes)` of values `[from, to)`, which may reach past
+    /// the slice's length into its room to grow (up to [`capacity`](Self::capacity)); None
+    /// unless the slice is a mapping of its own (see [`is_mapped`](Self::is_mapped)), or if
+    /// the range does not fit. For [`Prefaulter`](crate::prefault::Prefaulter), whose
+    /// thread commits such a range ahead of its first write.
+    pub fn address_range(&self, from: usize, to: usize) -> Option<(usize, usize)> {
+        let size = std::mem::size_of::<T>();
+        (self.is_mapped() && from <= to && to <= self.cap).then(|| (self.ptr as usize + from * size, (to - from) * size))
+    }
+
     /// Whether the host page holding value `i` is mapped (`mincore`), None where that
     /// cannot be told (not Linux, not a mapping of its own, `i` out of range). A page only
     /// ever read is mapped too (to the kernel's shared zero page). For tests of which host

@@ -10,6 +10,7 @@
 //! * [`tree`] — Bonsai Merkle Tree geometry and the NVM region layout.
 //! * [`stats`] — latency histograms with percentiles; counters subtract for warm-up removal.
 //! * [`hostmem`] — zeroed, lazily committed host arrays (huge pages where dense).
+//! * [`prefault`] — commits host memory ahead of its first write, on an idle-priority thread.
 //! * [`pow2`] — power-of-two arrays indexed modulo their length, without bounds checks.
 //! * [`error`] — the typed configuration error that names the field.
 
@@ -19,6 +20,7 @@ pub mod counters;
 pub mod error;
 pub mod hostmem;
 pub mod pow2;
+pub mod prefault;
 pub mod schema;
 pub mod stats;
 pub mod time;

@@ -326,6 +326,7 @@ impl SecureMc {
             // Counter blocks and tree nodes are filled densely by any sizeable run: stored by
             // position, one host cache miss each. MAC blocks and data stay sparse; a MAC block
             // shares its index home with its data lines, which are looked up just before it.
+            // Its slab and index growth are committed ahead, in a host core's idle time.
             let tree_first = (layout.mac_base >> LINE_SHIFT) + layout.mac_blocks;
             f.memo_layout = (data_bytes, tree.arity, security.mac_bits);
             debug_assert!(layout.macs_per_block.is_power_of_two(), "mac_bits divides 512");
@@ -337,7 +338,8 @@ impl SecureMc {
                 data_lines: data_bytes >> LINE_SHIFT,
                 group_shift: layout.macs_per_block.trailing_zeros(),
                 group_first: layout.mac_base >> LINE_SHIFT,
-            });
+            })
+            .with_prefault();
         }
         let strict = security.metadata_persistence == MetadataPersistence::Strict;
         if strict && tree.update != TreeUpdate::Eager {
