@@ -504,7 +504,7 @@ impl NvmImage {
         if let Some(old) = self.table.replace(table) {
             match self.prefault.as_mut() {
                 Some(p) => p.retire(Box::new(old)),
-                _ => drop(old),
+                None => drop(old),
             }
         }
     }
