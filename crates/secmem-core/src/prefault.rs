@@ -45,6 +45,9 @@ pub struct Prefaulter {
     /// The thread could not be started, or the kernel does not know `MADV_POPULATE_WRITE`
     /// (before Linux 5.14): stop asking.
     unavailable: bool,
+    /// Leave the thread at normal priority (tests that wait for it on a busy machine, where
+    /// an idle-priority thread may not run for seconds).
+    normal_priority: bool,
 }
 
 impl Prefaulter {
@@ -94,7 +97,8 @@ impl Prefaulter {
         if self.jobs.is_none() {
             let (tx, rx) = mpsc::channel::<Job>();
             let cancel = Arc::clone(&self.cancel);
-            let spawned = std::thread::Builder::new().name("secmem-prefault".into()).spawn(move || serve(rx, &cancel));
+            let idle = !self.normal_priority;
+            let spawned = std::thread::Builder::new().name("secmem-prefault".into()).spawn(move || serve(rx, &cancel, idle));
             match spawned {
                 Ok(_) => self.jobs = Some(tx),
                 Err(_) => {
@@ -108,8 +112,10 @@ impl Prefaulter {
 }
 
 /// The background thread: commits each range asked for, in order, a huge page at a time.
-fn serve(jobs: mpsc::Receiver<Job>, cancel: &AtomicBool) {
-    lower_own_priority();
+fn serve(jobs: mpsc::Receiver<Job>, cancel: &AtomicBool, idle_priority: bool) {
+    if idle_priority {
+        lower_own_priority();
+    }
     let mut supported = true;
     for job in jobs {
         match job {
@@ -159,8 +165,9 @@ mod tests {
     use super::*;
     use crate::hostmem::ZeroedSlice;
 
-    /// Waits (bounded) until `done()`; the thread runs at idle priority, so under a loaded
-    /// test machine it may take a while.
+    /// Waits (bounded, 10 s) until `done()`. (The tests that wait leave the thread at normal
+    /// priority: at idle priority, on a machine busy with other tests, it may not run for
+    /// longer than that.)
     fn eventually(mut done: impl FnMut() -> bool) -> bool {
         for _ in 0..2000 {
             if done() {
@@ -178,7 +185,7 @@ mod tests {
         let s: ZeroedSlice<u64> = unsafe { ZeroedSlice::with_capacity_huge(len, len) };
         let Some((start, bytes)) = s.address_range(0, len) else { return }; // not Linux
         assert_eq!(s.is_page_mapped(len / 2), Some(false), "nothing was touched yet");
-        let mut p = Prefaulter::default();
+        let mut p = Prefaulter { normal_priority: true, ..Prefaulter::default() };
         assert!(!p.started());
         // SAFETY: `s` is retired to the prefaulter below, after the range is done.
         unsafe { p.populate(start, bytes) };
@@ -213,7 +220,7 @@ mod tests {
         let s: ZeroedSlice<u64> = unsafe { ZeroedSlice::with_capacity_huge(len, len) };
         let Some((start, bytes)) = s.address_range(0, len) else { return };
         let dropped = Arc::new(AtomicBool::new(false));
-        let mut p = Prefaulter::default();
+        let mut p = Prefaulter { normal_priority: true, ..Prefaulter::default() };
         // SAFETY: `s` is retired below.
         unsafe { p.populate(start, bytes) };
         p.retire(Box::new((s, Flag(Arc::clone(&dropped)))));
