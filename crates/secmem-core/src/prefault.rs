@@ -42,8 +42,9 @@ pub struct Prefaulter {
     /// Set when the owner no longer wants what it asked for (it is being dropped): the
     /// thread skips the rest.
     cancel: Arc<AtomicBool>,
-    /// The thread could not be started, or the kernel does not know `MADV_POPULATE_WRITE`
-    /// (before Linux 5.14): stop asking.
+    /// The thread could not be started, or has ended: stop asking. (Where the kernel does
+    /// not know `MADV_POPULATE_WRITE`, before Linux 5.14, the thread stays and skips every
+    /// range after its first try.)
     unavailable: bool,
     /// Leave the thread at normal priority (tests that wait for it on a busy machine, where
     /// an idle-priority thread may not run for seconds).
@@ -165,6 +166,12 @@ mod tests {
     use super::*;
     use crate::hostmem::ZeroedSlice;
 
+    /// Sets its flag when dropped: tells when, and on which side, retired memory went.
+    struct Flag(Arc<AtomicBool>);
+    impl Drop for Flag {
+        fn drop(&mut self) { self.0.store(true, Ordering::SeqCst); }
+    }
+
     /// Waits (bounded, 10 s) until `done()`. (The tests that wait leave the thread at normal
     /// priority: at idle priority, on a machine busy with other tests, it may not run for
     /// longer than that.)
@@ -198,10 +205,6 @@ mod tests {
 
     #[test]
     fn retiring_with_no_range_asked_for_starts_no_thread_and_drops_at_once() {
-        struct Flag(Arc<AtomicBool>);
-        impl Drop for Flag {
-            fn drop(&mut self) { self.0.store(true, Ordering::SeqCst); }
-        }
         let dropped = Arc::new(AtomicBool::new(false));
         let mut p = Prefaulter::default();
         p.retire(Box::new(Flag(Arc::clone(&dropped))));
@@ -211,10 +214,6 @@ mod tests {
 
     #[test]
     fn retired_memory_is_dropped_by_the_thread_after_the_ranges_before_it() {
-        struct Flag(Arc<AtomicBool>);
-        impl Drop for Flag {
-            fn drop(&mut self) { self.0.store(true, Ordering::SeqCst); }
-        }
         let len = 4 * crate::hostmem::HUGE_BYTES / 8;
         // SAFETY: zero is a valid u64.
         let s: ZeroedSlice<u64> = unsafe { ZeroedSlice::with_capacity_huge(len, len) };

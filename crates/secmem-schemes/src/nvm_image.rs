@@ -424,7 +424,12 @@ impl NvmImage {
             let loc = ((self.chunks.len() as u64 - 1) << 32) | self.fill as u64;
             self.fill += 1;
             table[b] = [line + 1, loc];
-            if self.fill * 2 == self.chunks.last().map_or(0, |c| c.len()) && self.prefault.is_some() {
+            // (Only the largest chunks, 8 MiB, are mappings of their own that can be
+            // committed ahead; smaller ones come from the allocator.)
+            if self.fill * 2 == self.chunks.last().map_or(0, |c| c.len())
+                && self.prefault.is_some()
+                && chunk_lines(self.chunks.len()) == 1 << MAX_CHUNK_SHIFT
+            {
                 self.prefault_next_chunk();
             }
             loc
@@ -474,7 +479,7 @@ impl NvmImage {
     }
 
     /// Makes the next slab chunk now and has the prefault thread commit it, if it is a
-    /// mapping of its own (the largest chunks are; smaller ones come from the allocator).
+    /// mapping of its own (`put` asks only for the largest chunks, which are).
     #[cold]
     fn prefault_next_chunk(&mut self) {
         let chunk = new_chunk(chunk_lines(self.chunks.len()));
