@@ -479,7 +479,8 @@ impl NvmImage {
     }
 
     /// Makes the next slab chunk now and has the prefault thread commit it, if it is a
-    /// mapping of its own (`put` asks only for the largest chunks, which are).
+    /// mapping of its own (`put` asks only for the largest chunks, which are). Kept either
+    /// way: the next `put` that needs a chunk takes it.
     #[cold]
     fn prefault_next_chunk(&mut self) {
         let chunk = new_chunk(chunk_lines(self.chunks.len()));
@@ -487,8 +488,8 @@ impl NvmImage {
             // SAFETY: the chunk is this image's until it drops, and then it is retired to the
             // prefaulter (Drop), not unmapped.
             unsafe { p.populate(start, bytes) };
-            self.next_chunk = Some(chunk);
         }
+        self.next_chunk = Some(chunk);
     }
 
     /// Has the prefault thread commit the room the index will double into in place (see
