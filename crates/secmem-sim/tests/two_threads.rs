@@ -77,6 +77,36 @@ fn two_halves_report_what_one_thread_reports_when_the_timing_half_runs_far_ahead
 }
 
 #[test]
+fn two_halves_report_what_one_thread_reports_on_a_trace_whose_stores_start_carrying_data() {
+    // The timing half's hierarchy carries synthetic stores' bytes, then the records' own;
+    // flushes and fences in between; with an inclusive LLC (a write-back takes a dirty upper
+    // copy's bytes) and without (an older dirty copy may leave the LLC before the newer one).
+    let dir = TmpDir::new("two-threads-data-later");
+    let path = dir.0.join("t.txt");
+    let mut text = String::from("# secmem-trace v1\n");
+    for i in 0..8000u64 {
+        let addr = (i * 4160 + i * i * 64) % 262144 / 64 * 64;
+        text += &match i % 11 {
+            0..=3 => format!("R {addr:#x} 64 1\n"),
+            4 => format!("FL {addr:#x} 64 0\n"),
+            5 => "F 0x0 0 3\n".to_string(),
+            _ if i < 4000 => format!("W {addr:#x} 64 2\n"),
+            _ => format!("W {addr:#x} 64 2 {}\n", format!("{:02x}", i as u8).repeat(64)),
+        };
+    }
+    std::fs::write(&path, text).unwrap();
+    let input = TraceInput::File(path);
+    for extra in [&[][..], &["hierarchy.inclusive_llc=false"][..]] {
+        let c = cfg(extra);
+        let one = secmem_sim::run(&with_threads(&c, 1), &input).unwrap();
+        let two = secmem_sim::run(&with_threads(&c, 2), &input).unwrap();
+        assert!(one["stats"]["memory"]["writes"]["data"].as_u64().unwrap() > 1000, "{}", one["stats"]["memory"]);
+        assert_eq!(one["stats"], two["stats"], "{extra:?}: the statistics differ");
+        assert_eq!(one["meta"]["event_log_hash"], two["meta"]["event_log_hash"], "{extra:?}: the event logs differ");
+    }
+}
+
+#[test]
 fn a_saved_image_is_the_same_byte_for_byte_on_two_threads() {
     let dir = TmpDir::new("two-threads-image");
     let c = cfg(&[]);
