@@ -25,15 +25,20 @@ fn with_threads(c: &Config, n: u32) -> Config {
 
 /// Runs `c` on one thread and on two; both must succeed with the same statistics, record
 /// count and event-log hash.
-fn assert_same_on_one_and_two_threads(c: &Config, what: &str) {
+fn assert_same_on_one_and_two_threads(c: &Config, what: &str) { assert_same_on_one_and_two_threads_over(c, &TraceInput::Workload, what); }
+
+/// [`assert_same_on_one_and_two_threads`] over the records of `input`; returns the one-thread
+/// report.
+fn assert_same_on_one_and_two_threads_over(c: &Config, input: &TraceInput, what: &str) -> Value {
     assert!(splits_functional_run(&with_threads(c, 2)), "{what}: the two-thread run would not split");
-    let one = secmem_sim::run(&with_threads(c, 1), &TraceInput::Workload).unwrap_or_else(|e| panic!("{what}, one thread: {e}"));
-    let two = secmem_sim::run(&with_threads(c, 2), &TraceInput::Workload).unwrap_or_else(|e| panic!("{what}, two threads: {e}"));
+    let one = secmem_sim::run(&with_threads(c, 1), input).unwrap_or_else(|e| panic!("{what}, one thread: {e}"));
+    let two = secmem_sim::run(&with_threads(c, 2), input).unwrap_or_else(|e| panic!("{what}, two threads: {e}"));
     assert_eq!(one["stats"], two["stats"], "{what}: the statistics differ");
     assert_eq!(one["meta"]["records"], two["meta"]["records"], "{what}: the record counts differ");
     let hash = |r: &Value| r["meta"]["event_log_hash"].as_str().map(str::to_string);
     assert!(hash(&one).is_some(), "{what}: no event-log hash");
     assert_eq!(hash(&one), hash(&two), "{what}: the event logs differ");
+    one
 }
 
 #[test]
@@ -97,12 +102,8 @@ fn two_halves_report_what_one_thread_reports_on_a_trace_whose_stores_start_carry
     std::fs::write(&path, text).unwrap();
     let input = TraceInput::File(path);
     for extra in [&[][..], &["hierarchy.inclusive_llc=false"][..]] {
-        let c = cfg(extra);
-        let one = secmem_sim::run(&with_threads(&c, 1), &input).unwrap();
-        let two = secmem_sim::run(&with_threads(&c, 2), &input).unwrap();
+        let one = assert_same_on_one_and_two_threads_over(&cfg(extra), &input, &format!("stores that start carrying data, {extra:?}"));
         assert!(one["stats"]["memory"]["writes"]["data"].as_u64().unwrap() > 1000, "{}", one["stats"]["memory"]);
-        assert_eq!(one["stats"], two["stats"], "{extra:?}: the statistics differ");
-        assert_eq!(one["meta"]["event_log_hash"], two["meta"]["event_log_hash"], "{extra:?}: the event logs differ");
     }
 }
 
