@@ -87,8 +87,7 @@ fn two_halves_report_what_one_thread_reports_on_a_trace_whose_stores_start_carry
     // flushes and fences in between; with an inclusive LLC (a write-back takes a dirty upper
     // copy's bytes) and without (an older dirty copy may leave the LLC before the newer one).
     let dir = TmpDir::new("two-threads-data-later");
-    let path = dir.0.join("t.txt");
-    let mut text = String::from("# secmem-trace v1\n");
+    let mut text = String::new();
     for i in 0..8000u64 {
         let addr = (i * 4160 + i * i * 64) % 262144 / 64 * 64;
         text += &match i % 11 {
@@ -99,8 +98,7 @@ fn two_halves_report_what_one_thread_reports_on_a_trace_whose_stores_start_carry
             _ => format!("W {addr:#x} 64 2 {}\n", format!("{:02x}", i as u8).repeat(64)),
         };
     }
-    std::fs::write(&path, text).unwrap();
-    let input = TraceInput::File(path);
+    let input = text_trace_in(&dir, &text);
     for extra in [&[][..], &["hierarchy.inclusive_llc=false"][..]] {
         let one = assert_same_on_one_and_two_threads_over(&cfg(extra), &input, &format!("stores that start carrying data, {extra:?}"));
         assert!(one["stats"]["memory"]["writes"]["data"].as_u64().unwrap() > 1000, "{}", one["stats"]["memory"]);
@@ -133,16 +131,21 @@ fn a_planted_bug_fails_the_two_thread_run_with_the_one_thread_runs_error() {
     assert_eq!(one, two);
 }
 
+/// A text trace file in `dir` holding the records `body` (text form, one a line).
+fn text_trace_in(dir: &TmpDir, body: &str) -> TraceInput {
+    let path = dir.0.join("t.txt");
+    std::fs::write(&path, format!("# secmem-trace v1\n{body}")).unwrap();
+    TraceInput::File(path)
+}
+
 /// A text trace in `dir`: 3,000 good writes over the footprint, then `tail`.
 fn trace_of_3000_writes_then(dir: &TmpDir, tail: &str) -> TraceInput {
-    let path = dir.0.join("t.txt");
-    let mut text = String::from("# secmem-trace v1\n");
+    let mut text = String::new();
     for i in 0..3000u64 {
         text += &format!("W {:#x} 64 2\n", (i * 4160) % 262144 / 64 * 64);
     }
     text += tail;
-    std::fs::write(&path, text).unwrap();
-    TraceInput::File(path)
+    text_trace_in(dir, &text)
 }
 
 #[test]
