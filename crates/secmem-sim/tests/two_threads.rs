@@ -25,7 +25,9 @@ fn with_threads(c: &Config, n: u32) -> Config {
 
 /// Runs `c` on one thread and on two; both must succeed with the same statistics, record
 /// count and event-log hash.
-fn assert_same_on_one_and_two_threads(c: &Config, what: &str) { assert_same_on_one_and_two_threads_over(c, &TraceInput::Workload, what); }
+fn assert_same_on_one_and_two_threads(c: &Config, what: &str) {
+    assert_same_on_one_and_two_threads_over(c, &TraceInput::Workload, what);
+}
 
 /// [`assert_same_on_one_and_two_threads`] over the records of `input`; returns the one-thread
 /// report.
