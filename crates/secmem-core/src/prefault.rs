@@ -5,7 +5,7 @@
 //! line contents and its hash index), and the first write to each fresh host page stops the
 //! writing thread while the kernel allocates and zeroes it. Under this project's hypervisor
 //! that runs at a few hundred MB/s: on the 10 M-record random bench it was about 1.5 s of
-//! the functional half's 17-18 s (`perf`, session 37), on a core the other half leaves idle
+//! the functional half's 17-18 s (`perf`), on a core the other half leaves idle
 //! part of the time. A [`Prefaulter`] takes that work to such idle time: the owner of a
 //! mapping asks for a range it will write soon (the next slab chunk, the room an index will
 //! double into) and the background thread commits it with Linux `MADV_POPULATE_WRITE`,

@@ -69,7 +69,7 @@ fn main() {
     report("line_mac (64-bit)", mac);
 
     // References: the bare primitive under line_mac (to separate crate cost from ours), and
-    // keyed BLAKE3, which line_mac used until session 19 (the figure behind the choice).
+    // keyed BLAKE3, which line_mac used before SipHash-2-4 (the figure behind the choice).
     let key = [7u8; 32];
     let msg = [0x33u8; 88];
     let raw = rate(n, reps, || {

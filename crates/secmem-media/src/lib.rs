@@ -172,7 +172,7 @@ impl Media {
     }
 
     /// The accesses of every device but PCM, out of line: inlined, they made counting mode's
-    /// PCM path about 1% more host instructions (session 31).
+    /// PCM path about 1% more host instructions.
     #[inline(never)]
     fn access_not_pcm(&mut self, req: MemRequest) -> Cycle {
         match self {
@@ -181,7 +181,7 @@ impl Media {
             // Never taken (`read` and `write` answer PCM inline). Out of line, so that this
             // function stays small: with PCM's whole access path inlined here, every untimed
             // access paid that path's register saves, about 30 host instructions a call where
-            // the count itself is a few (session 34).
+            // the count itself is a few.
             Media::Pcm(pcm) => pcm_access_out_of_line(pcm, req),
         }
     }

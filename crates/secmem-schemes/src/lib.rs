@@ -1,29 +1,21 @@
 //! secmem-schemes: the secure memory controller every design shares, and the designs.
 //!
-//! * [`controller`] — counters, MACs, Bonsai Merkle Tree, metadata caches, lazy/eager update,
-//!   re-encryption on overflow; the baseline read/write paths.
-//! * [`design`] — the [`Design`] trait (hooks with baseline defaults) and the
-//!   closed list of designs.
+//! Two rooms, and a design never reaches from one into the other except through the
+//! controller's operations:
+//!
+//! * [`controller`] — the shared secure memory controller: counters, MACs, the Bonsai Merkle
+//!   Tree and its walk, metadata caches, lazy/eager update, re-encryption on overflow, the
+//!   baseline's read/write data path, functional mode's image and crypto, recovery, and the
+//!   generic eADR drain machinery.
+//! * [`designs`] — the [`Design`] trait (hooks with baseline defaults), one file per design,
+//!   and the registry ([`designs::REGISTRY`]): the one place that lists them.
 //! * [`config`] — the config sections the controller reads.
-//! * [`eadr`] — draining the cache hierarchy on power loss (eADR), the baselines' drains.
-//! * [`horus`] — Horus: the Cache Hierarchy Vault drain and its recovery.
-//! * [`cache_tree`] — the small tree protecting a saved metadata cache.
-//! * [`nvm_image`] — the store behind functional mode's sparse NVM image.
 
-pub mod cache_tree;
 pub mod config;
 pub mod controller;
-pub mod design;
-pub mod eadr;
-pub mod functional;
-pub mod horus;
-pub mod image_file;
-pub mod lelantus;
-pub mod nvm_image;
-pub mod recovery;
-pub mod silent_shredder;
+pub mod designs;
 pub mod testing;
 
+pub use controller::functional::{Canaries, IntegrityError};
 pub use controller::{McStats, MetaBlock, MetaKind, SecureMc};
-pub use design::{Design, PageCommand, PageCommandError};
-pub use functional::{Canaries, IntegrityError};
+pub use designs::{Design, PageCommand, PageCommandError};

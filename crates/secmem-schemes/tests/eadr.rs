@@ -5,12 +5,13 @@ use secmem_core::cache::CacheConfig;
 use secmem_core::Cycle;
 use secmem_media::{AccessKind, MediaStats, MemRequest, MemoryPort, TrafficClass};
 use secmem_schemes::config::*;
-use secmem_schemes::design::Baseline;
-use secmem_schemes::eadr::{self, DrainClock, DrainLine, DrainMacs, DrainReads, DrainRecovery, DrainRecoveryError, DrainStats, DrainWrites};
-use secmem_schemes::horus::{Horus, MacLevels};
-use secmem_schemes::recovery::RecoveryReport;
+use secmem_schemes::designs::Baseline;
+use secmem_schemes::controller::eadr::{self, DrainClock, DrainLine, DrainMacs, DrainReads, DrainRecovery, DrainRecoveryError, DrainStats, DrainWrites};
+use secmem_schemes::designs::horus::{Horus, MacLevels};
+use secmem_schemes::controller::recovery::RecoveryReport;
 use secmem_schemes::testing::{flip_bit, write_some_lines, AccessLog, FixedLatencyMedia};
-use secmem_schemes::{cache_tree, Design, McStats, SecureMc};
+use secmem_schemes::controller::cache_tree;
+use secmem_schemes::{Design, McStats, SecureMc};
 
 /// 64 pages, 4 KiB metadata caches; reads take 100 cycles, writes `write`; a 1 GiB device
 /// unless `capacity` says otherwise.

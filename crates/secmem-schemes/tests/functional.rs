@@ -65,7 +65,7 @@ fn no_pad_is_reused_across_a_crash_and_recovery_with(init: CounterInit) {
         m.write_line(line, Some(&content(line, i)), Cycle(i * 10)).unwrap();
     }
     m.crash(false);
-    secmem_schemes::recovery::rebuild_and_verify(&mut m, Cycle(0)).unwrap();
+    secmem_schemes::controller::recovery::rebuild_and_verify(&mut m, Cycle(0)).unwrap();
     // The detector saw every pad before the crash; writes after recovery continue from the
     // persisted counters and must not repeat any of them.
     for i in 0..3000u64 {
@@ -95,7 +95,7 @@ fn tampered_counter_in_nvm_is_reported_as_a_counter_failure_with_its_address() {
     m.write_line(70, Some(&content(70, 1)), Cycle(0)).unwrap();
     m.flush_metadata(Cycle(10)).unwrap();
     m.crash(false);
-    secmem_schemes::recovery::rebuild_and_verify(&mut m, Cycle(0)).unwrap();
+    secmem_schemes::controller::recovery::rebuild_and_verify(&mut m, Cycle(0)).unwrap();
     let caddr = m.layout.counter_addr(1);
     let f = m.func.as_mut().unwrap();
     let mut b = f.image.get(caddr >> 6);
@@ -113,7 +113,7 @@ fn recovery_names_the_first_bad_node_when_a_persisted_counter_is_replayed() {
     m.write_line(70, Some(&content(70, 2)), Cycle(100)).unwrap();
     m.crash(false);
     m.func.as_mut().unwrap().image.put(caddr, old);
-    let e = secmem_schemes::recovery::rebuild_and_verify(&mut m, Cycle(0)).unwrap_err();
+    let e = secmem_schemes::controller::recovery::rebuild_and_verify(&mut m, Cycle(0)).unwrap_err();
     assert!(e.first_bad.starts_with("tree level 1 index 0"), "{e}");
 }
 
@@ -136,7 +136,7 @@ fn under_random_counter_init_never_written_lines_read_as_zeros_and_verify() {
     m.drop_metadata_caches();
     check_all(&mut m, "cold caches: every counter block fetched and verified from its boot bytes");
     m.crash(false);
-    secmem_schemes::recovery::rebuild_and_verify(&mut m, Cycle(0)).unwrap();
+    secmem_schemes::controller::recovery::rebuild_and_verify(&mut m, Cycle(0)).unwrap();
     check_all(&mut m, "after crash and recovery");
     // The boot bytes of a never-written counter block are its initial block's encoding, and
     // they are not stored: the image holds only what was written.

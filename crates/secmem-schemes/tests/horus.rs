@@ -6,10 +6,11 @@ use secmem_core::cache::CacheConfig;
 use secmem_core::Cycle;
 use secmem_media::AccessKind;
 use secmem_schemes::config::*;
-use secmem_schemes::eadr::{DrainClock, DrainLine, DrainStats};
-use secmem_schemes::horus::{ChvLayout, Horus, MacLevels};
+use secmem_schemes::controller::eadr::{DrainClock, DrainLine, DrainStats};
+use secmem_schemes::designs::horus::{ChvLayout, Horus, MacLevels};
 use secmem_schemes::testing::{flip_bit, write_some_lines, AccessLog, FixedLatencyMedia};
-use secmem_schemes::{cache_tree, Design, SecureMc};
+use secmem_schemes::controller::cache_tree;
+use secmem_schemes::{Design, SecureMc};
 
 fn controller(functional: bool) -> (SecureMc, AccessLog) { controller_writing_in(functional, 300) }
 

@@ -7,8 +7,8 @@ use secmem_core::Cycle;
 use secmem_media::{AccessKind, MemoryPort, TrafficClass};
 use secmem_schemes::config::*;
 use secmem_schemes::controller::set_bits;
-use secmem_schemes::functional::NvmImage;
-use secmem_schemes::recovery::rebuild_and_verify;
+use secmem_schemes::controller::functional::NvmImage;
+use secmem_schemes::controller::recovery::rebuild_and_verify;
 use secmem_schemes::testing::{AccessLog, FixedLatencyMedia};
 use secmem_schemes::{IntegrityError, SecureMc};
 
@@ -408,8 +408,8 @@ fn a_lelantus_copy_and_a_write_to_it_under_strict_eager_persistence_survive_a_cr
     // `counter_block_updated`: under strict persistence with eager update those must hash the
     // new counters up to the root and write them through, as the baseline's writes do, so a
     // crash right after the copy, or right after a write to it, still recovers and reads back.
-    use secmem_schemes::design::Design;
-    use secmem_schemes::lelantus::{Encoding, Lelantus};
+    use secmem_schemes::designs::Design;
+    use secmem_schemes::designs::lelantus::{Encoding, Lelantus};
     use secmem_schemes::PageCommand;
     let (a, b) = (10u64, 20u64);
     for write_before_crash in [false, true] {
@@ -445,9 +445,9 @@ const B: u64 = 20;
 
 /// A functional strict/eager controller with Lelantus (Resized): the first `lines` lines of
 /// page `A` written, then `A` copied to `B`.
-fn strict_lelantus_copy(lines: u64) -> (SecureMc, secmem_schemes::lelantus::Lelantus) {
-    use secmem_schemes::design::Design;
-    use secmem_schemes::lelantus::{Encoding, Lelantus};
+fn strict_lelantus_copy(lines: u64) -> (SecureMc, secmem_schemes::designs::lelantus::Lelantus) {
+    use secmem_schemes::designs::Design;
+    use secmem_schemes::designs::lelantus::{Encoding, Lelantus};
     let (mut m, _) = build(true, TreeUpdate::Eager, MetadataPersistence::Strict, 64);
     let mut d = Lelantus::new(Encoding::Resized);
     for i in 0..lines {
@@ -463,7 +463,7 @@ fn a_resized_lelantus_copy_can_be_written_after_a_crash_and_recovery() {
     // left the copy's counter view at major 2^63 + 1 (the COW flag read as part of the
     // major): the next write encrypted under it, its read decoded major 1 from the
     // verified bytes, and the MAC check failed on a run with no attack.
-    use secmem_schemes::design::Design;
+    use secmem_schemes::designs::Design;
     let (mut m, mut d) = strict_lelantus_copy(64);
     d.crash(&mut m, false);
     d.recover(&mut m, Cycle(1 << 30)).unwrap();
@@ -479,7 +479,7 @@ fn a_freed_lelantus_copy_leaves_nvm_consistent_with_the_root() {
     // Found by the OS-level crash campaign: page_free of a lazy copy rewrote its counter block
     // without its CoW fields but neither rehashed its tree path (eager) nor wrote it through
     // (strict). Once written back, NVM disagreed with the root register.
-    use secmem_schemes::design::Design;
+    use secmem_schemes::designs::Design;
     let (mut m, mut d) = strict_lelantus_copy(64);
     d.write(&mut m, B * 64 + 5, Some(&content(B * 64 + 5, 2)), Cycle(200_000)).unwrap();
     d.page_command(&mut m, secmem_schemes::PageCommand::Free { page: B }, Cycle(300_000)).unwrap();
@@ -494,7 +494,7 @@ fn a_freed_lelantus_copy_leaves_nvm_consistent_with_the_root() {
 fn materialising_a_fully_written_lelantus_copy_leaves_nvm_consistent_with_the_root() {
     // page_phyc of a copy whose every line was written since has no line to copy: it only
     // clears the CoW fields, and must still rehash and persist the block.
-    use secmem_schemes::design::Design;
+    use secmem_schemes::designs::Design;
     let (mut m, mut d) = strict_lelantus_copy(1);
     for i in 0..64u64 {
         d.write(&mut m, B * 64 + i, Some(&content(B * 64 + i, 2)), Cycle(200_000 + i * 1000)).unwrap();
@@ -512,7 +512,7 @@ fn freeing_a_source_materialises_every_copy_of_it_even_after_one_copy_went_priva
     // The controller's own check of early reclamation (section III-D): page_free of a source
     // copies its remaining lazy copies for real. One copy (B) going private must not take the
     // other (C) off the source's list, or C would read the freed page's next content.
-    use secmem_schemes::design::Design;
+    use secmem_schemes::designs::Design;
     use secmem_schemes::PageCommand;
     const C: u64 = 30;
     let (mut m, mut d) = strict_lelantus_copy(64);
@@ -535,8 +535,8 @@ fn a_recovered_lelantus_cow_record_line_makes_copies_only_of_its_valid_records()
     // Lelantus-CoW keeps 8 records per line; recovery must take only the slots marked valid.
     // Page B + 1 shares B's record line but was never copied: after recovery its never-written
     // lines read as zeros (its own boot content), not as page 0's.
-    use secmem_schemes::design::Design;
-    use secmem_schemes::lelantus::{Encoding, Lelantus};
+    use secmem_schemes::designs::Design;
+    use secmem_schemes::designs::lelantus::{Encoding, Lelantus};
     use secmem_schemes::PageCommand;
     let (mut m, _) = build(true, TreeUpdate::Eager, MetadataPersistence::Strict, 64);
     let mut d = Lelantus::new(Encoding::Supplementary);
@@ -559,8 +559,8 @@ fn a_recovered_lelantus_cow_record_line_makes_copies_only_of_its_valid_records()
 #[test]
 fn lelantus_cow_carves_its_32_kib_cow_cache_out_of_the_counter_cache() {
     // Section V-A: a 32 KB CoW cache taken from the 256 KB counter cache (16 ways each).
-    use secmem_schemes::design::Design;
-    use secmem_schemes::lelantus::{Encoding, Lelantus};
+    use secmem_schemes::designs::Design;
+    use secmem_schemes::designs::lelantus::{Encoding, Lelantus};
     let (mut m, _) = build(false, TreeUpdate::Lazy, MetadataPersistence::WriteBack, 256);
     assert_eq!(m.counter_cache.capacity_lines(), 4096);
     let mut d = Lelantus::new(Encoding::Supplementary);
@@ -574,7 +574,7 @@ fn lelantus_cow_carves_its_32_kib_cow_cache_out_of_the_counter_cache() {
 
 #[test]
 fn the_lelantus_cow_record_region_is_the_top_512th_of_data_memory() {
-    use secmem_schemes::lelantus::record_region_first_line;
+    use secmem_schemes::designs::lelantus::record_region_first_line;
     // One 8 B record per 4 KB page: a 64 B record line per 512 data lines, rounded up.
     assert_eq!(record_region_first_line(1 << 24), (1 << 24) - (1 << 15));
     assert_eq!(record_region_first_line(1000), 998);
@@ -584,7 +584,7 @@ fn the_lelantus_cow_record_region_is_the_top_512th_of_data_memory() {
 fn a_regular_resized_page_keeps_minors_past_63_through_a_crash() {
     // Only a CoW page's block has 6-bit minors: recovery must decode a regular page's block
     // with 7-bit ones, or a minor of 70 comes back as 6 and the next write reuses a pad.
-    use secmem_schemes::design::Design;
+    use secmem_schemes::designs::Design;
     let (mut m, mut d) = strict_lelantus_copy(1);
     for v in 0..70u64 {
         d.write(&mut m, A * 64, Some(&content(A * 64, v + 10)), Cycle(200_000 + v * 1000)).unwrap();

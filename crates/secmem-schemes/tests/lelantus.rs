@@ -6,8 +6,8 @@ use secmem_core::cache::CacheConfig;
 use secmem_core::Cycle;
 use secmem_crypto::PadReuseDetector;
 use secmem_schemes::config::*;
-use secmem_schemes::design::Design;
-use secmem_schemes::lelantus::{Encoding, Lelantus};
+use secmem_schemes::designs::Design;
+use secmem_schemes::designs::lelantus::{Encoding, Lelantus};
 use secmem_schemes::testing::FixedLatencyMedia;
 use secmem_schemes::{IntegrityError, PageCommand, PageCommandError, SecureMc};
 
@@ -224,7 +224,7 @@ fn tampering_with_the_cow_fields_or_the_record_is_detected() {
     d.finish(&mut m, Cycle(0)).unwrap();
     // The read caches B's record line on chip; dropping the metadata caches must drop it too.
     assert_eq!(rd(&mut d, &mut m, line(B, 1)), data(11));
-    let rline = secmem_schemes::lelantus::record_region_first_line(MEM / 64) + B / 8;
+    let rline = secmem_schemes::designs::lelantus::record_region_first_line(MEM / 64) + B / 8;
     let f = m.func.as_mut().unwrap();
     assert!(f.image.contains(rline), "record written back at finish");
     let mut ct = f.image.get(rline);
@@ -250,7 +250,7 @@ fn a_page_command_that_meets_tampered_metadata_fails_with_the_integrity_error_at
 
     // Silent Shredder's zero fill of a page whose counter block was tampered with likewise.
     let mut m = mc();
-    let mut s = secmem_schemes::silent_shredder::SilentShredder::default();
+    let mut s = secmem_schemes::designs::silent_shredder::SilentShredder::default();
     s.write(&mut m, line(A, 1), Some(&data(5)), Cycle(0)).unwrap();
     s.finish(&mut m, Cycle(0)).unwrap();
     tamper_counter_block_in_nvm(&mut m, A, |b| b[0] ^= 1);
@@ -289,7 +289,7 @@ fn page_commands_outside_memory_are_refused_with_a_message() {
 
 #[test]
 fn under_random_counter_init_silent_shredder_reads_zeros_and_a_zeroed_page_behaves_as_under_zero_init() {
-    use secmem_schemes::silent_shredder::SilentShredder;
+    use secmem_schemes::designs::silent_shredder::SilentShredder;
     let (mut m, mut d) = (mc_init(CounterInit::Random), SilentShredder::default());
     // Before the OS zeroes it, a line with a random non-zero minor holds its boot content
     // (zeros under that counter): it reads as zeros, fetched and verified like data.

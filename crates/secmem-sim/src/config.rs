@@ -40,10 +40,10 @@ config_section! {
     /// What to run and how.
     pub struct RunConfig {
         trace_level: TraceLevel = TraceLevel::Core => "core (records go through the cache hierarchy) or memory (records are memory-controller requests: use for Ramulator/DRAMSim3 memory traces)";
-        design: String = "baseline".to_string() => "Design plugged into the secure controller: baseline (use security.enabled=false for non-secure), horus-slm, horus-dlm, lelantus, lelantus-cow, silent-shredder";
+        design: String = "baseline".to_string() => "Design plugged into the secure controller, by its registered name (secmem designs lists them): baseline (use security.enabled=false for non-secure), horus-slm, horus-dlm, lelantus, lelantus-cow, silent-shredder";
         seed: u64 = 1 => "Seed for every random choice of the run (and, in functional mode, of the keys)";
         functional: bool = false => "Functional mode: real AES-128-CTR encryption, MACs and tree hashes over real bytes in a sparse NVM image (slower); false = counting/timing mode (same counts)";
-        host_threads: u32 = 2 => "Host threads a functional run may use, 1 or 2. With 2, a baseline-design run simulates timing on one thread (as counting mode does) and on the other replays its memory-controller requests, with their bytes, through a functional controller (image, crypto, checks, event log); the statistics and event-log hash are those of 1. Counting mode, other designs and the crash and attack harnesses use one, and so does each point of a sweep on several jobs unless the sweep sets this key";
+        host_threads: u32 = 2 => "Host threads a functional run may use, 1 or 2. With 2, a run of a design whose data path is the baseline's (baseline, horus-slm, horus-dlm) simulates timing on one thread (as counting mode does) and on the other replays its memory-controller requests, with their bytes, through a functional controller (image, crypto, checks, event log); the statistics and event-log hash are those of 1. Counting mode, other designs and the crash and attack harnesses use one, and so does each point of a sweep on several jobs unless the sweep sets this key";
         check_pad_reuse: bool = false => "Functional mode: record every pad used for encryption and fail on a repeat (tests and campaigns)";
         warmup_requests: u64 = 0 => "Trace records simulated before statistics start (stats are end minus warm-up snapshot)";
         max_requests: u64 = 0 => "Stop after this many trace records (0 = the whole trace)";
@@ -187,39 +187,18 @@ impl Config {
         self.security.validate("security")?;
         self.tree.validate("tree")?;
         self.metadata_cache.validate("metadata_cache")?;
-        crate::engine::build_design(self)?;
-        // Every other design is a secure-memory mechanism (Horus' vault, Lelantus' copies
-        // encoded in counter blocks, Silent Shredder's zero minors): without security metadata
-        // it has nothing to act on, and the run was the non-secure baseline under its name
-        // (the OS model quietly fell back to kernel copies).
-        ensure(self.security.enabled || self.run.design == "baseline", "security.enabled", || {
+        let design = secmem_schemes::designs::entry(&self.run.design).map_err(|m| ConfigError::new("run.design", m))?;
+        // A design other than the baseline is a secure-memory mechanism (Horus' vault,
+        // Lelantus' copies encoded in counter blocks, Silent Shredder's zero minors): without
+        // security metadata it has nothing to act on, and the run was the non-secure baseline
+        // under its name (the OS model quietly fell back to kernel copies).
+        ensure(self.security.enabled || !design.needs_security, "security.enabled", || {
             format!(
                 "run.design = \"{}\" works on security metadata, so it needs security.enabled = true; a non-secure run is run.design = \"baseline\" with security.enabled = false",
                 self.run.design
             )
         })?;
-        if ["lelantus", "lelantus-cow"].contains(&self.run.design.as_str()) {
-            // Lelantus lays its counter blocks out itself (Fig. 4: 7-bit minors, 6-bit on a CoW
-            // page under the resized encoding), whatever the controller's width says.
-            let bits = secmem_schemes::lelantus::REGULAR_MINOR_BITS;
-            ensure(self.security.minor_counter_bits == bits, "security.minor_counter_bits", || {
-                format!("{} uses {bits}-bit minors (its counter block format), got {}", self.run.design, self.security.minor_counter_bits)
-            })?;
-        }
-        if self.run.design == "lelantus-cow" {
-            // Its CoW cache is carved out of the counter cache (section V-A): what is left must
-            // still be a counter cache of whole sets (it was silently made one set).
-            let c = &self.metadata_cache.counter;
-            let left = secmem_schemes::lelantus::counter_lines_left(c.lines());
-            ensure(left >= c.ways as u64 && left.is_multiple_of(c.ways as u64), "metadata_cache.counter.size_kib", || {
-                format!(
-                    "lelantus-cow carves its {} KiB CoW cache out of the counter cache: {} KiB leaves {left} lines, not a whole number of sets of {} ways (at least one)",
-                    secmem_schemes::lelantus::COW_CACHE_BYTES / 1024,
-                    c.size_kib,
-                    c.ways
-                )
-            })?;
-        }
+        (design.check)(&self.design_env())?;
         ensure(
             self.run.max_requests == 0 || self.run.warmup_requests < self.run.max_requests,
             "run.warmup_requests",
@@ -266,6 +245,16 @@ impl Config {
 
     /// Bytes of protected data memory.
     pub fn data_bytes(&self) -> u64 { self.pcm.capacity_gib << 30 }
+
+    /// What the design may check its requirements against (`DesignEntry::check`).
+    pub fn design_env(&self) -> secmem_schemes::designs::DesignEnv<'_> {
+        secmem_schemes::designs::DesignEnv {
+            security: &self.security,
+            tree: &self.tree,
+            metadata_cache: &self.metadata_cache,
+            ctx: crate::engine::design_context(self),
+        }
+    }
 
     /// The config as commented TOML (each field preceded by its description).
     pub fn to_commented_toml(&self) -> String { render_commented(self) }

@@ -20,6 +20,7 @@ use secmem_core::error::ConfigError;
 use secmem_core::Cycle;
 use secmem_media::pcm::PcmMedia;
 use secmem_media::{Media, MediaStats, MemoryPort};
+use secmem_schemes::designs::DeviceLayout;
 use secmem_schemes::{Design, IntegrityError, McStats, SecureMc};
 use secmem_trace::{Op, Record};
 use serde::Serialize;
@@ -168,17 +169,17 @@ pub fn build_media(cfg: &Config) -> Result<PcmMedia, ConfigError> {
     Ok(PcmMedia::new(&pcm, cfg.core.freq_mhz))
 }
 
-/// The device's size in whole GiB: the data, the security metadata above it and, above the
-/// tree, a reserved region for eADR drains (Horus' vault, Base-LU's metadata save), sized for
-/// the whole hierarchy and metadata caches; untouched unless a drain runs.
-fn device_gib(cfg: &Config) -> Result<u64, ConfigError> {
+/// The device's address space under the config's design: data, the security metadata above
+/// it, and above the tree the design's own regions (Horus' vault, Base-LU's metadata save),
+/// sized for the whole hierarchy and metadata caches; those stay untouched unless a drain runs.
+pub fn device_layout(cfg: &Config) -> Result<DeviceLayout, ConfigError> {
     let layout = secmem_core::tree::SecureLayout::new(cfg.data_bytes(), cfg.tree.arity, cfg.security.mac_bits)?;
-    let ctx = design_context(cfg);
-    let reserved_base = layout.end.div_ceil(4096) * 4096;
-    let vault = secmem_schemes::horus::ChvLayout::new(reserved_base, ctx.hierarchy_lines, ctx.metadata_lines, secmem_schemes::horus::MacLevels::Single);
-    let reserved_end = vault.end.max(reserved_base + secmem_schemes::eadr::shadow_bytes(ctx.metadata_lines));
-    Ok(reserved_end.div_ceil(1 << 30))
+    let design = secmem_schemes::designs::entry(&cfg.run.design).map_err(|m| ConfigError::new("run.design", m))?;
+    Ok(DeviceLayout::compose(&layout, design, &design_context(cfg)))
 }
+
+/// The device's size in whole GiB.
+fn device_gib(cfg: &Config) -> Result<u64, ConfigError> { Ok(device_layout(cfg)?.end.div_ceil(1 << 30)) }
 
 /// The secure controller of a config on a fresh device (functional per `run.functional`, with
 /// the test canaries in force and the pad-reuse detector if asked for).
@@ -202,7 +203,7 @@ fn build_controller_on(cfg: &Config, media: Media) -> Result<SecureMc, ConfigErr
 
 /// The config's design (`run.design`).
 pub fn build_design(cfg: &Config) -> Result<Box<dyn Design>, ConfigError> {
-    secmem_schemes::design::build(&cfg.run.design, &design_context(cfg)).map_err(|m| ConfigError::new("run.design", m))
+    secmem_schemes::designs::build(&cfg.run.design, &design_context(cfg)).map_err(|m| ConfigError::new("run.design", m))
 }
 
 /// The lines a (checked, non-empty) read, write or flush record covers. A half-open range:
@@ -215,9 +216,9 @@ fn lines_of(rec: &Record) -> std::ops::Range<u64> {
 }
 
 /// The sizes a design may need: hierarchy lines and metadata-cache blocks.
-pub fn design_context(cfg: &Config) -> secmem_schemes::design::DesignContext {
+pub fn design_context(cfg: &Config) -> secmem_schemes::designs::DesignContext {
     let mc = &cfg.metadata_cache;
-    secmem_schemes::design::DesignContext {
+    secmem_schemes::designs::DesignContext {
         hierarchy_lines: cfg.l1.lines() + cfg.l2.lines() + cfg.llc.lines(),
         metadata_lines: mc.counter.lines() + mc.mac.lines() + mc.tree.lines(),
     }

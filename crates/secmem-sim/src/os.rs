@@ -23,7 +23,8 @@
 //!
 //! Physical layout: frame 0 is the 4 KB zero page, frames 512..1024 the 2 MB huge zero page;
 //! 4 KB frames are allocated upwards from 1024 and huge pages downwards from the top, below
-//! the top 1/512 of memory that designs may use for per-page records (Lelantus-CoW).
+//! the frames any registered design keeps records of its own in (`DesignEntry::data_lines_reserved`:
+//! the top 1/512 of memory, Lelantus-CoW's per-page records).
 
 use crate::config::Config;
 use secmem_core::config_section;
@@ -189,7 +190,10 @@ impl Os {
     pub fn new(cfg: &Config) -> Result<Os, OsError> {
         let engine = Engine::new(cfg)?;
         let frames = cfg.data_bytes() / 4096;
-        let usable = frames - frames.div_ceil(512);
+        // Frames that hold a design's own records (Lelantus-CoW's) are never given out, under
+        // any design, so that a trace lands in the same frames whichever design runs it.
+        let reserved_lines = secmem_schemes::designs::data_lines_reserved_by_any(cfg.data_bytes() / 64);
+        let usable = frames - reserved_lines.div_ceil(LINES_PER_PAGE);
         if usable < FIRST_FREE_FRAME + 1024 {
             return Err(OsError(format!("pcm.capacity_gib = {} is too small for the OS model", cfg.pcm.capacity_gib)));
         }

@@ -25,6 +25,9 @@ pub struct Meta {
     pub wall_time_s: f64,
     /// Trace records simulated per wall-clock second.
     pub requests_per_s: f64,
+    /// The device's regions under this design (`DeviceLayout::to_json`): data, counters,
+    /// MACs, tree and the design's own, each `{base, size_bytes}`, and `device_bytes`.
+    pub layout: Value,
 }
 
 pub fn meta(cfg: &Config, trace: String, functional: bool, records: u64, wall_time_s: f64) -> Meta {
@@ -39,6 +42,7 @@ pub fn meta(cfg: &Config, trace: String, functional: bool, records: u64, wall_ti
         warmup_records: cfg.run.warmup_requests.min(records),
         wall_time_s,
         requests_per_s: if wall_time_s > 0.0 { records as f64 / wall_time_s } else { 0.0 },
+        layout: crate::engine::device_layout(cfg).map_or(Value::Null, |l| l.to_json()),
     }
 }
 

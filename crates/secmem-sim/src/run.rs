@@ -4,7 +4,7 @@ use crate::config::Config;
 use crate::engine::{Engine, RecordError, Snapshot};
 use crate::report;
 use secmem_core::error::ConfigError;
-use secmem_schemes::functional::EventLogHasher;
+use secmem_schemes::controller::functional::EventLogHasher;
 use secmem_trace::{Record, TraceError};
 use serde_json::Value;
 use std::io::{IsTerminal, Write};
@@ -297,7 +297,7 @@ fn save_image(cfg: &Config, engine: &mut Engine, path: &Path, trace_name: &str) 
     engine.flush_hierarchy().map_err(integrity)?;
     engine.finish_design().map_err(integrity)?;
     let f = engine.mc.func.as_ref().expect("functional");
-    let meta = secmem_schemes::image_file::ImageMeta {
+    let meta = secmem_schemes::controller::image_file::ImageMeta {
         mac_bits: cfg.security.mac_bits,
         minor_bits: cfg.security.minor_counter_bits,
         arity: cfg.tree.arity as u32,
@@ -305,17 +305,21 @@ fn save_image(cfg: &Config, engine: &mut Engine, path: &Path, trace_name: &str) 
         key_seed: cfg.run.seed,
         random_counters: cfg.security.counter_init == secmem_schemes::config::CounterInit::Random,
     };
-    secmem_schemes::image_file::save(path, &meta, &f.root, &f.image).map_err(|e| SimError::Io { path: e.path.clone(), message: e.message })
+    secmem_schemes::controller::image_file::save(path, &meta, &f.root, &f.image).map_err(|e| SimError::Io { path: e.path.clone(), message: e.message })
 }
 
 // ------------------------------------------------------------------ two-thread functional runs
 
 /// Whether a functional run of `cfg` runs as two halves on two host threads
-/// (`run.host_threads = 2`): the baseline design only. Its timing does not depend on any
-/// functional byte (both modes give the same counts, by test) and its functional state does
-/// not depend on timing, so the two halves can run apart. The other designs' hooks work on
-/// functional bytes (drains, vaults, page copies), and stay on one thread.
-pub fn splits_functional_run(cfg: &Config) -> bool { cfg.run.functional && cfg.run.host_threads >= 2 && cfg.run.design == "baseline" }
+/// (`run.host_threads = 2`): designs whose run-time data path is the baseline's
+/// (`DesignEntry::baseline_data_path`: the baseline, and Horus, whose own code runs only at a
+/// drain). Their timing does not depend on any functional byte (both modes give the same
+/// counts, by test) and their functional state does not depend on timing, so the two halves
+/// can run apart. The other designs' hooks work on functional bytes at run time (page copies,
+/// zero pages), and stay on one thread.
+pub fn splits_functional_run(cfg: &Config) -> bool {
+    cfg.run.functional && cfg.run.host_threads >= 2 && secmem_schemes::designs::entry(&cfg.run.design).is_ok_and(|d| d.baseline_data_path)
+}
 
 /// Controller requests the timing half hands the functional half at a time (a record may add
 /// a few, so a batch may pass this by as many): few enough to stay in the host's caches
@@ -327,7 +331,7 @@ const BATCH_REQUESTS: usize = 1024;
 /// the image index doubling, the event-log hashing), and the functional half loses time
 /// whenever the queue runs dry: 64 batches (about 6 MiB) hold some 80 ms of its work. Against
 /// 16, the bench's functional run took 0.929x and 0.944x as long (paired medians of 6 pairs
-/// each, every pair under 1; session 36) for 11 MiB more peak memory; 256 gained nothing more
+/// each, every pair under 1) for 11 MiB more peak memory; 256 gained nothing more
 /// measurable (0.971x, range 0.90-1.12) for 45 MiB.
 const BATCHES_QUEUED: usize = 64;
 
@@ -513,7 +517,7 @@ fn functional_half(
 /// The requests of each batch in turn, hinting the host to fetch the requests a little ahead
 /// of the one taken. The timing half wrote them on the other core, most of a full queue
 /// earlier (about 1.5 MiB of requests ago), so they are no longer in this core's caches; read
-/// cold, they were about 2% of the functional half's samples (`perf`, session 34), where the
+/// cold, they were about 2% of the functional half's samples (`perf`), where the
 /// look-ahead's own misses left the hardware prefetcher no room.
 struct PrefetchedBatches<I: Iterator<Item = Vec<Record>>> {
     batches: I,

@@ -372,7 +372,7 @@ fn a_saved_image_with_a_written_line_cut_out_fails_verification() {
     // Verification used to read only the data lines the image holds: an image with written
     // lines deleted (checksum redone) verified "ok". The counter blocks say which lines were
     // written; a deleted one reads as boot content under its advanced counter and must fail.
-    use secmem_schemes::{functional::NvmImage, image_file};
+    use secmem_schemes::controller::{functional::NvmImage, image_file};
     use secmem_sim::harness::verify_image;
     let tmp = TmpDir::new("cut");
     let dir = &tmp.0;
@@ -402,7 +402,7 @@ fn a_saved_image_with_a_line_no_read_covers_changed_fails_verification() {
     // or a line past the tree, could be added or changed (checksum redone) and still verify
     // "ok". Every stored line must now be covered by a secure read.
     use secmem_core::tree::SecureLayout;
-    use secmem_schemes::{functional::NvmImage, image_file};
+    use secmem_schemes::controller::{functional::NvmImage, image_file};
     use secmem_sim::harness::verify_image;
     let tmp = TmpDir::new("uncovered");
     let dir = &tmp.0;

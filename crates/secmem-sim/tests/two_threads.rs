@@ -163,16 +163,26 @@ fn a_bad_record_stops_both_halves_with_the_one_thread_runs_error() {
 }
 
 #[test]
-fn only_functional_baseline_runs_with_two_host_threads_split() {
+fn only_functional_runs_of_designs_with_the_baselines_data_path_split() {
     let c = cfg(&[]);
     assert!(splits_functional_run(&c), "host_threads defaults to 2");
     assert!(!splits_functional_run(&with_threads(&c, 1)));
     let mut counting = c.clone();
     counting.run.functional = false;
     assert!(!splits_functional_run(&counting));
-    let mut design = c.clone();
-    design.run.design = "horus-slm".into();
-    assert!(!splits_functional_run(&design));
+    for d in secmem_schemes::designs::REGISTRY {
+        let mut design = c.clone();
+        design.run.design = d.name.into();
+        assert_eq!(splits_functional_run(&design), d.baseline_data_path, "{}", d.name);
+    }
+}
+
+#[test]
+fn two_halves_report_what_one_thread_reports_for_every_design_with_the_baselines_data_path() {
+    for d in secmem_schemes::designs::REGISTRY.iter().filter(|d| d.baseline_data_path) {
+        let set = format!("run.design=\"{}\"", d.name);
+        assert_same_on_one_and_two_threads(&cfg(&[set.as_str()]), d.name);
+    }
 }
 
 #[test]

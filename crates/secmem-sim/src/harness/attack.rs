@@ -41,7 +41,7 @@ use rustc_hash::FxHashMap;
 use secmem_core::addr::{page_of_line, LINE_SHIFT};
 use secmem_core::Cycle;
 use secmem_schemes::controller::{get_bits, set_bits};
-use secmem_schemes::functional::NvmImage;
+use secmem_schemes::controller::functional::NvmImage;
 use secmem_schemes::{Design, IntegrityError, SecureMc};
 use serde::Serialize;
 use std::collections::BTreeMap;

@@ -37,7 +37,7 @@ use rand::SeedableRng;
 use secmem_core::Cycle;
 use secmem_media::Media;
 use secmem_schemes::config::MetadataPersistence;
-use secmem_schemes::functional::NvmImage;
+use secmem_schemes::controller::functional::NvmImage;
 use secmem_schemes::{Design, SecureMc};
 use serde::Serialize;
 

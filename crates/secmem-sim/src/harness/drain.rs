@@ -25,7 +25,7 @@ use secmem_core::error::{number, ConfigError};
 use secmem_core::{config_enum, config_section, Cycle};
 use secmem_media::{Media, MemoryPort};
 use secmem_schemes::config::TreeUpdate;
-use secmem_schemes::eadr::{DrainClock, DrainLine, DrainRecovery, DrainStats};
+use secmem_schemes::controller::eadr::{DrainClock, DrainLine, DrainRecovery, DrainStats};
 use serde::Serialize;
 use std::cell::RefCell;
 use std::rc::Rc;

@@ -9,9 +9,9 @@ use secmem_core::addr::{LINES_PER_PAGE, LINE_SHIFT};
 use secmem_core::tree::SecureLayout;
 use secmem_core::Cycle;
 use secmem_core::ConfigError;
-use secmem_schemes::functional::NvmImage;
-use secmem_schemes::image_file;
-use secmem_schemes::recovery::RecoveryReport;
+use secmem_schemes::controller::functional::NvmImage;
+use secmem_schemes::controller::image_file;
+use secmem_schemes::controller::recovery::RecoveryReport;
 use serde::Serialize;
 use std::path::Path;
 

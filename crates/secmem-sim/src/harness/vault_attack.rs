@@ -26,9 +26,9 @@ use secmem_core::addr::LINE_SHIFT;
 use secmem_core::error::ConfigError;
 use secmem_core::Cycle;
 use secmem_crypto::{node_entry, set_node_entry};
-use secmem_schemes::eadr::{DrainClock, DrainStats};
-use secmem_schemes::functional::NvmImage;
-use secmem_schemes::horus::{Horus, MacLevels};
+use secmem_schemes::controller::eadr::{DrainClock, DrainStats};
+use secmem_schemes::controller::functional::NvmImage;
+use secmem_schemes::designs::horus::{Horus, MacLevels};
 use secmem_schemes::{Design, SecureMc};
 use serde::Serialize;
 use std::collections::BTreeMap;
@@ -103,17 +103,20 @@ pub fn vault_attack_campaign(cfg: &Config, input: &TraceInput, dlm: bool, per_cl
     if !cfg.security.enabled {
         return Err(SimError::Config(ConfigError::new("security.enabled", "vault attacks need secure memory")));
     }
-    if cfg.run.design != "baseline" {
-        return Err(SimError::Config(ConfigError::new(
-            "run.design",
-            format!("vault-attack runs Horus' drain itself (--scheme horus-slm or horus-dlm) over the baseline design; the config asks for '{}'", cfg.run.design),
-        )));
-    }
     let mut fcfg = cfg.clone();
     fcfg.run.functional = true;
-    fcfg.validate()?;
     let ctx = crate::engine::design_context(&fcfg);
     let mut horus = Horus::new(levels, ctx.hierarchy_lines, ctx.metadata_lines);
+    // The engine's design is Horus (its device then holds the vault); its run-time data path
+    // is the baseline's, so the episodes run as the baseline would.
+    if cfg.run.design != secmem_schemes::designs::baseline::ENTRY.name && cfg.run.design != horus.name() {
+        return Err(SimError::Config(ConfigError::new(
+            "run.design",
+            format!("vault-attack runs Horus' drain itself (--scheme horus-slm or horus-dlm) over the baseline's data path; the config asks for '{}'", cfg.run.design),
+        )));
+    }
+    fcfg.run.design = horus.name().to_string();
+    fcfg.validate()?;
     let records = collect(&fcfg, input)?;
     let half = records.len() / 2;
     // Episode 1 (first half of the trace), recovered; then episode 2 (second half): the

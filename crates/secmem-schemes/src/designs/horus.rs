@@ -13,7 +13,7 @@
 //!   on-chip registers, so entry k of the vault was sealed with DC - eDC + k;
 //! * then the dirty metadata-cache blocks follow into the vault (encrypted the same way), and,
 //!   as in the size formula of section IV-D (1.25 × cache + 1.125 × metadata cache), they
-//!   carry addresses but no vault MAC: the small 8-ary tree of [`crate::cache_tree`], whose root
+//!   carry addresses but no vault MAC: the small 8-ary tree of [`crate::controller::cache_tree`], whose root
 //!   stays on chip, protects them.
 //!
 //! Recovery (section IV-C 3) reads the vault back in reverse, verifies and decrypts every
@@ -23,11 +23,11 @@
 //! Vault layout, from the reserved base above secure memory, sized for the whole hierarchy
 //! and metadata caches: `[ data entries | address blocks | MAC blocks ]`.
 
-use crate::cache_tree;
+use crate::controller::cache_tree;
 use crate::controller::{MetaBlock, SecureMc};
-use crate::design::Design;
-use crate::eadr::{self, DrainClock, DrainLine, DrainRecovery, DrainRecoveryError, DrainStats};
-use crate::functional::IntegrityError;
+use crate::designs::{no_check, no_data_lines, Design, DesignContext, DesignEntry, Region};
+use crate::controller::eadr::{self, DrainClock, DrainLine, DrainRecovery, DrainRecoveryError, DrainStats};
+use crate::controller::functional::IntegrityError;
 use secmem_core::addr::LINE_SHIFT;
 use secmem_core::Cycle;
 use secmem_crypto::{node_entry, set_node_entry, xor_line, DOMAIN_VAULT};
@@ -36,6 +36,33 @@ use secmem_media::TrafficClass;
 /// MAC domains (see `Keys::mac`) of vault MACs.
 const DOMAIN_VAULT_MAC: u8 = 0x20;
 const DOMAIN_VAULT_LEVEL2: u8 = 0x21;
+
+pub static SLM_ENTRY: DesignEntry = DesignEntry {
+    name: "horus-slm",
+    summary: "Horus with single-level vault MACs: eADR drains into the Cache Hierarchy Vault (one MAC block per 8 lines)",
+    needs_security: true,
+    baseline_data_path: true,
+    check: no_check,
+    regions: |ctx| vault_region(ctx, MacLevels::Single),
+    data_lines_reserved: no_data_lines,
+    build: |ctx| Box::new(Horus::new(MacLevels::Single, ctx.hierarchy_lines, ctx.metadata_lines)),
+};
+
+pub static DLM_ENTRY: DesignEntry = DesignEntry {
+    name: "horus-dlm",
+    summary: "Horus with double-level vault MACs (one MAC block per 64 lines)",
+    needs_security: true,
+    baseline_data_path: true,
+    check: no_check,
+    regions: |ctx| vault_region(ctx, MacLevels::Double),
+    data_lines_reserved: no_data_lines,
+    build: |ctx| Box::new(Horus::new(MacLevels::Double, ctx.hierarchy_lines, ctx.metadata_lines)),
+};
+
+/// The vault, sized for every hierarchy line and metadata-cache block.
+fn vault_region(ctx: &DesignContext, levels: MacLevels) -> Vec<Region> {
+    vec![Region { name: "vault", size_bytes: ChvLayout::new(0, ctx.hierarchy_lines, ctx.metadata_lines, levels).end }]
+}
 
 /// How vault MACs are kept.
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]

@@ -71,7 +71,7 @@ impl std::fmt::Display for IntegrityError {
 }
 impl std::error::Error for IntegrityError {}
 
-pub use crate::nvm_image::{MemoTag, NvmImage};
+pub use crate::controller::nvm_image::{MemoTag, NvmImage};
 
 /// Deliberately wrong variants of the protocol, compiled only into test builds, so that the
 /// test suite can show it catches each one (a test that cannot fail is a defect).

@@ -13,7 +13,7 @@
 //! parallelism applies) and the hashes run on one hash engine.
 
 use crate::controller::SecureMc;
-use crate::functional::Functional;
+use crate::controller::functional::Functional;
 use rustc_hash::FxHashMap;
 use secmem_core::addr::LINE_SHIFT;
 use secmem_core::counters::CounterBlock;

@@ -36,14 +36,60 @@
 //! lost.
 
 use crate::controller::SecureMc;
-use crate::design::{Design, PageCommand, PageCommandError, Unsupported};
-use crate::functional::IntegrityError;
+use crate::designs::{no_data_lines, no_regions, Design, DesignEntry, DesignEnv, PageCommand, PageCommandError, Unsupported};
+use secmem_core::error::{ensure, ConfigError};
+use crate::controller::functional::IntegrityError;
 use rustc_hash::FxHashMap;
 use secmem_core::addr::{line_in_page, page_of_line, LINES_PER_PAGE};
 use secmem_core::cache::{Replacement, SetAssocCache};
 use secmem_core::counters::CounterBlock;
 use secmem_core::Cycle;
 use secmem_media::TrafficClass;
+
+pub static RESIZED_ENTRY: DesignEntry = DesignEntry {
+    name: "lelantus",
+    summary: "Lelantus: copy-on-write in the controller, the source page in a resized counter block (6-bit minors on CoW pages)",
+    needs_security: true,
+    baseline_data_path: false,
+    check: check_minor_bits,
+    regions: no_regions,
+    data_lines_reserved: no_data_lines,
+    build: |_| Box::new(Lelantus::new(Encoding::Resized)),
+};
+
+pub static COW_ENTRY: DesignEntry = DesignEntry {
+    name: "lelantus-cow",
+    summary: "Lelantus-CoW: copy-on-write in the controller, the source page in an 8 B record per page, with a CoW cache carved from the counter cache",
+    needs_security: true,
+    baseline_data_path: false,
+    check: |env| {
+        check_minor_bits(env)?;
+        // Its CoW cache is carved out of the counter cache (section V-A): what is left must
+        // still be a counter cache of whole sets (it was silently made one set).
+        let c = &env.metadata_cache.counter;
+        let left = counter_lines_left(c.lines());
+        ensure(left >= c.ways as u64 && left.is_multiple_of(c.ways as u64), "metadata_cache.counter.size_kib", || {
+            format!(
+                "lelantus-cow carves its {} KiB CoW cache out of the counter cache: {} KiB leaves {left} lines, not a whole number of sets of {} ways (at least one)",
+                COW_CACHE_BYTES / 1024,
+                c.size_kib,
+                c.ways
+            )
+        })
+    },
+    regions: no_regions,
+    data_lines_reserved: |data_lines| data_lines - record_region_first_line(data_lines),
+    build: |_| Box::new(Lelantus::new(Encoding::Supplementary)),
+};
+
+/// Lelantus lays its counter blocks out itself (Fig. 4: 7-bit minors, 6-bit on a CoW page
+/// under the resized encoding), whatever the controller's width says.
+fn check_minor_bits(env: &DesignEnv) -> Result<(), ConfigError> {
+    let bits = REGULAR_MINOR_BITS;
+    ensure(env.security.minor_counter_bits == bits, "security.minor_counter_bits", || {
+        format!("Lelantus uses {bits}-bit minors (its counter block format), got {}", env.security.minor_counter_bits)
+    })
+}
 
 /// Where a CoW page's source address is kept.
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
@@ -623,9 +669,9 @@ impl Design for Lelantus {
     /// Functional mode only rebuilds the records: in counting mode there are no bytes, and the
     /// records kept by `crash` stand for those the persisted blocks hold (as the controller's
     /// `crashed_counters` stand for the persisted counters).
-    fn recover(&mut self, mc: &mut SecureMc, now: Cycle) -> Result<crate::recovery::RecoveryReport, crate::recovery::RecoveryError> {
+    fn recover(&mut self, mc: &mut SecureMc, now: Cycle) -> Result<crate::controller::recovery::RecoveryReport, crate::controller::recovery::RecoveryError> {
         self.setup(mc);
-        let mut report = crate::recovery::rebuild_and_verify(mc, now)?;
+        let mut report = crate::controller::recovery::rebuild_and_verify(mc, now)?;
         if !mc.is_functional() {
             return Ok(report);
         }
@@ -641,7 +687,7 @@ impl Design for Lelantus {
             let written = mc.func.as_ref().expect("functional").image.lines_in(self.record_base, end);
             let mut t = now;
             for line in written {
-                let (at, plain) = mc.read_line(line, now).map_err(|e| crate::recovery::RecoveryError {
+                let (at, plain) = mc.read_line(line, now).map_err(|e| crate::controller::recovery::RecoveryError {
                     first_bad: format!("CoW record line {line:#x}"),
                     message: format!("a Lelantus-CoW record line failed verification: {e}"),
                 })?;

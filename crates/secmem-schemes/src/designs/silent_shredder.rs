@@ -17,12 +17,23 @@
 //! does, and overflow as early.
 
 use crate::controller::SecureMc;
-use crate::design::{Design, PageCommand, PageCommandError, Unsupported};
-use crate::functional::IntegrityError;
+use crate::designs::{no_check, no_data_lines, no_regions, Design, DesignEntry, PageCommand, PageCommandError, Unsupported};
+use crate::controller::functional::IntegrityError;
 use secmem_core::addr::{line_in_page, page_of_line, LINES_PER_PAGE};
 use secmem_core::counters::CounterBlock;
 use secmem_core::Cycle;
 use secmem_media::TrafficClass;
+
+pub static ENTRY: DesignEntry = DesignEntry {
+    name: "silent-shredder",
+    summary: "Silent Shredder: a zero minor counter means a zero line, so zeroing a page is one counter-block update",
+    needs_security: true,
+    baseline_data_path: false,
+    check: no_check,
+    regions: no_regions,
+    data_lines_reserved: no_data_lines,
+    build: |_| Box::new(SilentShredder::default()),
+};
 
 #[derive(Clone, Default)]
 pub struct SilentShredder {

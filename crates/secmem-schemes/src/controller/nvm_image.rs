@@ -130,7 +130,7 @@ fn same_line(a: &[u8; 64], b: &[u8; 64]) -> bool {
 /// 0 for a line never written, [`NO_MEMO`] for a stored line without a hash memo, else its
 /// memo. So the access that reads a line's memo learns from the same word whether the line
 /// is there, and the hot paths touch two host cache lines per block (its bytes and its memo
-/// word), not three (session 34: a presence bitmap was the third). `present`, one bit per
+/// word), not three (a presence bitmap, tried, was a third). `present`, one bit per
 /// line, is kept in step for walking the stored lines in order.
 struct Dense {
     first: u64,

@@ -15,12 +15,25 @@
 //! evicted them: they cost no latency to that access but occupy banks and queues, so they
 //! slow whatever follows — which is how metadata traffic competes with data traffic.
 //!
-//! Designs (crate::design) call these building blocks; `read_line` / `write_line` are the
+//! Designs ([`crate::designs`]) call these building blocks; `read_line` / `write_line` are the
 //! baseline paths.
+//!
+//! The shared parts beside it: [`functional`] (keys, the sparse NVM image, the root register,
+//! integrity errors), [`nvm_image`] (how the image is stored), [`image_file`] (saved images),
+//! [`recovery`] (rebuilding and verifying the tree after a crash), [`eadr`] (the drain
+//! machinery every design's eADR drain uses) and [`cache_tree`] (the small tree that protects
+//! a saved metadata cache).
+
+pub mod cache_tree;
+pub mod eadr;
+pub mod functional;
+pub mod image_file;
+pub mod nvm_image;
+pub mod recovery;
 
 use crate::config::{MetadataCachesConfig, MetadataPersistence, SecurityConfig, TreeConfig, TreeUpdate};
-use crate::functional::{Functional, IntegrityError, NvmImage};
-use crate::nvm_image::SharedHomes;
+use crate::controller::functional::{Functional, IntegrityError, NvmImage};
+use crate::controller::nvm_image::SharedHomes;
 use secmem_core::counters::CounterBlock;
 use secmem_crypto::{node_entry, set_node_entry};
 use secmem_core::addr::{line_in_page, page_of_line, LINES_PER_PAGE, LINE_SHIFT};
@@ -482,7 +495,7 @@ impl SecureMc {
 
     /// Functional mode, first look-ahead stage for an access to data `line`: hints the host
     /// CPU to fetch the image index entries of the lines it may touch in NVM (see
-    /// [`NvmImage::prefetch_index`](crate::functional::NvmImage::prefetch_index)) and the
+    /// [`NvmImage::prefetch_index`](crate::controller::functional::NvmImage::prefetch_index)) and the
     /// tree-cache sets of its counter block's ancestors in the large levels (which a
     /// counter-cache miss looks up, fills and takes victims from; the second stage reads
     /// them). Changes no simulated state; no-op in counting mode.

@@ -11,9 +11,9 @@
 //!   then the dirty metadata blocks flushed in place (the root is already up to date);
 //! * **Base-LU** (lazy update): lines through the run-time secure write path, then the dirty
 //!   metadata blocks written to a reserved region, protected by a small Merkle tree computed
-//!   over them whose root goes to an on-chip register (Anubis-style; [`crate::cache_tree`]).
+//!   over them whose root goes to an on-chip register (Anubis-style; [`crate::controller::cache_tree`]).
 //!
-//! Horus' vault drain is in [`crate::horus`].
+//! Horus' vault drain is in [`crate::designs::horus`].
 //!
 //! # Drain timing
 //! Lines leave the caches one after another: the cache controller needs the hit latency of
@@ -22,9 +22,9 @@
 //! is persistent. The drain ends when every write has reached the array (the DIMM must stay
 //! powered until then), i.e. after the device's write queue has drained.
 
-use crate::cache_tree;
+use crate::controller::cache_tree;
 use crate::controller::{MetaBlock, SecureMc};
-use crate::functional::IntegrityError;
+use crate::controller::functional::IntegrityError;
 use secmem_core::addr::LINE_SHIFT;
 use secmem_core::Cycle;
 use secmem_crypto::{node_entry, set_node_entry};
@@ -232,16 +232,16 @@ impl From<IntegrityError> for DrainRecoveryError {
     fn from(e: IntegrityError) -> Self { DrainRecoveryError { class: e.class(), location: e.to_string() } }
 }
 
-impl From<crate::recovery::RecoveryReport> for DrainRecovery {
+impl From<crate::controller::recovery::RecoveryReport> for DrainRecovery {
     /// A tree rebuild's work as drain-recovery work (no lines to hand back; its reads are
     /// already overlapped, so the serial estimate is the same).
-    fn from(r: crate::recovery::RecoveryReport) -> Self {
+    fn from(r: crate::controller::recovery::RecoveryReport) -> Self {
         DrainRecovery { blocks_read: r.counter_blocks_read, hashes: r.hashes, cycles: r.cycles, serial_cycles: r.cycles, ..Default::default() }
     }
 }
 
-impl From<crate::recovery::RecoveryError> for DrainRecoveryError {
-    fn from(e: crate::recovery::RecoveryError) -> Self { DrainRecoveryError { class: "tree-rebuild".into(), location: e.to_string() } }
+impl From<crate::controller::recovery::RecoveryError> for DrainRecoveryError {
+    fn from(e: crate::controller::recovery::RecoveryError) -> Self { DrainRecoveryError { class: "tree-rebuild".into(), location: e.to_string() } }
 }
 
 /// First byte of the reserved region above secure memory where drains write (the vault or

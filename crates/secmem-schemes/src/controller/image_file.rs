@@ -23,7 +23,7 @@
 //! a file that fails it is rejected before any byte is used; an attack on the image itself is
 //! what the secure memory's own checks must catch.
 
-use crate::functional::NvmImage;
+use crate::controller::functional::NvmImage;
 use std::io::{Read, Write};
 use std::path::Path;
 
