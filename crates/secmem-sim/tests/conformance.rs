@@ -163,3 +163,14 @@ fn every_design_gives_the_same_counts_in_counting_and_functional_mode() {
         }
     }
 }
+
+#[test]
+fn test_builds_register_the_example_design_so_the_suite_is_seen_to_cover_a_design_it_does_not_name() {
+    // `docs/architecture.md` walks through adding `write-verify`; its registration through the
+    // `example-design` feature is what this suite's coverage of a new design rests on.
+    let d = REGISTRY.iter().find(|d| d.name == "write-verify").expect("the example-design feature is on in test builds");
+    let r = secmem_sim::run(&cfg(d, &["workload.requests=2000", "run.trace_level=\"core\""]), &TraceInput::Workload).unwrap();
+    let writes = r["stats"]["memory"]["writes"]["data"].as_u64().unwrap();
+    assert!(writes > 0);
+    assert_eq!(r["stats"]["design"]["verify_reads"].as_f64().unwrap() as u64, writes, "one verify read per data write");
+}

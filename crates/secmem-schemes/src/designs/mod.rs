@@ -19,6 +19,8 @@ pub mod baseline;
 pub mod horus;
 pub mod lelantus;
 pub mod silent_shredder;
+#[cfg(feature = "example-design")]
+pub mod write_verify;
 
 use crate::config::{MetadataCachesConfig, SecurityConfig, TreeConfig};
 use crate::controller::eadr::{self, DrainClock, DrainLine, DrainRecovery, DrainRecoveryError, DrainStats};
@@ -241,6 +243,7 @@ pub fn no_data_lines(_: u64) -> u64 { 0 }
 /// Every design, in the order `--help` lists them. The one list: a design added here is
 /// accepted by `run.design`, sized, checked, and covered by the conformance suite
 /// (`crates/secmem-sim/tests/conformance.rs`).
+#[cfg(not(feature = "example-design"))]
 pub static REGISTRY: &[&DesignEntry] = &[
     &baseline::ENTRY,
     &horus::SLM_ENTRY,
@@ -248,6 +251,20 @@ pub static REGISTRY: &[&DesignEntry] = &[
     &lelantus::RESIZED_ENTRY,
     &lelantus::COW_ENTRY,
     &silent_shredder::ENTRY,
+];
+
+/// Test builds (feature `example-design`) also register the example design of
+/// `docs/architecture.md`, so the conformance suite shows it covers a design it was never told
+/// about.
+#[cfg(feature = "example-design")]
+pub static REGISTRY: &[&DesignEntry] = &[
+    &baseline::ENTRY,
+    &horus::SLM_ENTRY,
+    &horus::DLM_ENTRY,
+    &lelantus::RESIZED_ENTRY,
+    &lelantus::COW_ENTRY,
+    &silent_shredder::ENTRY,
+    &write_verify::ENTRY,
 ];
 
 /// The registered design called `name`, or an error listing the known names.

@@ -1,0 +1,45 @@
+//! Write-verify: the example design of `docs/architecture.md` ("Adding a design"), built only
+//! in test builds (feature `example-design`).
+//!
+//! After every data write it reads the line back from the device, as a PCM controller that
+//! verifies its writes would (a multi-level cell may need a second program pulse). The read is
+//! charged to `TrafficClass::Design` and counted in `stats.design.verify_reads`. Everything
+//! else is the baseline's, so the conformance suite's questions (read after write, attacks,
+//! crash recovery, pads, both modes) must come out as they do for the baseline.
+
+use super::{no_check, no_data_lines, no_regions, Design, DesignEntry};
+use crate::controller::functional::IntegrityError;
+use crate::controller::SecureMc;
+use secmem_core::addr::LINE_SHIFT;
+use secmem_core::Cycle;
+use secmem_media::TrafficClass;
+
+pub static ENTRY: DesignEntry = DesignEntry {
+    name: "write-verify",
+    summary: "example design (tests only): every data write is read back from the device",
+    needs_security: true,
+    baseline_data_path: false,
+    check: no_check,
+    regions: no_regions,
+    data_lines_reserved: no_data_lines,
+    build: |_| Box::new(WriteVerify::default()),
+};
+
+#[derive(Clone, Default)]
+pub struct WriteVerify {
+    verify_reads: u64,
+}
+
+impl Design for WriteVerify {
+    fn name(&self) -> &'static str { ENTRY.name }
+
+    fn clone_box(&self) -> Box<dyn Design> { Box::new(self.clone()) }
+
+    fn write(&mut self, mc: &mut SecureMc, line: u64, data: Option<&[u8; 64]>, now: Cycle) -> Result<Cycle, IntegrityError> {
+        let persisted = mc.write_line(line, data, now)?;
+        self.verify_reads += 1;
+        Ok(mc.device_read(line << LINE_SHIFT, TrafficClass::Design, persisted))
+    }
+
+    fn extra_stats(&self) -> Vec<(&'static str, f64)> { vec![("verify_reads", self.verify_reads as f64)] }
+}
