@@ -348,7 +348,15 @@ def image_verify(path: str, preset: Optional[str] = None, config: Optional[str] 
     return json.loads(_call(_native.image_verify, path, preset, _path(config, "config"), _overrides(params)))
 
 
-DRAIN_SCHEMES = ("nonsecure", "base-lu", "base-eu", "horus-slm", "horus-dlm")
+def designs() -> List[Dict[str, Any]]:
+    """Every registered design, in the engine's registry order: ``[{"name", "summary",
+    "needs_security", "drain_schemes": [{"name", "summary"}]}]``."""
+    return json.loads(_native.designs())
+
+
+# The eADR drain schemes the registered designs offer (the baseline's nonsecure, base-lu and
+# base-eu; Horus' horus-slm and horus-dlm).
+DRAIN_SCHEMES = tuple(s["name"] for d in designs() for s in d["drain_schemes"])
 
 
 def drain(

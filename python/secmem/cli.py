@@ -17,6 +17,9 @@
     secmem vault-attack --scheme horus-slm|horus-dlm --per-class N --seed S [--out DIR]
     secmem forkbench --scheme S --page-size 4k|2m --lines-per-page N [-p key=value ...] [--out DIR]
     secmem reproduce horus|lelantus [--quick] --out DIR
+    secmem designs
+    secmem horus drain|vault-attack|reproduce ...      (the same verbs, by design family)
+    secmem lelantus forkbench|reproduce ...
 
 Errors (bad config, bad trace, bad record) print one line naming the field, file, line or
 record, and exit with status 2.
@@ -76,7 +79,7 @@ def _print_and_save(a, out, forced=()) -> None:
     params = list(a.param) + list(forced)
     preset, config = a.preset, getattr(a, "config", None)
     doc = {
-        "command": a.command,
+        "command": a.sub if a.command in DESIGN_COMMANDS else a.command,
         "argv": ["secmem"] + list(a.argv),
         "version": _version(),
         "config": api.config_json(preset=preset, config=config, params=params),
@@ -357,6 +360,96 @@ def cmd_reproduce(a) -> int:
     return main(out=a.out, quick=a.quick)
 
 
+
+def _add_drain(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--preset", default="horus", help="preset name (default: horus)")
+    p.add_argument("--config", type=_path_arg)
+    p.add_argument("--scheme", required=True, choices=api.DRAIN_SCHEMES)
+    content = p.add_mutually_exclusive_group()
+    content.add_argument("--trace", type=_path_arg, help="drain the state this trace leaves (default: the paper's worst-case content)")
+    content.add_argument("--from-workload", action="store_true", help="drain the state the built-in workload leaves")
+    p.add_argument("--after", type=int, help="crash after this many records of the trace or workload (needs --trace or --from-workload)")
+    p.add_argument("--recover", action="store_true", help="then crash, recover and (functional mode) check every line")
+    _add_params(p)
+    _add_out(p)
+    p.set_defaults(fn=cmd_drain)
+
+
+def _add_vault_attack(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--preset", default="horus", help="preset name (default: horus)")
+    p.add_argument("--config", type=_path_arg)
+    p.add_argument("--scheme", default="horus-slm", choices=("horus-slm", "horus-dlm"))
+    p.add_argument("--trace", type=_path_arg)
+    p.add_argument("--per-class", type=int, default=100)
+    p.add_argument("--seed", type=int, default=1)
+    _add_params(p)
+    _add_out(p)
+    p.set_defaults(fn=cmd_vault_attack)
+
+
+def _add_forkbench(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--scheme", default="lelantus",
+        help="the design: baseline (kernel CoW), lelantus, lelantus-cow or silent-shredder (not -p run.design)",
+    )
+    p.add_argument("--page-size", default="4k", help="4k or 2m")
+    p.add_argument("--lines-per-page", type=int, default=None, help="lines the child updates per page (default 32 for 4k, 512 for 2m)")
+    p.add_argument("--footprint-bytes", type=int, default=16 << 20, help="memory the parent initialises (default 16 MiB)")
+    p.add_argument("--preset", default="lelantus", help="preset name (default: lelantus, the paper's Table III machine at 1 GHz)")
+    p.add_argument("--seed", type=int, default=None, help=argparse.SUPPRESS)  # refused: see cmd_forkbench
+    p.add_argument("--stats", action="store_true", help="also print the full stats block")
+    _add_params(p)
+    _add_out(p)
+    p.set_defaults(fn=cmd_forkbench)
+
+
+def _add_reproduce_of(design: str):
+    """A design's own `reproduce` verb (`secmem horus reproduce`): `secmem reproduce DESIGN`."""
+
+    def build(p: argparse.ArgumentParser) -> None:
+        p.add_argument("--quick", action="store_true", help="smaller runs (under 2 minutes)")
+        p.add_argument("--out", type=_path_arg, default="reproduce", help="output directory (default: reproduce)")
+        _add_params(p, help="override a config field in every run (repeatable), where the reproduction allows it")
+        p.set_defaults(fn=cmd_reproduce, design=design)
+
+    return build
+
+
+# Commands that belong to a design family, found from the design: `secmem horus drain`. A new
+# design with commands of its own adds its family here (and its reproduction to REPRODUCE);
+# the flat verbs below stay as the older spellings the README and scripts use.
+DESIGN_COMMANDS = {
+    "horus": {
+        "drain": (_add_drain, "simulate an eADR power-loss drain of the cache hierarchy, print JSON"),
+        "vault-attack": (_add_vault_attack, "attacks on Horus' vault after a drain (functional mode)"),
+        "reproduce": (_add_reproduce_of("horus"), "reproduce the Horus paper's figures"),
+    },
+    "lelantus": {
+        "forkbench": (_add_forkbench, "the Lelantus forkbench through the OS model (JSON)"),
+        "reproduce": (_add_reproduce_of("lelantus"), "reproduce the Lelantus paper's figures"),
+    },
+}
+
+# The same verbs at top level (`secmem drain`): aliases of the design-family commands.
+_FLAT_DESIGN_VERBS = {
+    "drain": (_add_drain, "simulate an eADR power-loss drain of the cache hierarchy (Horus), print JSON"),
+    "vault-attack": (_add_vault_attack, "attacks on Horus' vault after a drain (functional mode)"),
+    "forkbench": (_add_forkbench, "the Lelantus forkbench through the OS model (JSON)"),
+}
+
+
+def cmd_designs(a) -> int:
+    """`secmem designs`: every registered design, its summary, and the commands of its family."""
+    for d in api.designs():
+        print(f"{d['name']:<18} {d['summary']}")
+        for sch in d["drain_schemes"]:
+            print(f"{'':<18}   drain scheme {sch['name']}: {sch['summary']}")
+    print()
+    for family, verbs in DESIGN_COMMANDS.items():
+        print(f"secmem {family} " + "|".join(verbs))
+    return 0
+
+
 def parser() -> argparse.ArgumentParser:
     top = argparse.ArgumentParser(prog="secmem", description="Trace-driven secure memory simulator.")
     top.add_argument("--version", action="version", version=f"secmem {_version()}")
@@ -480,44 +573,16 @@ def parser() -> argparse.ArgumentParser:
     )
     p.set_defaults(fn=cmd_bench)
 
-    p = sub.add_parser("drain", help="simulate an eADR power-loss drain of the cache hierarchy (Horus), print JSON")
-    p.add_argument("--preset", default="horus", help="preset name (default: horus)")
-    p.add_argument("--config", type=_path_arg)
-    p.add_argument("--scheme", required=True, choices=api.DRAIN_SCHEMES)
-    content = p.add_mutually_exclusive_group()
-    content.add_argument("--trace", type=_path_arg, help="drain the state this trace leaves (default: the paper's worst-case content)")
-    content.add_argument("--from-workload", action="store_true", help="drain the state the built-in workload leaves")
-    p.add_argument("--after", type=int, help="crash after this many records of the trace or workload (needs --trace or --from-workload)")
-    p.add_argument("--recover", action="store_true", help="then crash, recover and (functional mode) check every line")
-    _add_params(p)
-    _add_out(p)
-    p.set_defaults(fn=cmd_drain)
+    for verb, (build, help_) in _FLAT_DESIGN_VERBS.items():
+        build(sub.add_parser(verb, help=help_))
 
-    p = sub.add_parser("vault-attack", help="attacks on Horus' vault after a drain (functional mode)")
-    p.add_argument("--preset", default="horus", help="preset name (default: horus)")
-    p.add_argument("--config", type=_path_arg)
-    p.add_argument("--scheme", default="horus-slm", choices=("horus-slm", "horus-dlm"))
-    p.add_argument("--trace", type=_path_arg)
-    p.add_argument("--per-class", type=int, default=100)
-    p.add_argument("--seed", type=int, default=1)
-    _add_params(p)
-    _add_out(p)
-    p.set_defaults(fn=cmd_vault_attack)
-
-    p = sub.add_parser("forkbench", help="the Lelantus forkbench through the OS model (JSON)")
-    p.add_argument(
-        "--scheme", default="lelantus",
-        help="the design: baseline (kernel CoW), lelantus, lelantus-cow or silent-shredder (not -p run.design)",
-    )
-    p.add_argument("--page-size", default="4k", help="4k or 2m")
-    p.add_argument("--lines-per-page", type=int, default=None, help="lines the child updates per page (default 32 for 4k, 512 for 2m)")
-    p.add_argument("--footprint-bytes", type=int, default=16 << 20, help="memory the parent initialises (default 16 MiB)")
-    p.add_argument("--preset", default="lelantus", help="preset name (default: lelantus, the paper's Table III machine at 1 GHz)")
-    p.add_argument("--seed", type=int, default=None, help=argparse.SUPPRESS)  # refused: see cmd_forkbench
-    p.add_argument("--stats", action="store_true", help="also print the full stats block")
-    _add_params(p)
-    _add_out(p)
-    p.set_defaults(fn=cmd_forkbench)
+    p = sub.add_parser("designs", help="list the registered designs and their own commands")
+    p.set_defaults(fn=cmd_designs)
+    for family, verbs in DESIGN_COMMANDS.items():
+        fam = sub.add_parser(family, help=f"{family}'s own commands: " + ", ".join(verbs))
+        fsub = fam.add_subparsers(dest="sub", required=True, metavar="VERB")
+        for verb, (build, help_) in verbs.items():
+            build(fsub.add_parser(verb, help=help_))
 
     p = sub.add_parser("reproduce", help="reproduce a paper's figures: DIR/reproduce.json, plots, DIR/report.md")
     p.add_argument("design", help="paper to reproduce: " + ", ".join(sorted(REPRODUCE)))

@@ -415,3 +415,26 @@ def test_a_sweep_over_preset_names_is_refused_instead_of_relabelling_one_machine
     assert res.returncode == 2 and "config field 'preset'" in res.stderr and "--preset" in res.stderr
     res = cli("run", "--preset", "bmf", "-p", "preset=bmf", "-p", "workload.requests=100", "--out", tmp_path / "r")
     assert res.returncode == 0, res.stderr
+
+
+def test_designs_lists_every_registered_design_and_the_design_families_commands(cli):
+    import secmem
+
+    out = cli("designs", check=True).stdout
+    names = [d["name"] for d in secmem.designs()]
+    assert {"baseline", "horus-slm", "horus-dlm", "lelantus", "lelantus-cow", "silent-shredder"} <= set(names)
+    for name in names:
+        assert any(l.startswith(name + " ") for l in out.splitlines()), f"{name} missing from:\n{out}"
+    assert "secmem horus drain" in out and "secmem lelantus forkbench" in out
+    # The drain schemes the CLI offers are the ones the registered designs declare.
+    assert secmem.DRAIN_SCHEMES == tuple(s["name"] for d in secmem.designs() for s in d["drain_schemes"])
+
+
+def test_a_design_familys_verb_runs_what_the_flat_verb_runs(cli, tmp_path):
+    flat = cli("drain", "--scheme", "base-eu", "-p", "llc.size_kib=1024", "-p", "l2.size_kib=256", check=True).stdout
+    family = cli("horus", "drain", "--scheme", "base-eu", "-p", "llc.size_kib=1024", "-p", "l2.size_kib=256", "--out", tmp_path / "d", check=True).stdout
+    assert json.loads(flat) == json.loads(family)
+    saved = json.loads((tmp_path / "d" / "result.json").read_text())
+    assert saved["command"] == "drain"
+    res = cli("horus", "forkbench")
+    assert res.returncode == 2 and "invalid choice" in res.stderr

@@ -313,6 +313,20 @@ fn cow_workload(
     Ok(out.to_string())
 }
 
+/// The registered designs: `[{"name", "summary", "needs_security", "drain_schemes":
+/// [{"name", "summary"}]}]`, in registry order.
+#[pyfunction]
+fn designs() -> String {
+    let v: Vec<_> = secmem_sim::designs::REGISTRY
+        .iter()
+        .map(|d| {
+            let schemes: Vec<_> = d.drain_schemes.iter().map(|s| serde_json::json!({"name": s.name, "summary": s.summary})).collect();
+            serde_json::json!({"name": d.name, "summary": d.summary, "needs_security": d.needs_security, "drain_schemes": schemes})
+        })
+        .collect();
+    serde_json::to_string(&v).unwrap()
+}
+
 #[pyfunction]
 fn version() -> &'static str { env!("CARGO_PKG_VERSION") }
 
@@ -334,6 +348,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(bench_run, m)?)?;
     m.add_function(wrap_pyfunction!(cow_workload, m)?)?;
     m.add_function(wrap_pyfunction!(cow_trace, m)?)?;
+    m.add_function(wrap_pyfunction!(designs, m)?)?;
     m.add_function(wrap_pyfunction!(version, m)?)?;
     Ok(())
 }

@@ -12,7 +12,7 @@ fn main() {
             std::process::exit(2);
         }
     };
-    for scheme in DrainScheme::ALL {
+    for scheme in DrainScheme::all() {
         let t = std::time::Instant::now();
         match drain_run(&cfg, scheme, &DrainContent::WorstCase, true) {
             Ok(o) => {

@@ -192,7 +192,7 @@ fn horus_drain(scale: f64) -> Result<BenchResult, SimError> {
     }
     let cfg = Config::load(Some("horus"), None, &overrides)?;
     let start = Instant::now();
-    let out = drain_run(&cfg, DrainScheme::BaseLu, &DrainContent::WorstCase, false)?;
+    let out = drain_run(&cfg, "base-lu".parse::<DrainScheme>().expect("the baseline offers base-lu"), &DrainContent::WorstCase, false)?;
     let wall = start.elapsed().as_secs_f64();
     let lines = out.stats.flushed_lines;
     Ok(BenchResult::of(lines, wall))

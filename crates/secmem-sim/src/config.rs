@@ -81,6 +81,7 @@ config_section! {
         tree: TreeConfig = TreeConfig::default() => "Integrity tree";
         metadata_cache: MetadataCachesConfig = MetadataCachesConfig::default() => "Metadata caches in the memory controller";
         run: RunConfig = RunConfig::default() => "Run control";
+        design: secmem_schemes::designs::DesignsConfig = secmem_schemes::designs::DesignsConfig::default() => "Each design's own parameters, one section per design ([design.NAME]); run.design picks the design";
         workload: WorkloadConfig = WorkloadConfig::default() => "Built-in synthetic workload (used when no trace is given)";
         os: crate::os::OsConfig = crate::os::OsConfig::default() => "The OS memory model (copy-on-write workloads, OS-level traces)";
         drain: crate::harness::drain::DrainConfig = crate::harness::drain::DrainConfig::default() => "eADR power-loss drains (Horus): pacing, energy and battery model, worst-case content";
@@ -252,6 +253,7 @@ impl Config {
             security: &self.security,
             tree: &self.tree,
             metadata_cache: &self.metadata_cache,
+            designs: &self.design,
             ctx: crate::engine::design_context(self),
         }
     }
@@ -340,5 +342,26 @@ mod tests {
         // An enum spelling given with -p names the override.
         let e = Config::load(None, None, &["tree.update=lazyy".into()]).unwrap_err();
         assert!(e.message.ends_with("(in -p tree.update=lazyy)"), "{e}");
+    }
+
+    #[test]
+    fn a_designs_own_section_is_checked_by_the_design_naming_its_field() {
+        let cow = |extra: &[&str]| {
+            let mut o = vec!["run.design=\"lelantus-cow\"".to_string()];
+            o.extend(extra.iter().map(|s| s.to_string()));
+            Config::load(Some("lelantus"), None, &o)
+        };
+        let c = cow(&["design.lelantus.cow_cache_kib=16"]).unwrap();
+        assert_eq!(c.design.lelantus.cow_cache_lines(), 256);
+        for (set, field) in [
+            ("design.lelantus.cow_cache_ways=0", "design.lelantus.cow_cache_ways"),
+            ("design.lelantus.cow_cache_kib=0", "design.lelantus.cow_cache_kib"),
+            ("design.lelantus.cow_cache_kib=1024", "metadata_cache.counter.size_kib"),
+        ] {
+            let e = cow(&[set]).unwrap_err();
+            assert_eq!(e.field, field, "{set}: {e}");
+        }
+        let e = cow(&["design.lelantus.cow_cache_size=1"]).unwrap_err();
+        assert!(e.to_string().contains("cow_cache_size"), "an unknown key is refused: {e}");
     }
 }

@@ -203,7 +203,7 @@ fn build_controller_on(cfg: &Config, media: Media) -> Result<SecureMc, ConfigErr
 
 /// The config's design (`run.design`).
 pub fn build_design(cfg: &Config) -> Result<Box<dyn Design>, ConfigError> {
-    secmem_schemes::designs::build(&cfg.run.design, &design_context(cfg)).map_err(|m| ConfigError::new("run.design", m))
+    secmem_schemes::designs::build(&cfg.run.design, &design_context(cfg), &cfg.design).map_err(|m| ConfigError::new("run.design", m))
 }
 
 /// The lines a (checked, non-empty) read, write or flush record covers. A half-open range:

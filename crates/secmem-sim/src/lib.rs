@@ -18,4 +18,6 @@ pub mod report;
 pub mod run;
 
 pub use config::Config;
+/// The design registry, for front ends that list designs and their drain schemes.
+pub use secmem_schemes::designs;
 pub use run::{run, run_to_dir, SimError, TraceInput};

@@ -31,7 +31,7 @@ fn small(extra: &[&str]) -> Config {
 #[test]
 fn every_scheme_recovers_the_worst_case_content_exactly() {
     let cfg = small(&["run.functional=true"]);
-    for scheme in DrainScheme::ALL {
+    for scheme in DrainScheme::all() {
         let out = drain_run(&cfg, scheme, &DrainContent::WorstCase, true).unwrap();
         let o = out.oracle.as_ref().unwrap();
         assert_eq!(o.mismatches, 0, "{scheme:?}: {:?}", o.examples);
@@ -43,7 +43,7 @@ fn every_scheme_recovers_the_worst_case_content_exactly() {
 #[test]
 fn every_scheme_recovers_a_trace_crashed_midway() {
     let cfg = small(&["run.functional=true"]);
-    for scheme in DrainScheme::ALL {
+    for scheme in DrainScheme::all() {
         for after in [1000u64, 2500, 4000] {
             let content = DrainContent::Trace { input: TraceInput::Workload, after_records: Some(after) };
             let out = drain_run(&cfg, scheme, &content, true).unwrap();
@@ -81,7 +81,7 @@ fn every_vault_attack_is_detected_with_its_class() {
 #[test]
 fn horus_recovery_writes_lines_home_when_the_llc_is_not_inclusive() {
     let cfg = small(&["run.functional=true", "hierarchy.inclusive_llc=false"]);
-    for scheme in [DrainScheme::HorusSlm, DrainScheme::HorusDlm] {
+    for scheme in [scheme("horus-slm"), scheme("horus-dlm")] {
         for content in [DrainContent::WorstCase, DrainContent::Trace { input: TraceInput::Workload, after_records: Some(3000) }] {
             let out = drain_run(&cfg, scheme, &content, true).unwrap();
             let o = out.oracle.as_ref().unwrap();
@@ -94,10 +94,10 @@ fn horus_recovery_writes_lines_home_when_the_llc_is_not_inclusive() {
 #[test]
 fn same_seed_same_drain() {
     let cfg = small(&[]);
-    let a = drain_run(&cfg, DrainScheme::BaseLu, &DrainContent::WorstCase, false).unwrap().to_json();
-    let b = drain_run(&cfg, DrainScheme::BaseLu, &DrainContent::WorstCase, false).unwrap().to_json();
+    let a = drain_run(&cfg, scheme("base-lu"), &DrainContent::WorstCase, false).unwrap().to_json();
+    let b = drain_run(&cfg, scheme("base-lu"), &DrainContent::WorstCase, false).unwrap().to_json();
     assert_eq!(a, b);
-    let c = drain_run(&small(&["run.seed=2"]), DrainScheme::BaseLu, &DrainContent::WorstCase, false).unwrap().to_json();
+    let c = drain_run(&small(&["run.seed=2"]), scheme("base-lu"), &DrainContent::WorstCase, false).unwrap().to_json();
     assert_ne!(a["memory_reads"], c["memory_reads"], "a different seed places the lines elsewhere");
 }
 
@@ -106,17 +106,17 @@ fn a_config_contradicting_the_drain_scheme_or_the_vault_attack_is_an_error_not_o
     // Each used to be overwritten silently: Base-LU with security off still reported 4.7 M MAC
     // operations, and a vault attack on a non-secure lelantus config "passed".
     for (scheme, set, field) in [
-        (DrainScheme::BaseLu, "security.enabled=false", "security.enabled"),
-        (DrainScheme::BaseLu, "tree.update=\"eager\"", "tree.update"),
-        (DrainScheme::HorusDlm, "security.enabled=false", "security.enabled"),
-        (DrainScheme::BaseEu, "run.design=\"horus-slm\"", "run.design"),
+        (scheme("base-lu"), "security.enabled=false", "security.enabled"),
+        (scheme("base-lu"), "tree.update=\"eager\"", "tree.update"),
+        (scheme("horus-dlm"), "security.enabled=false", "security.enabled"),
+        (scheme("base-eu"), "run.design=\"horus-slm\"", "run.design"),
     ] {
         let e = drain_run(&small(&[set]), scheme, &DrainContent::WorstCase, false).unwrap_err().to_string();
         assert!(e.contains(field) && e.contains("but the config asks for"), "{scheme:?} {set}: {e}");
     }
     // The scheme's own values, and the defaults it replaces, are fine.
-    assert!(drain_run(&small(&["tree.update=\"eager\""]), DrainScheme::BaseEu, &DrainContent::WorstCase, false).is_ok());
-    assert!(drain_run(&small(&[]), DrainScheme::NonSecure, &DrainContent::WorstCase, false).is_ok());
+    assert!(drain_run(&small(&["tree.update=\"eager\""]), scheme("base-eu"), &DrainContent::WorstCase, false).is_ok());
+    assert!(drain_run(&small(&[]), scheme("nonsecure"), &DrainContent::WorstCase, false).is_ok());
     use secmem_sim::harness::vault_attack::vault_attack_campaign;
     for (set, field) in [("security.enabled=false", "security.enabled"), ("run.design=\"lelantus\"", "run.design")] {
         let e = vault_attack_campaign(&small(&[set]), &TraceInput::Workload, true, 1, 1).unwrap_err().to_string();
@@ -128,7 +128,7 @@ fn a_config_contradicting_the_drain_scheme_or_the_vault_attack_is_an_error_not_o
 fn a_recovery_check_with_nothing_written_is_an_error_not_a_pass() {
     // An empty trace drained and "recovered" with 0 lines checked used to exit 0.
     let content = DrainContent::Trace { input: TraceInput::Workload, after_records: Some(0) };
-    let e = drain_run(&small(&["run.functional=true"]), DrainScheme::BaseEu, &content, true).unwrap_err().to_string();
+    let e = drain_run(&small(&["run.functional=true"]), scheme("base-eu"), &content, true).unwrap_err().to_string();
     assert!(e.contains("no line to check"), "{e}");
 }
 
@@ -137,10 +137,13 @@ fn base_eu_recovery_reports_the_same_work_in_counting_and_functional_mode() {
     // Counting mode used to report no recovery work at all (the crash had reset the counter
     // store it counted from): 0 blocks, 0 hashes, 0 s.
     for content in [DrainContent::WorstCase, DrainContent::Trace { input: TraceInput::Workload, after_records: Some(3000) }] {
-        let counting = drain_run(&small(&[]), DrainScheme::BaseEu, &content, true).unwrap();
-        let functional = drain_run(&small(&["run.functional=true"]), DrainScheme::BaseEu, &content, true).unwrap();
+        let counting = drain_run(&small(&[]), scheme("base-eu"), &content, true).unwrap();
+        let functional = drain_run(&small(&["run.functional=true"]), scheme("base-eu"), &content, true).unwrap();
         let (c, f) = (counting.recovery.unwrap(), functional.recovery.unwrap());
         assert!(f.blocks_read > 0 && f.hashes > f.blocks_read, "{f:?}");
         assert_eq!((c.blocks_read, c.hashes, c.cycles, c.serial_cycles), (f.blocks_read, f.hashes, f.cycles, f.serial_cycles), "{content:?}");
     }
 }
+
+/// The registered drain scheme called `name`.
+fn scheme(name: &str) -> DrainScheme { name.parse().unwrap() }

@@ -3,7 +3,7 @@
 //! `security.enabled = false`. Every [`Design`] hook defaults to what this design does; its
 //! own code is the eADR drain of the Horus paper's baselines.
 
-use super::{no_check, no_data_lines, Design, DesignContext, DesignEntry, Region};
+use super::{no_check, no_data_lines, Design, DesignContext, DesignEntry, DrainScheme, Region};
 use crate::config::TreeUpdate;
 use crate::controller::eadr::{self, DrainClock, DrainLine, DrainRecovery, DrainRecoveryError, DrainStats, MetadataSaveRegisters};
 use crate::controller::functional::IntegrityError;
@@ -18,7 +18,27 @@ pub static ENTRY: DesignEntry = DesignEntry {
     check: no_check,
     regions,
     data_lines_reserved: no_data_lines,
-    build: |_| Box::new(Baseline::default()),
+    drain_schemes: &[
+        DrainScheme {
+            name: "nonsecure",
+            summary: "no security: every dirty line written home (the non-secure EPD reference)",
+            secure: false,
+            tree_update: None,
+        },
+        DrainScheme {
+            name: "base-lu",
+            summary: "lazy tree update at run time; lines through the secure write path, then the metadata caches saved under a small tree",
+            secure: true,
+            tree_update: Some(TreeUpdate::Lazy),
+        },
+        DrainScheme {
+            name: "base-eu",
+            summary: "eager tree update at run time; lines through the secure write path, then the metadata caches flushed home",
+            secure: true,
+            tree_update: Some(TreeUpdate::Eager),
+        },
+    ],
+    build: |_, _| Box::new(Baseline::default()),
 };
 
 /// Base-LU's drain saves the metadata caches above the tree (`eadr::save_metadata`).

@@ -25,7 +25,7 @@
 
 use crate::controller::cache_tree;
 use crate::controller::{MetaBlock, SecureMc};
-use crate::designs::{no_check, no_data_lines, Design, DesignContext, DesignEntry, Region};
+use crate::designs::{no_check, no_data_lines, Design, DesignContext, DesignEntry, DrainScheme, Region};
 use crate::controller::eadr::{self, DrainClock, DrainLine, DrainRecovery, DrainRecoveryError, DrainStats};
 use crate::controller::functional::IntegrityError;
 use secmem_core::addr::LINE_SHIFT;
@@ -45,7 +45,13 @@ pub static SLM_ENTRY: DesignEntry = DesignEntry {
     check: no_check,
     regions: |ctx| vault_region(ctx, MacLevels::Single),
     data_lines_reserved: no_data_lines,
-    build: |ctx| Box::new(Horus::new(MacLevels::Single, ctx.hierarchy_lines, ctx.metadata_lines)),
+    drain_schemes: &[DrainScheme {
+        name: "horus-slm",
+        summary: "Horus with single-level MACs: lines into the Cache Hierarchy Vault, one MAC block per 8 lines",
+        secure: true,
+        tree_update: None,
+    }],
+    build: |ctx, _| Box::new(Horus::new(MacLevels::Single, ctx.hierarchy_lines, ctx.metadata_lines)),
 };
 
 pub static DLM_ENTRY: DesignEntry = DesignEntry {
@@ -56,7 +62,13 @@ pub static DLM_ENTRY: DesignEntry = DesignEntry {
     check: no_check,
     regions: |ctx| vault_region(ctx, MacLevels::Double),
     data_lines_reserved: no_data_lines,
-    build: |ctx| Box::new(Horus::new(MacLevels::Double, ctx.hierarchy_lines, ctx.metadata_lines)),
+    drain_schemes: &[DrainScheme {
+        name: "horus-dlm",
+        summary: "Horus with double-level MACs: one MAC block per 64 lines",
+        secure: true,
+        tree_update: None,
+    }],
+    build: |ctx, _| Box::new(Horus::new(MacLevels::Double, ctx.hierarchy_lines, ctx.metadata_lines)),
 };
 
 /// The vault, sized for every hierarchy line and metadata-cache block.

@@ -54,7 +54,8 @@ pub static RESIZED_ENTRY: DesignEntry = DesignEntry {
     check: check_minor_bits,
     regions: no_regions,
     data_lines_reserved: no_data_lines,
-    build: |_| Box::new(Lelantus::new(Encoding::Resized)),
+    drain_schemes: &[],
+    build: |_, cfg| Box::new(Lelantus::with_config(Encoding::Resized, &cfg.lelantus)),
 };
 
 pub static COW_ENTRY: DesignEntry = DesignEntry {
@@ -64,14 +65,20 @@ pub static COW_ENTRY: DesignEntry = DesignEntry {
     baseline_data_path: false,
     check: |env| {
         check_minor_bits(env)?;
+        let l = &env.designs.lelantus;
+        let (cow_lines, cow_ways) = (l.cow_cache_lines(), l.cow_cache_ways as u64);
+        ensure((1..=4096).contains(&cow_ways), "design.lelantus.cow_cache_ways", || format!("must be in 1..=4096, got {cow_ways}"))?;
+        ensure(cow_lines >= cow_ways && cow_lines.is_multiple_of(cow_ways), "design.lelantus.cow_cache_kib", || {
+            format!("{} KiB is {cow_lines} lines, not a whole number of sets of {cow_ways} ways (at least one)", l.cow_cache_kib)
+        })?;
         // Its CoW cache is carved out of the counter cache (section V-A): what is left must
         // still be a counter cache of whole sets (it was silently made one set).
         let c = &env.metadata_cache.counter;
-        let left = counter_lines_left(c.lines());
+        let left = counter_lines_left(c.lines(), cow_lines);
         ensure(left >= c.ways as u64 && left.is_multiple_of(c.ways as u64), "metadata_cache.counter.size_kib", || {
             format!(
-                "lelantus-cow carves its {} KiB CoW cache out of the counter cache: {} KiB leaves {left} lines, not a whole number of sets of {} ways (at least one)",
-                COW_CACHE_BYTES / 1024,
+                "lelantus-cow carves its {} KiB CoW cache (design.lelantus.cow_cache_kib) out of the counter cache: {} KiB leaves {left} lines, not a whole number of sets of {} ways (at least one)",
+                l.cow_cache_kib,
                 c.size_kib,
                 c.ways
             )
@@ -79,7 +86,8 @@ pub static COW_ENTRY: DesignEntry = DesignEntry {
     },
     regions: no_regions,
     data_lines_reserved: |data_lines| data_lines - record_region_first_line(data_lines),
-    build: |_| Box::new(Lelantus::new(Encoding::Supplementary)),
+    drain_schemes: &[],
+    build: |_, cfg| Box::new(Lelantus::with_config(Encoding::Supplementary, &cfg.lelantus)),
 };
 
 /// Lelantus lays its counter blocks out itself (Fig. 4: 7-bit minors, 6-bit on a CoW page
@@ -104,15 +112,23 @@ pub enum Encoding {
 pub const RESIZED_COW_MINOR_BITS: u32 = 6;
 /// Minor width of every other counter block (the default split counter).
 pub const REGULAR_MINOR_BITS: u32 = 7;
-/// The CoW-metadata cache of Lelantus-CoW, carved from the counter cache (section V-A).
-pub const COW_CACHE_BYTES: u64 = 32 * 1024;
-/// Associativity of the CoW-metadata cache (that of the Table III counter cache).
-pub const COW_CACHE_WAYS: usize = 16;
+secmem_core::config_section! {
+    /// Lelantus' own parameters (`[design.lelantus]`).
+    pub struct LelantusConfig {
+        cow_cache_kib: u64 = 32 => "Lelantus-CoW's CoW-metadata cache, carved out of the counter cache, KiB (section V-A: 32 KB); used by lelantus-cow only";
+        cow_cache_ways: u32 = 16 => "Associativity of the CoW-metadata cache (that of the Table III counter cache); used by lelantus-cow only";
+    }
+}
 
-/// Lines a counter cache of `counter_lines` keeps once Lelantus-CoW carves its CoW cache out
-/// of it (0 if the CoW cache takes them all). The config refuses a leftover that is not a
-/// whole, non-zero number of sets.
-pub fn counter_lines_left(counter_lines: u64) -> u64 { counter_lines.saturating_sub(COW_CACHE_BYTES / 64) }
+impl LelantusConfig {
+    /// 64 B record lines the CoW-metadata cache holds.
+    pub fn cow_cache_lines(&self) -> u64 { self.cow_cache_kib * 1024 / 64 }
+}
+
+/// Lines a counter cache of `counter_lines` keeps once Lelantus-CoW carves `cow_lines` out of
+/// it (0 if the CoW cache takes them all). The config refuses a leftover that is not a whole,
+/// non-zero number of sets.
+pub fn counter_lines_left(counter_lines: u64, cow_lines: u64) -> u64 { counter_lines.saturating_sub(cow_lines) }
 /// Source-address records per 64 B record line (8 B each).
 pub const RECORDS_PER_LINE: u64 = 8;
 /// Marks a valid record (a record of 0 means "not a CoW page").
@@ -164,15 +180,23 @@ pub struct Lelantus {
     /// Lelantus-CoW: record lines cached on chip.
     cow_cache: Option<SetAssocCache>,
     record_base: u64,
+    /// The CoW-metadata cache's size in lines and its associativity (`[design.lelantus]`).
+    cow_cache_lines: u64,
+    cow_cache_ways: usize,
     ready: bool,
     secure: bool,
     pub stats: LelantusStats,
 }
 
 impl Lelantus {
-    pub fn new(enc: Encoding) -> Lelantus {
+    /// Lelantus with the paper's parameters (`LelantusConfig::default()`).
+    pub fn new(enc: Encoding) -> Lelantus { Self::with_config(enc, &LelantusConfig::default()) }
+
+    pub fn with_config(enc: Encoding, cfg: &LelantusConfig) -> Lelantus {
         Lelantus {
             enc,
+            cow_cache_lines: cfg.cow_cache_lines(),
+            cow_cache_ways: cfg.cow_cache_ways as usize,
             src_of: FxHashMap::default(),
             children: FxHashMap::default(),
             cow_cache: None,
@@ -212,16 +236,16 @@ impl Lelantus {
         self.record_base = record_region_first_line(mc.layout.data_bytes >> 6);
         if self.enc == Encoding::Supplementary {
             let ways = mc.counter_cache.ways();
-            let cow_lines = (COW_CACHE_BYTES / 64) as usize;
             // (A controller built without a config check keeps at least one set.)
-            let counter_sets = (counter_lines_left(mc.counter_cache.capacity_lines() as u64) / ways as u64).max(1);
+            let counter_sets = (counter_lines_left(mc.counter_cache.capacity_lines() as u64, self.cow_cache_lines) / ways as u64).max(1);
             let mut cc = SetAssocCache::with_geometry(counter_sets, ways, Replacement::Lru);
             if mc.is_functional() {
                 cc = cc.with_data();
             }
             debug_assert_eq!(mc.counter_cache.valid_lines().count(), 0, "carved before first use");
             mc.counter_cache = cc;
-            self.cow_cache = Some(SetAssocCache::with_geometry((cow_lines / COW_CACHE_WAYS) as u64, COW_CACHE_WAYS, Replacement::Lru));
+            let cow_sets = (self.cow_cache_lines / self.cow_cache_ways as u64).max(1);
+            self.cow_cache = Some(SetAssocCache::with_geometry(cow_sets, self.cow_cache_ways, Replacement::Lru));
         }
     }
 

@@ -22,7 +22,7 @@ pub mod silent_shredder;
 #[cfg(feature = "example-design")]
 pub mod write_verify;
 
-use crate::config::{MetadataCachesConfig, SecurityConfig, TreeConfig};
+use crate::config::{MetadataCachesConfig, SecurityConfig, TreeConfig, TreeUpdate};
 use crate::controller::eadr::{self, DrainClock, DrainLine, DrainRecovery, DrainRecoveryError, DrainStats};
 use crate::controller::functional::IntegrityError;
 use crate::controller::SecureMc;
@@ -190,7 +190,18 @@ pub struct DesignEnv<'a> {
     pub security: &'a SecurityConfig,
     pub tree: &'a TreeConfig,
     pub metadata_cache: &'a MetadataCachesConfig,
+    /// The designs' own sections (`[design.NAME]`).
+    pub designs: &'a DesignsConfig,
     pub ctx: DesignContext,
+}
+
+secmem_core::config_section! {
+    /// Each design's own parameters: one section per design family that has any
+    /// (`[design.NAME]`), declared in the design's file. A design checks its section, with the
+    /// rest of the config, in its `DesignEntry::check`.
+    pub struct DesignsConfig {
+        lelantus: lelantus::LelantusConfig = lelantus::LelantusConfig::default() => "Lelantus and Lelantus-CoW (HPCA'20): the CoW-metadata cache";
+    }
 }
 
 /// An NVM region a design needs beyond the baseline's layout (data | counters | MACs | tree),
@@ -225,8 +236,23 @@ pub struct DesignEntry {
     /// Data lines at the top of data memory in which the design keeps records of its own
     /// (read and written through the secure data path, like data), out of `data_lines`.
     pub data_lines_reserved: fn(u64) -> u64,
-    /// Builds the design.
-    pub build: fn(&DesignContext) -> Box<dyn Design>,
+    /// The eADR drain schemes the design offers (`secmem drain --scheme NAME`).
+    pub drain_schemes: &'static [DrainScheme],
+    /// Builds the design, with the designs' own config sections.
+    pub build: fn(&DesignContext, &DesignsConfig) -> Box<dyn Design>,
+}
+
+/// An eADR power-loss drain scheme a design offers (Horus sections III-IV): a name for
+/// `secmem drain --scheme` and the run-time settings the scheme implies for its design.
+#[derive(Debug, PartialEq, Eq)]
+pub struct DrainScheme {
+    pub name: &'static str,
+    /// One line for `--help` and the drain report.
+    pub summary: &'static str,
+    /// Runs with security metadata (false: the non-secure reference).
+    pub secure: bool,
+    /// The tree update the scheme runs with (None: the config's).
+    pub tree_update: Option<TreeUpdate>,
 }
 
 impl std::fmt::Debug for DesignEntry {
@@ -239,6 +265,11 @@ pub fn no_check(_: &DesignEnv) -> Result<(), ConfigError> { Ok(()) }
 pub fn no_regions(_: &DesignContext) -> Vec<Region> { Vec::new() }
 /// For a design that keeps no records in data memory.
 pub fn no_data_lines(_: u64) -> u64 { 0 }
+
+/// Every drain scheme of every registered design, in registry order, with its design.
+pub fn drain_schemes() -> impl Iterator<Item = (&'static DesignEntry, &'static DrainScheme)> {
+    REGISTRY.iter().flat_map(|e| e.drain_schemes.iter().map(move |s| (*e, s)))
+}
 
 /// Every design, in the order `--help` lists them. The one list: a design added here is
 /// accepted by `run.design`, sized, checked, and covered by the conformance suite
@@ -276,7 +307,7 @@ pub fn entry(name: &str) -> Result<&'static DesignEntry, String> {
 pub fn names() -> Vec<&'static str> { REGISTRY.iter().map(|e| e.name).collect() }
 
 /// Builds a design by its public name.
-pub fn build(name: &str, ctx: &DesignContext) -> Result<Box<dyn Design>, String> { Ok((entry(name)?.build)(ctx)) }
+pub fn build(name: &str, ctx: &DesignContext, cfg: &DesignsConfig) -> Result<Box<dyn Design>, String> { Ok((entry(name)?.build)(ctx, cfg)) }
 
 /// The most data lines any registered design reserves for its records (`data_lines_reserved`).
 /// The OS model gives out no frame there under any design, so that one OS-level trace places
@@ -340,7 +371,7 @@ mod tests {
         // Reports and error messages name the design through `name()`.
         let ctx = DesignContext { hierarchy_lines: 1024, metadata_lines: 256 };
         for e in REGISTRY {
-            assert_eq!((e.build)(&ctx).name(), e.name);
+            assert_eq!((e.build)(&ctx, &DesignsConfig::default()).name(), e.name);
         }
     }
 
@@ -357,6 +388,15 @@ mod tests {
             assert!(l.end >= base.end, "{}", e.name);
             assert_eq!(l.end, l.regions.last().map(|r| r.base + r.size_bytes).unwrap(), "{}", e.name);
         }
+    }
+
+    #[test]
+    fn no_two_drain_schemes_share_a_name() {
+        let mut names: Vec<_> = drain_schemes().map(|(_, s)| s.name).collect();
+        let n = names.len();
+        names.sort_unstable();
+        names.dedup();
+        assert_eq!(names.len(), n);
     }
 
     #[test]

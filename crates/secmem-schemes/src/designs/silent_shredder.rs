@@ -32,7 +32,8 @@ pub static ENTRY: DesignEntry = DesignEntry {
     check: no_check,
     regions: no_regions,
     data_lines_reserved: no_data_lines,
-    build: |_| Box::new(SilentShredder::default()),
+    drain_schemes: &[],
+    build: |_, _| Box::new(SilentShredder::default()),
 };
 
 #[derive(Clone, Default)]

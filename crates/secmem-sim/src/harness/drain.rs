@@ -22,9 +22,9 @@ use rand::seq::SliceRandom;
 use rand::SeedableRng;
 use rustc_hash::FxHashMap;
 use secmem_core::error::{number, ConfigError};
-use secmem_core::{config_enum, config_section, Cycle};
+use secmem_core::{config_section, Cycle};
 use secmem_media::{Media, MemoryPort};
-use secmem_schemes::config::TreeUpdate;
+use secmem_schemes::designs::{self, DesignEntry};
 use secmem_schemes::controller::eadr::{DrainClock, DrainLine, DrainRecovery, DrainStats};
 use serde::Serialize;
 use std::cell::RefCell;
@@ -62,44 +62,49 @@ impl DrainConfig {
     }
 }
 
-config_enum! {
-    /// How the hierarchy is drained on power loss (Horus sections III-IV).
-    pub enum DrainScheme {
-        NonSecure => "nonsecure": "no security: every dirty line written home (the non-secure EPD reference)",
-        BaseLu => "base-lu": "lazy tree update at run time; lines through the secure write path, then the metadata caches saved under a small tree",
-        BaseEu => "base-eu": "eager tree update at run time; lines through the secure write path, then the metadata caches flushed home",
-        HorusSlm => "horus-slm": "Horus with single-level MACs: lines into the Cache Hierarchy Vault, one MAC block per 8 lines",
-        HorusDlm => "horus-dlm": "Horus with double-level MACs: one MAC block per 64 lines",
-    }
+/// How the hierarchy is drained on power loss (Horus sections III-IV): one of the drain
+/// schemes a registered design offers (`DesignEntry::drain_schemes`: the baseline's
+/// `nonsecure`, `base-lu` and `base-eu`, Horus' `horus-slm` and `horus-dlm`), with its design.
+#[derive(Clone, Copy, Debug)]
+pub struct DrainScheme {
+    pub design: &'static DesignEntry,
+    pub scheme: &'static designs::DrainScheme,
 }
 
+impl PartialEq for DrainScheme {
+    fn eq(&self, other: &Self) -> bool { self.scheme.name == other.scheme.name }
+}
+impl Eq for DrainScheme {}
+
 impl DrainScheme {
-    pub const ALL: [DrainScheme; 5] = [DrainScheme::NonSecure, DrainScheme::BaseLu, DrainScheme::BaseEu, DrainScheme::HorusSlm, DrainScheme::HorusDlm];
+    /// Every registered design's drain schemes, in registry order.
+    pub fn all() -> Vec<DrainScheme> { designs::drain_schemes().map(|(design, scheme)| DrainScheme { design, scheme }).collect() }
+
+    pub fn as_str(self) -> &'static str { self.scheme.name }
 
     /// The run-time configuration this scheme implies.
     pub fn apply(self, cfg: &Config) -> Config {
         let mut c = cfg.clone();
-        match self {
-            DrainScheme::NonSecure => {
-                c.security.enabled = false;
-                c.run.design = "baseline".into();
-            }
-            DrainScheme::BaseLu => {
-                c.security.enabled = true;
-                c.tree.update = TreeUpdate::Lazy;
-                c.run.design = "baseline".into();
-            }
-            DrainScheme::BaseEu => {
-                c.security.enabled = true;
-                c.tree.update = TreeUpdate::Eager;
-                c.run.design = "baseline".into();
-            }
-            DrainScheme::HorusSlm | DrainScheme::HorusDlm => {
-                c.security.enabled = true;
-                c.run.design = if self == DrainScheme::HorusSlm { "horus-slm" } else { "horus-dlm" }.into();
-            }
+        c.security.enabled = self.scheme.secure;
+        if let Some(update) = self.scheme.tree_update {
+            c.tree.update = update;
         }
+        c.run.design = self.design.name.into();
         c
+    }
+}
+
+impl std::fmt::Display for DrainScheme {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result { f.write_str(self.as_str()) }
+}
+
+impl std::str::FromStr for DrainScheme {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        let all = Self::all();
+        all.iter().copied().find(|d| d.as_str() == s).ok_or_else(|| {
+            format!("unknown value '{s}'; known: {}", all.iter().map(|d| d.as_str()).collect::<Vec<_>>().join(", "))
+        })
     }
 }
 
