@@ -309,12 +309,13 @@ mod tests {
         let mut exclusive = big_l1.to_vec();
         exclusive.push("hierarchy.inclusive_llc=false".into());
         assert!(Config::load(None, None, &exclusive).is_ok());
-        // A design other than the baseline needs security metadata (found by fuzzing: a
-        // non-secure lelantus run was the kernel-copy baseline labelled lelantus).
-        for d in ["lelantus", "lelantus-cow", "silent-shredder", "horus-slm", "horus-dlm"] {
+        // A design that acts on security metadata needs it (found by fuzzing: a non-secure
+        // lelantus run was the kernel-copy baseline labelled lelantus).
+        for d in secmem_schemes::designs::REGISTRY.iter().filter(|d| d.needs_security).map(|d| d.name) {
             let e = Config::load(Some("lelantus"), None, &[format!("run.design=\"{d}\""), "security.enabled=false".into()]).unwrap_err();
             assert!(e.field == "security.enabled" && e.message.contains(d), "{d}: {e}");
         }
+        assert!(secmem_schemes::designs::REGISTRY.iter().filter(|d| !d.needs_security).all(|d| d.name == "baseline"), "only the baseline runs non-secure");
         assert!(Config::load(Some("lelantus"), None, &["security.enabled=false".to_string()]).is_ok());
         // The largest accepted values still load.
         let edge = ["core.ipc=0.001", "core.max_outstanding_misses=4096", "os.page_fault_cycles=4294967296", "pcm.bus_transfer_ns=1000"];
