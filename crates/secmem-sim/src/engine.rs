@@ -156,6 +156,11 @@ pub struct Engine {
     pub forwarded: Option<Vec<Record>>,
     /// Records are memory-controller requests (no cache hierarchy).
     memory_level: bool,
+    /// Counting mode under a design whose decisions depend on line contents
+    /// (`DesignEntry::needs_line_contents`): the plaintext last written to each line, which
+    /// functional mode reads back from its image. Fills take their contents from here, so the
+    /// lines the design is handed are those of a functional run. `None` otherwise.
+    content_shadow: Option<rustc_hash::FxHashMap<u64, [u8; 64]>>,
     /// Page of the record last given to `prefetch_late` / `prefetch` (host look-ahead only).
     prefetch_page: std::cell::Cell<u64>,
     prefetch_page_early: std::cell::Cell<u64>,
@@ -226,7 +231,16 @@ pub fn design_context(cfg: &Config) -> secmem_schemes::designs::DesignContext {
 
 impl Engine {
     /// Builds every component from a validated config (functional mode per `run.functional`).
-    pub fn new(cfg: &Config) -> Result<Engine, ConfigError> { Self::with_controller(cfg, build_controller(cfg)?, cfg.run.functional) }
+    /// Line contents move through the hierarchy in functional mode, and in counting mode too
+    /// when the design's decisions depend on them (`DesignEntry::needs_line_contents`).
+    pub fn new(cfg: &Config) -> Result<Engine, ConfigError> {
+        let needs_contents = secmem_schemes::designs::entry(&cfg.run.design).is_ok_and(|d| d.needs_line_contents);
+        let mut e = Self::with_controller(cfg, build_controller(cfg)?, cfg.run.functional || needs_contents)?;
+        if needs_contents && !cfg.run.functional {
+            e.content_shadow = Some(Default::default());
+        }
+        Ok(e)
+    }
 
     /// The functional half of a two-thread functional run (`run.host_threads`): functional
     /// mode at memory level over an [`UntimedDevice`], whose every access takes the PCM read
@@ -286,6 +300,7 @@ impl Engine {
             on_page_command: None,
             forwarded: None,
             memory_level: cfg.run.trace_level == TraceLevel::Memory,
+            content_shadow: None,
             prefetch_page: std::cell::Cell::new(u64::MAX),
             prefetch_page_early: std::cell::Cell::new(u64::MAX),
             cfg: cfg.clone(),
@@ -369,6 +384,9 @@ impl Engine {
         self.stats.memory_writes_issued += 1;
         if let Some(out) = self.forwarded.as_mut() {
             out.push(Record { op: Op::Write, addr: line << LINE_SHIFT, size_bytes: 64, inst_gap: 0, data: data.copied() });
+        }
+        if let (Some(shadow), Some(d)) = (self.content_shadow.as_mut(), data) {
+            shadow.insert(line, *d);
         }
         match self.design.write(&mut self.mc, line, data, self.now) {
             Ok(t) => self.last_persist = self.last_persist.max(t),
@@ -498,6 +516,8 @@ impl Engine {
                 }
                 match self.design.read(&mut self.mc, line, at) {
                     Ok((done, plain)) => {
+                        // (Never-written memory reads as zeros, as the functional image's does.)
+                        let plain = plain.or_else(|| self.content_shadow.as_ref().map(|s| s.get(&line).copied().unwrap_or([0; 64])));
                         if let Some(p) = plain {
                             self.hier.set_filled_data(line, &p, write && data.is_some());
                         }

@@ -172,5 +172,26 @@ fn test_builds_register_the_example_design_so_the_suite_is_seen_to_cover_a_desig
     let r = secmem_sim::run(&cfg(d, &["workload.requests=2000", "run.trace_level=\"core\""]), &TraceInput::Workload).unwrap();
     let writes = r["stats"]["memory"]["writes"]["data"].as_u64().unwrap();
     assert!(writes > 0);
-    assert_eq!(r["stats"]["design"]["verify_reads"].as_f64().unwrap() as u64, writes, "one verify read per data write");
+    let verified = r["stats"]["design"]["verify_reads"].as_f64().unwrap() as u64;
+    let zeros = r["stats"]["design"]["zero_writes_not_verified"].as_f64().unwrap() as u64;
+    assert_eq!(verified + zeros, writes, "one verify read per data write but the all-zero ones");
+    assert!(verified > 0);
+}
+
+#[test]
+fn a_design_whose_decisions_depend_on_line_contents_decides_alike_in_both_modes() {
+    // `write-verify` skips the read-back of all-zero lines; the OS trace's kernel zero-fills
+    // write such lines. Counting mode must hand the design the same contents functional mode
+    // does (`DesignEntry::needs_line_contents`), or its counts would differ.
+    let d = REGISTRY.iter().find(|d| d.needs_line_contents).expect("a registered design that depends on line contents");
+    let t = churn_trace("contents", 3, 1500);
+    let functional = cfg(d, &["tree.update=lazy", "security.metadata_persistence=\"write-back\""]);
+    let mut counting = functional.clone();
+    counting.run.functional = false;
+    counting.run.check_pad_reuse = false;
+    let a = secmem_sim::run(&counting, &TraceInput::File(t.0.clone())).unwrap();
+    let b = secmem_sim::run(&functional, &TraceInput::File(t.0.clone())).unwrap();
+    assert!(a["stats"]["design"]["zero_writes_not_verified"].as_f64().unwrap() > 0.0, "no decision was exercised: {}", a["stats"]["design"]);
+    assert!(a["stats"]["design"]["verify_reads"].as_f64().unwrap() > 0.0);
+    assert_eq!(a["stats"], b["stats"]);
 }

@@ -15,6 +15,7 @@ pub static ENTRY: DesignEntry = DesignEntry {
     summary: "the shared secure controller as it is (security.enabled = false: non-secure memory)",
     needs_security: false,
     baseline_data_path: true,
+    needs_line_contents: false,
     check: no_check,
     regions,
     data_lines_reserved: no_data_lines,

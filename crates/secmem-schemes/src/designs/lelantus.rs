@@ -51,6 +51,7 @@ pub static RESIZED_ENTRY: DesignEntry = DesignEntry {
     summary: "Lelantus: copy-on-write in the controller, the source page in a resized counter block (6-bit minors on CoW pages)",
     needs_security: true,
     baseline_data_path: false,
+    needs_line_contents: false,
     check: check_minor_bits,
     regions: no_regions,
     data_lines_reserved: no_data_lines,
@@ -63,6 +64,7 @@ pub static COW_ENTRY: DesignEntry = DesignEntry {
     summary: "Lelantus-CoW: copy-on-write in the controller, the source page in an 8 B record per page, with a CoW cache carved from the counter cache",
     needs_security: true,
     baseline_data_path: false,
+    needs_line_contents: false,
     check: |env| {
         check_minor_bits(env)?;
         let l = &env.designs.lelantus;

@@ -229,6 +229,10 @@ pub struct DesignEntry {
     /// functional run may then replay its controller requests on a second host thread
     /// (`run.host_threads`), where no design is present.
     pub baseline_data_path: bool,
+    /// The design's decisions depend on the contents of the lines written (deduplication,
+    /// compression): counting mode then carries line contents through the cache hierarchy to
+    /// the design's `write`, as functional mode does, so both modes give the same counts.
+    pub needs_line_contents: bool,
     /// The design's own checks of the config (field errors name the field).
     pub check: fn(&DesignEnv) -> Result<(), ConfigError>,
     /// NVM regions the design needs above the baseline's layout.

@@ -29,6 +29,7 @@ pub static ENTRY: DesignEntry = DesignEntry {
     summary: "Silent Shredder: a zero minor counter means a zero line, so zeroing a page is one counter-block update",
     needs_security: true,
     baseline_data_path: false,
+    needs_line_contents: false,
     check: no_check,
     regions: no_regions,
     data_lines_reserved: no_data_lines,
