@@ -430,11 +430,11 @@ DESIGN_COMMANDS = {
     },
 }
 
-# The same verbs at top level (`secmem drain`): aliases of the design-family commands.
+# The same verbs at top level (`secmem drain`), the older spellings: the design-family
+# commands themselves, named with their family in --help.
 _FLAT_DESIGN_VERBS = {
-    "drain": (_add_drain, "simulate an eADR power-loss drain of the cache hierarchy (Horus), print JSON"),
-    "vault-attack": (_add_vault_attack, "attacks on Horus' vault after a drain (functional mode)"),
-    "forkbench": (_add_forkbench, "the Lelantus forkbench through the OS model (JSON)"),
+    verb: (DESIGN_COMMANDS[family][verb][0], f"{DESIGN_COMMANDS[family][verb][1]} ({family})")
+    for family, verb in (("horus", "drain"), ("horus", "vault-attack"), ("lelantus", "forkbench"))
 }
 
 

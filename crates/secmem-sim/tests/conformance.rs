@@ -14,56 +14,19 @@
 //! design's page commands run where it has them and the kernel's copies where it does not.
 
 use secmem_schemes::designs::{DesignEntry, REGISTRY};
-use secmem_sim::cow_workloads::{self, CowSpec, CowWorkload};
 use secmem_sim::harness::{attack_campaign, crash_campaign};
 use secmem_sim::{Config, TraceInput};
-use secmem_trace::{Event, Format, Op, Record, TraceKind};
-use std::path::PathBuf;
+use secmem_trace::{Op, Record};
 
-/// A small functional system (caches of a few KiB, so data and metadata are evicted all the
-/// time) on the Lelantus Table III machine, recoverable (eager update, strict persistence),
-/// with every pad recorded; the counter cache is 64 KiB, room for any design's carve-out.
-fn cfg(design: &DesignEntry, extra: &[&str]) -> Config {
-    let mut o: Vec<String> = [
-        "run.progress=false",
-        "pcm.capacity_gib=1",
-        "l1.size_kib=4", "l1.ways=2", "l2.size_kib=8", "l2.ways=2", "llc.size_kib=16", "llc.ways=4",
-        "metadata_cache.counter.size_kib=64", "metadata_cache.mac.size_kib=4", "metadata_cache.tree.size_kib=4",
-        "tree.update=eager", "security.metadata_persistence=strict", "run.functional=true", "run.check_pad_reuse=true",
-    ]
-    .iter()
-    .map(|s| s.to_string())
-    .collect();
-    o.push(format!("run.design=\"{}\"", design.name));
-    o.extend(extra.iter().map(|s| s.to_string()));
-    Config::load(Some("lelantus"), None, &o).unwrap_or_else(|e| panic!("{}: {e}", design.name))
-}
+mod os_common;
+use os_common::{churn, write_trace, TmpTrace};
 
-/// A trace file removed when dropped (also when the test fails).
-struct TmpTrace(PathBuf);
-impl Drop for TmpTrace {
-    fn drop(&mut self) { let _ = std::fs::remove_file(&self.0); }
-}
+/// `os_common::cfg` for a registered design.
+fn cfg(design: &DesignEntry, extra: &[&str]) -> Config { os_common::cfg(design.name, extra) }
 
 /// The `churn` workload (allocations of up to 12 pages, forks, stores with data, loads, frees,
 /// exits) of `ops` operations, as an OS-level trace file.
-fn churn_trace(name: &str, seed: u64, ops: u64) -> TmpTrace {
-    let spec = CowSpec { workload: CowWorkload::Churn, page_size: secmem_sim::os::PageSize::Small, footprint_bytes: 12 * 4096, lines_per_page: 1, ops, seed };
-    let path = std::env::temp_dir().join(format!("secmem-conformance-{}-{name}.trace", std::process::id()));
-    let f = std::fs::File::create(&path).unwrap();
-    let mut events: Vec<Event> = Vec::new();
-    cow_workloads::emit(&spec, true, &mut |e| {
-        events.push(e);
-        Ok(())
-    })
-    .unwrap();
-    let mut w = secmem_trace::EventWriter::new(f, path.display().to_string(), Format::Binary, TraceKind::V2_OS).unwrap();
-    for e in &events {
-        w.write(e).unwrap();
-    }
-    w.finish().unwrap();
-    TmpTrace(path)
-}
+fn churn_trace(name: &str, seed: u64, ops: u64) -> TmpTrace { write_trace(&format!("conformance-{name}"), &churn(seed, ops)) }
 
 #[test]
 fn every_design_reads_back_the_last_data_written_to_each_line() {

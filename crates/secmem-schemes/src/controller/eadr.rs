@@ -245,8 +245,12 @@ impl From<crate::controller::recovery::RecoveryError> for DrainRecoveryError {
 }
 
 /// First byte of the reserved region above secure memory where drains write (the vault or
-/// the metadata save region): the end of the tree region, rounded up to a 4 KB page.
-pub fn reserved_base(mc: &SecureMc) -> u64 { mc.layout.end.div_ceil(4096) * 4096 }
+/// the metadata save region): the end of the tree region, rounded up to a 4 KB page. The
+/// device layout places a design's first region here (`designs::DeviceLayout::compose`).
+pub fn reserved_base(mc: &SecureMc) -> u64 { region_base(&mc.layout) }
+
+/// [`reserved_base`] of a layout.
+pub fn region_base(layout: &secmem_core::tree::SecureLayout) -> u64 { layout.end.div_ceil(4096) * 4096 }
 
 /// A design's data write path: `(mc, line, plaintext, now)` -> when the write is persistent.
 pub type WriteLine<'a> = dyn FnMut(&mut SecureMc, u64, Option<&[u8; 64]>, Cycle) -> Result<Cycle, IntegrityError> + 'a;

@@ -278,20 +278,10 @@ pub fn drain_schemes() -> impl Iterator<Item = (&'static DesignEntry, &'static D
 /// Every design, in the order `--help` lists them. The one list: a design added here is
 /// accepted by `run.design`, sized, checked, and covered by the conformance suite
 /// (`crates/secmem-sim/tests/conformance.rs`).
-#[cfg(not(feature = "example-design"))]
-pub static REGISTRY: &[&DesignEntry] = &[
-    &baseline::ENTRY,
-    &horus::SLM_ENTRY,
-    &horus::DLM_ENTRY,
-    &lelantus::RESIZED_ENTRY,
-    &lelantus::COW_ENTRY,
-    &silent_shredder::ENTRY,
-];
-
+///
 /// Test builds (feature `example-design`) also register the example design of
-/// `docs/architecture.md`, so the conformance suite shows it covers a design it was never told
-/// about.
-#[cfg(feature = "example-design")]
+/// `docs/architecture.md`, so the conformance suite shows it covers a design it was never
+/// told about.
 pub static REGISTRY: &[&DesignEntry] = &[
     &baseline::ENTRY,
     &horus::SLM_ENTRY,
@@ -299,6 +289,7 @@ pub static REGISTRY: &[&DesignEntry] = &[
     &lelantus::RESIZED_ENTRY,
     &lelantus::COW_ENTRY,
     &silent_shredder::ENTRY,
+    #[cfg(feature = "example-design")]
     &write_verify::ENTRY,
 ];
 
@@ -346,7 +337,7 @@ impl DeviceLayout {
             PlacedRegion { name: "macs", base: baseline.mac_base, size_bytes: baseline.mac_blocks * 64 },
             PlacedRegion { name: "tree", base: tree_base, size_bytes: baseline.end - tree_base },
         ];
-        let mut next = baseline.end.div_ceil(4096) * 4096;
+        let mut next = eadr::region_base(baseline);
         for r in (design.regions)(ctx) {
             regions.push(PlacedRegion { name: r.name, base: next, size_bytes: r.size_bytes });
             next = (next + r.size_bytes).div_ceil(4096) * 4096;
