@@ -209,7 +209,7 @@ def tree_shape(cfg: Dict[str, Any]) -> Dict[str, int]:
     which changes no level count but the top one's width) up to the on-chip root, and how many
     of the top node levels fit in the tree cache together."""
     arity = cfg["tree"]["arity"]
-    width = (cfg["pcm"]["capacity_gib"] << 30) // 4096
+    width = (cfg["memory"]["capacity_gib"] << 30) // 4096
     widths = []  # node levels above the counter blocks, bottom-up, up to the root's children
     while width > arity:
         width = -(-width // arity)
@@ -250,7 +250,7 @@ def report_md(rows: List[Dict[str, Any]], exp: Dict[str, Any], files: List[str],
         "## Where and why we differ",
         "",
         f"* **Baselines do more memory work than in the paper** (Base-LU {acc['base-lu'] / acc['nonsecure']:.1f}x, "
-        f"Base-EU {acc['base-eu'] / acc['nonsecure']:.1f}x non-secure, vs 10.3x and 9.5x). secmem's {cfg['pcm']['capacity_gib']} GB tree has "
+        f"Base-EU {acc['base-eu'] / acc['nonsecure']:.1f}x non-secure, vs 10.3x and 9.5x). secmem's {cfg['memory']['capacity_gib']} GB tree has "
         f"{tree['levels']} levels (counter blocks to the on-chip root) and its {tree['cache_kib']} KB tree cache holds only the top "
         f"{tree['cached_levels']}, so with sparse lines every counter miss walks up to {tree['uncached_levels']} uncached levels, and "
         f"under lazy update every dirty eviction fetches and verifies its parent's path again (Horus II-C describes exactly this "

@@ -194,12 +194,12 @@ def test_bench_rounds_report_each_scenarios_median_round_and_functional_over_cou
 
 
 def test_absurd_sizes_are_refused_not_crashed_on(cli):
-    for param, field in [("l1.size_kib=99999999999", "l1.size_kib"), ("pcm.capacity_gib=99999999", "pcm.capacity_gib"),
+    for param, field in [("l1.size_kib=99999999999", "l1.size_kib"), ("memory.capacity_gib=99999999", "memory.capacity_gib"),
                          ("llc.ways=100000", "llc.ways"), ("workload.stride_bytes=3", "workload.stride_bytes")]:
         res = cli("run", "-p", param, "-p", "workload.pattern=stride", "-p", "workload.requests=100")
         assert res.returncode == 2 and field in res.stderr, (param, res.stderr)
     # The largest memory secmem accepts still costs only what the run touches.
-    cli("run", "-p", "pcm.capacity_gib=1024", "-p", "workload.requests=10000", "--out", "big", check=True)
+    cli("run", "-p", "memory.capacity_gib=1024", "-p", "workload.requests=10000", "--out", "big", check=True)
 
 
 def test_negative_counts_and_seeds_name_the_argument_instead_of_a_traceback(cli):

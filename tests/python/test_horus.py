@@ -5,7 +5,7 @@ import json
 import secmem
 
 # A small hierarchy so each drain takes milliseconds.
-SMALL = ["-p", "l2.size_kib=256", "-p", "llc.size_kib=1024", "-p", "pcm.capacity_gib=4"]
+SMALL = ["-p", "l2.size_kib=256", "-p", "llc.size_kib=1024", "-p", "memory.capacity_gib=4"]
 KEYS = ("drain_cycles", "memory_reads", "memory_writes", "mac_ops", "flushed_lines", "energy_joules")
 
 

@@ -4,7 +4,7 @@ of the direct `forkbench` run; bad records are named."""
 
 import json
 
-SMALL = ["-p", "pcm.capacity_gib=1", "-p", "llc.size_kib=256", "-p", "l2.size_kib=64", "-p", "l1.size_kib=16"]
+SMALL = ["-p", "memory.capacity_gib=1", "-p", "llc.size_kib=256", "-p", "l2.size_kib=64", "-p", "l1.size_kib=16"]
 
 
 def test_forkbench_written_as_a_trace_replays_with_the_direct_counts(cli, tmp_path):

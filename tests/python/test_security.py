@@ -145,7 +145,7 @@ def test_saved_image_verifies_and_a_damaged_or_tampered_one_is_refused(cli, tmp_
     res = cli("image", "verify", "rot.img", "--preset", "horus")
     assert res.returncode == 2 and "corrupt" in res.stderr
     res = cli("image", "verify", "nvm.img", "--preset", "bmf")
-    assert res.returncode == 2 and "pcm.capacity_gib" in res.stderr
+    assert res.returncode == 2 and "memory.capacity_gib" in res.stderr
     res = cli("run", "--preset", "horus", "--save-image", "x.img", "-p", "workload.requests=100")
     assert res.returncode == 2 and "run.functional" in res.stderr
 

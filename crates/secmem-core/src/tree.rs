@@ -93,7 +93,7 @@ impl SecureLayout {
             return Err(ConfigError::new("tree.arity", format!("must be <= 64 (each child hash must fit a 64 B node), got {arity}")));
         }
         if data_bytes == 0 || !data_bytes.is_multiple_of(PAGE_BYTES) {
-            return Err(ConfigError::new("pcm.capacity_gib", "data capacity must be a positive multiple of 4 KB"));
+            return Err(ConfigError::new("memory.capacity_gib", "data capacity must be a positive multiple of 4 KB"));
         }
         if !(8..=64).contains(&mac_bits) || 512 % mac_bits != 0 {
             return Err(ConfigError::new("security.mac_bits", format!("must be 8, 16, 32 or 64, got {mac_bits}")));
@@ -194,7 +194,7 @@ mod tests {
             assert_eq!(SecureLayout::new(GIB, a, 64).unwrap_err().field, "tree.arity");
         }
         assert_eq!(SecureLayout::new(GIB, 8, 0).unwrap_err().field, "security.mac_bits");
-        assert_eq!(SecureLayout::new(100, 8, 64).unwrap_err().field, "pcm.capacity_gib");
+        assert_eq!(SecureLayout::new(100, 8, 64).unwrap_err().field, "memory.capacity_gib");
     }
 
     #[test]

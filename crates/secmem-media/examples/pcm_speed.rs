@@ -28,7 +28,7 @@ impl Rng {
 
 /// Runs `n` accesses (70% reads) to random lines, one every `gap` cycles on average.
 fn run(name: &str, cfg: &PcmConfig, n: u64, gap: u64, dyn_port: bool) {
-    let mut pcm = PcmMedia::new(cfg, 4000);
+    let mut pcm = PcmMedia::new(cfg, 4000, 32 << 30);
     if dyn_port {
         // `black_box` hides the concrete type, so the call is not devirtualized and inlined.
         run_on(name, std::hint::black_box(&mut pcm as &mut dyn MemoryPort), n, gap)
@@ -50,7 +50,7 @@ fn run_on<M: MemoryPort + ?Sized>(name: &str, dev: &mut M, n: u64, gap: u64) {
         t += r & (2 * gap - 1);
         let kind = if (r >> 8) % 10 < 7 { AccessKind::Read } else { AccessKind::Write };
         let addr = ((r >> 20) & (lines - 1)) * 64;
-        sink = sink.wrapping_add(dev.access(MemRequest { addr, kind, class: TrafficClass::Data, issue: Cycle(t) }).0);
+        sink = sink.wrapping_add(dev.access(MemRequest::line(addr, kind, TrafficClass::Data, Cycle(t))).0);
     }
     let end = dev.drain(Cycle(t));
     let secs = start.elapsed().as_secs_f64();
@@ -59,16 +59,17 @@ fn run_on<M: MemoryPort + ?Sized>(name: &str, dev: &mut M, n: u64, gap: u64) {
         _ => String::new(),
     };
     let s = dev.stats();
+    let dc = |name| s.device_counter(name).unwrap_or(0);
     println!(
         "{name:<34} {:>5.1} M accesses/s{cpu}\n    reads {}, writes {}, array writes {}, wpq full stalls {}, \
          read queue stalls {}, mean bank wait {:.0} cyc, last write done at {} cyc; sink {}",
         n as f64 / secs / 1e6,
         s.reads(),
         s.writes(),
-        s.array_writes,
-        s.wpq_full_stalls,
-        s.read_queue_full_stalls,
-        s.bank_conflict_cycles as f64 / s.array_reads.max(1) as f64,
+        dc("array_writes"),
+        dc("wpq_full_stalls"),
+        dc("read_queue_full_stalls"),
+        dc("bank_conflict_cycles") as f64 / dc("array_reads").max(1) as f64,
         end.0,
         sink % 10,
     );

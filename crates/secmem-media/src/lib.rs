@@ -1,13 +1,17 @@
-//! secmem-media: the timing of memory devices behind one trait, [`MemoryPort`].
+//! secmem-media: the timing of memory and storage devices behind one trait, [`MemoryPort`].
 //!
 //! The secure memory controller (secmem-schemes) never asks which device it talks to: it sends
-//! line-sized [`MemRequest`]s tagged with a [`TrafficClass`] and gets back the cycle at which each
-//! completes. Presets pick the device; adding an NVMe SSD later means a new file here, not a
+//! [`MemRequest`]s (a 64 B line, or a storage block of any multiple of 64 B) tagged with a
+//! [`TrafficClass`] and gets back the cycle at which each completes. The config picks the
+//! device (`memory.device`); a controller may own further ports beside its memory (a storage
+//! device, say), each with statistics of its own ([`MediaStats`]: the counts every device
+//! keeps, plus the device's own named counters). Adding a device means a new file here, not a
 //! change in the controller (gem5's controller/media split).
 
 use secmem_core::Cycle;
 use serde::Serialize;
 
+pub mod simple;
 pub mod pcm;
 pub mod untimed;
 
@@ -53,47 +57,55 @@ pub enum AccessKind {
     Write,
 }
 
-/// One line-sized (64 B) access to the device.
+/// Bytes in a line, the unit of memory requests.
+pub const LINE_BYTES: u32 = 64;
+
+/// One access to the device: a 64 B line, or a storage block of any multiple of 64 B.
 #[derive(Copy, Clone, Debug)]
 pub struct MemRequest {
-    /// Device byte address, 64 B aligned, below `capacity_bytes()`.
+    /// Device byte address, aligned to 64 B, with `addr + size_bytes <= capacity_bytes()`.
     pub addr: u64,
+    /// Bytes moved: [`LINE_BYTES`] for memory traffic, a block size for storage.
+    pub size_bytes: u32,
     pub kind: AccessKind,
     pub class: TrafficClass,
     /// Cycle at which the controller hands the request to the device.
     pub issue: Cycle,
 }
 
-/// Per-class read/write counts plus device-wide timing and energy figures.
+impl MemRequest {
+    /// A 64 B line request.
+    pub fn line(addr: u64, kind: AccessKind, class: TrafficClass, issue: Cycle) -> MemRequest {
+        MemRequest { addr, size_bytes: LINE_BYTES, kind, class, issue }
+    }
+}
+
+/// What every device counts, plus the device's own named counters.
 #[derive(Clone, Debug, Default, Serialize, PartialEq)]
 pub struct MediaStats {
-    /// Reads per traffic class, indexed by `TrafficClass as usize`.
+    /// Requests read per traffic class, indexed by `TrafficClass as usize`.
     pub reads_by_class: [u64; 6],
-    /// Writes per traffic class, indexed by `TrafficClass as usize`.
+    /// Requests written per traffic class, indexed by `TrafficClass as usize`.
     pub writes_by_class: [u64; 6],
-    /// Reads served from the write pending queue (read-after-write forwarding).
-    pub wpq_read_hits: u64,
-    /// Writes that found the write queue full and had to wait for a slot.
-    pub wpq_full_stalls: u64,
-    /// Writes merged into a write already pending in the write queue for the same line; they
-    /// are counted in `writes_by_class` but never reach the array.
-    pub wpq_coalesced: u64,
-    /// Reads that found the read queue full and waited for an in-flight read to complete.
-    pub read_queue_full_stalls: u64,
-    /// Total cycles requests spent waiting for a busy bank.
-    pub bank_conflict_cycles: u64,
-    /// Reads performed on the array (reads minus those forwarded from the write queue).
-    pub array_reads: u64,
-    /// Writes performed on the array (issued to a bank; excludes coalesced writes and writes
-    /// still waiting in the write queue).
-    pub array_writes: u64,
-    /// Dynamic energy of array reads and writes, in nanojoules.
+    /// Bytes read, all classes.
+    pub bytes_read: u64,
+    /// Bytes written, all classes.
+    pub bytes_written: u64,
+    /// Dynamic energy of the device's operations, in nanojoules.
     pub energy_nj: f64,
+    /// The device's own counters (PCM: its queues, bank conflicts, array operations), by
+    /// name, in the order the device lists them; every device lists the same names every
+    /// time.
+    pub device: Vec<(&'static str, u64)>,
 }
 
 impl MediaStats {
     pub fn reads(&self) -> u64 { self.reads_by_class.iter().sum() }
     pub fn writes(&self) -> u64 { self.writes_by_class.iter().sum() }
+
+    /// The device counter `name` (None if the device keeps no such counter).
+    pub fn device_counter(&self, name: &str) -> Option<u64> { self.device.iter().find(|(n, _)| *n == name).map(|&(_, v)| v) }
+
     /// `self - start`, for warm-up subtraction.
     pub fn since(&self, start: &MediaStats) -> MediaStats {
         let mut out = self.clone();
@@ -101,15 +113,28 @@ impl MediaStats {
             out.reads_by_class[i] -= start.reads_by_class[i];
             out.writes_by_class[i] -= start.writes_by_class[i];
         }
-        out.wpq_read_hits -= start.wpq_read_hits;
-        out.wpq_full_stalls -= start.wpq_full_stalls;
-        out.wpq_coalesced -= start.wpq_coalesced;
-        out.read_queue_full_stalls -= start.read_queue_full_stalls;
-        out.bank_conflict_cycles -= start.bank_conflict_cycles;
-        out.array_reads -= start.array_reads;
-        out.array_writes -= start.array_writes;
+        out.bytes_read -= start.bytes_read;
+        out.bytes_written -= start.bytes_written;
         out.energy_nj -= start.energy_nj;
+        for (name, v) in out.device.iter_mut() {
+            *v -= start.device_counter(name).unwrap_or(0);
+        }
         out
+    }
+
+    /// Counts one request of `size_bytes` (the generic half of every device's bookkeeping).
+    #[inline(always)]
+    pub fn count(&mut self, kind: AccessKind, class: TrafficClass, size_bytes: u32) {
+        match kind {
+            AccessKind::Read => {
+                self.reads_by_class[class as usize] += 1;
+                self.bytes_read += u64::from(size_bytes);
+            }
+            AccessKind::Write => {
+                self.writes_by_class[class as usize] += 1;
+                self.bytes_written += u64::from(size_bytes);
+            }
+        }
     }
 }
 
@@ -125,7 +150,8 @@ pub trait MemoryPort {
     fn drain(&mut self, now: Cycle) -> Cycle;
     /// Total addressable bytes.
     fn capacity_bytes(&self) -> u64;
-    fn stats(&self) -> &MediaStats;
+    /// The device's statistics so far (a copy: asked at snapshots, not per request).
+    fn stats(&self) -> MediaStats;
 }
 
 /// The device a controller owns: the PCM model held by value, any other [`MemoryPort`]
@@ -158,7 +184,7 @@ impl Media {
     pub fn read(&mut self, addr: u64, class: TrafficClass, issue: Cycle) -> Cycle {
         match self {
             Media::Pcm(pcm) => pcm.read(addr, class, issue),
-            _ => self.access_not_pcm(MemRequest { addr, kind: AccessKind::Read, class, issue }),
+            _ => self.access_not_pcm(MemRequest::line(addr, AccessKind::Read, class, issue)),
         }
     }
 
@@ -167,7 +193,7 @@ impl Media {
     pub fn write(&mut self, addr: u64, class: TrafficClass, issue: Cycle) -> Cycle {
         match self {
             Media::Pcm(pcm) => pcm.write(addr, class, issue),
-            _ => self.access_not_pcm(MemRequest { addr, kind: AccessKind::Write, class, issue }),
+            _ => self.access_not_pcm(MemRequest::line(addr, AccessKind::Write, class, issue)),
         }
     }
 
@@ -215,8 +241,7 @@ impl MemoryPort for Media {
             Media::Other(dev) => dev.capacity_bytes(),
         }
     }
-    #[inline]
-    fn stats(&self) -> &MediaStats {
+    fn stats(&self) -> MediaStats {
         match self {
             Media::Pcm(pcm) => pcm.stats(),
             Media::Untimed(dev) => dev.stats(),
@@ -261,54 +286,45 @@ mod tests {
         let start = MediaStats {
             reads_by_class: [1, 2, 3, 4, 5, 6],
             writes_by_class: [7, 8, 9, 10, 11, 12],
-            wpq_read_hits: 13,
-            wpq_full_stalls: 14,
-            wpq_coalesced: 15,
-            read_queue_full_stalls: 16,
-            bank_conflict_cycles: 17,
-            array_reads: 18,
-            array_writes: 19,
+            bytes_read: 13,
+            bytes_written: 14,
             energy_nj: 20.25,
+            device: vec![("queue_stalls", 15), ("gc_runs", 16)],
         };
         let end = MediaStats {
             reads_by_class: [101, 202, 303, 404, 505, 606],
             writes_by_class: [707, 808, 909, 1010, 1111, 1212],
-            wpq_read_hits: 1313,
-            wpq_full_stalls: 1414,
-            wpq_coalesced: 1515,
-            read_queue_full_stalls: 1616,
-            bank_conflict_cycles: 1717,
-            array_reads: 1818,
-            array_writes: 1919,
+            bytes_read: 1313,
+            bytes_written: 1414,
             energy_nj: 2020.75,
+            device: vec![("queue_stalls", 1515), ("gc_runs", 1616)],
         };
         let delta = MediaStats {
             reads_by_class: [100, 200, 300, 400, 500, 600],
             writes_by_class: [700, 800, 900, 1000, 1100, 1200],
-            wpq_read_hits: 1300,
-            wpq_full_stalls: 1400,
-            wpq_coalesced: 1500,
-            read_queue_full_stalls: 1600,
-            bank_conflict_cycles: 1700,
-            array_reads: 1800,
-            array_writes: 1900,
+            bytes_read: 1300,
+            bytes_written: 1400,
             energy_nj: 2000.5,
+            device: vec![("queue_stalls", 1500), ("gc_runs", 1600)],
         };
         assert_eq!(end.since(&start), delta);
-        assert_eq!(end.since(&end), MediaStats::default());
+        assert_eq!(delta.device_counter("gc_runs"), Some(1600));
+        assert_eq!(delta.device_counter("wpq_read_hits"), None);
+        let zero = end.since(&end);
+        assert_eq!((zero.reads(), zero.writes(), zero.bytes_read, zero.device_counter("gc_runs")), (0, 0, 0, Some(0)));
     }
 
     #[test]
     fn media_passes_every_call_through_to_the_pcm_device_it_holds() {
         // Default PCM at 4 GHz: 600-cycle array reads, 2000-cycle array writes, 20-cycle
         // bursts; line k is on channel k % 2, bank (k / 2) % 8.
-        let mut m = Media::from(PcmMedia::new(&PcmConfig::default(), 4000));
+        let mut m = Media::from(PcmMedia::new(&PcmConfig::default(), 4000, 32 << 30));
         // Line 5 (channel 1, bank 2), idle: array read, then its burst.
         assert_eq!(m.read(5 * 64, TrafficClass::Data, Cycle(1000)), Cycle(1000 + 600 + 20));
         // ADR: persistent when accepted; the watermark policy leaves it queued.
         assert_eq!(m.write(3 * 64, TrafficClass::Tree, Cycle(1000)), Cycle(1000));
         // Line 6 (channel 0, bank 3), idle, on the other bus: the same 1620.
-        let req = MemRequest { addr: 6 * 64, kind: AccessKind::Read, class: TrafficClass::Mac, issue: Cycle(1000) };
+        let req = MemRequest::line(6 * 64, AccessKind::Read, TrafficClass::Mac, Cycle(1000));
         assert_eq!(m.access(req), Cycle(1620));
         // The queued write (line 3: channel 1, bank 1, both idle at 2000) is issued at 2000:
         // its burst, then the array write.
@@ -317,9 +333,10 @@ mod tests {
         let s = m.stats();
         let (data, mac, tree) = (TrafficClass::Data as usize, TrafficClass::Mac as usize, TrafficClass::Tree as usize);
         assert_eq!((s.reads_by_class[data], s.reads_by_class[mac], s.writes_by_class[tree]), (1, 1, 1));
-        assert_eq!((s.array_reads, s.array_writes), (2, 1));
+        assert_eq!((s.device_counter("array_reads"), s.device_counter("array_writes")), (Some(2), Some(1)));
+        assert_eq!((s.bytes_read, s.bytes_written), (128, 64));
         // A boxed PCM device is unboxed onto the direct path.
-        let boxed = Media::from(Box::new(PcmMedia::new(&PcmConfig::default(), 4000)));
+        let boxed = Media::from(Box::new(PcmMedia::new(&PcmConfig::default(), 4000, 32 << 30)));
         assert!(matches!(boxed, Media::Pcm(_)));
     }
 
@@ -331,20 +348,15 @@ mod tests {
 
     impl MemoryPort for Fixed {
         fn access(&mut self, req: MemRequest) -> Cycle {
+            self.stats.count(req.kind, req.class, req.size_bytes);
             match req.kind {
-                AccessKind::Read => {
-                    self.stats.reads_by_class[req.class as usize] += 1;
-                    Cycle(req.issue.0 + 7)
-                }
-                AccessKind::Write => {
-                    self.stats.writes_by_class[req.class as usize] += 1;
-                    Cycle(req.issue.0 + 11)
-                }
+                AccessKind::Read => Cycle(req.issue.0 + 7),
+                AccessKind::Write => Cycle(req.issue.0 + 11),
             }
         }
         fn drain(&mut self, now: Cycle) -> Cycle { Cycle(now.0 + 13) }
         fn capacity_bytes(&self) -> u64 { 1 << 20 }
-        fn stats(&self) -> &MediaStats { &self.stats }
+        fn stats(&self) -> MediaStats { self.stats.clone() }
     }
 
     #[test]
@@ -355,7 +367,7 @@ mod tests {
         // +7 is a read, +11 a write: `read` and `write` send the kind they are named for.
         assert_eq!(m.read(64, TrafficClass::Counter, Cycle(100)), Cycle(107));
         assert_eq!(m.write(128, TrafficClass::Design, Cycle(100)), Cycle(111));
-        let req = MemRequest { addr: 192, kind: AccessKind::Write, class: TrafficClass::Mac, issue: Cycle(200) };
+        let req = MemRequest { addr: 192, size_bytes: 512, kind: AccessKind::Write, class: TrafficClass::Mac, issue: Cycle(200) };
         assert_eq!(m.access(req), Cycle(211));
         assert_eq!(m.drain(Cycle(300)), Cycle(313));
         assert_eq!(m.capacity_bytes(), 1 << 20);
@@ -363,5 +375,6 @@ mod tests {
         let (counter, design, mac) = (TrafficClass::Counter as usize, TrafficClass::Design as usize, TrafficClass::Mac as usize);
         assert_eq!((s.reads_by_class[counter], s.writes_by_class[design], s.writes_by_class[mac]), (1, 1, 1));
         assert_eq!((s.reads(), s.writes()), (1, 2));
+        assert_eq!((s.bytes_read, s.bytes_written), (64, 64 + 512), "the request's size reaches the device");
     }
 }

@@ -86,7 +86,7 @@
 //! `examples/pcm_speed.rs` (`dyn` mode, as the controller used to call it) a random access
 //! costs about 250 host instructions under light load, 420 when the queues are saturated.
 
-use crate::{AccessKind, MediaStats, MemRequest, MemoryPort, TrafficClass};
+use crate::{AccessKind, MediaStats, MemRequest, MemoryPort, TrafficClass, LINE_BYTES};
 use secmem_core::addr::{LINE_SHIFT, PAGE_SHIFT};
 use secmem_core::error::{ensure, number, ConfigError};
 use secmem_core::pow2::Pow2Slice;
@@ -113,7 +113,6 @@ config_section! {
     /// PCM DIMM timing and energy. Defaults follow Horus (MICRO'22) Tables I/II and BMF
     /// Table 1 where those give a value.
     pub struct PcmConfig {
-        capacity_gib: u64 = 32 => "Protected data capacity in GiB (Horus Table I: 32 GB PCM); the security metadata regions are placed above it on the same device";
         channels: u32 = 2 => "Number of channels, each with its own data bus (power of two)";
         banks_per_channel: u32 = 8 => "Banks per channel (power of two)";
         read_latency_ns: f64 = 150.0 => "Array read latency in ns (Horus Table I: 150 ns)";
@@ -145,7 +144,6 @@ impl PcmConfig {
     /// Rejects values no device can have; errors name the field as `path.field`.
     pub fn validate(&self, path: &str) -> Result<(), ConfigError> {
         let f = |n: &str| field(path, n);
-        ensure(self.capacity_gib > 0, &f("capacity_gib"), || "must be at least 1 GiB".into())?;
         ensure(self.channels.is_power_of_two(), &f("channels"), || {
             format!("must be a power of two >= 1, got {}", self.channels)
         })?;
@@ -844,6 +842,79 @@ impl Fresh {
     const NONE: Fresh = Fresh { start: NO_FRESH, line: 0, bank: 0, value: 0, slot: 0 };
 }
 
+/// PCM's own counters: the generic request counts and energy, and what its queues, banks and
+/// array did. [`MemoryPort::stats`] hands them out as a [`MediaStats`], the PCM-specific ones
+/// as named device counters (`wpq_read_hits`, ...), the report's `stats.memory` keys.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct PcmStats {
+    /// Reads per traffic class, indexed by `TrafficClass as usize`.
+    pub reads_by_class: [u64; 6],
+    /// Writes per traffic class, indexed by `TrafficClass as usize`.
+    pub writes_by_class: [u64; 6],
+    /// Reads served from the write pending queue (read-after-write forwarding).
+    pub wpq_read_hits: u64,
+    /// Writes that found the write queue full and had to wait for a slot.
+    pub wpq_full_stalls: u64,
+    /// Writes merged into a write already pending in the write queue for the same line; they
+    /// are counted in `writes_by_class` but never reach the array.
+    pub wpq_coalesced: u64,
+    /// Reads that found the read queue full and waited for an in-flight read to complete.
+    pub read_queue_full_stalls: u64,
+    /// Total cycles requests spent waiting for a busy bank.
+    pub bank_conflict_cycles: u64,
+    /// Reads performed on the array (reads minus those forwarded from the write queue).
+    pub array_reads: u64,
+    /// Writes performed on the array (issued to a bank; excludes coalesced writes and writes
+    /// still waiting in the write queue).
+    pub array_writes: u64,
+    /// Dynamic energy of array reads and writes, in nanojoules.
+    pub energy_nj: f64,
+}
+
+impl PcmStats {
+    pub fn reads(&self) -> u64 { self.reads_by_class.iter().sum() }
+    pub fn writes(&self) -> u64 { self.writes_by_class.iter().sum() }
+
+    /// `self - start`, for warm-up subtraction.
+    pub fn since(&self, start: &PcmStats) -> PcmStats {
+        let mut out = self.clone();
+        for i in 0..6 {
+            out.reads_by_class[i] -= start.reads_by_class[i];
+            out.writes_by_class[i] -= start.writes_by_class[i];
+        }
+        out.wpq_read_hits -= start.wpq_read_hits;
+        out.wpq_full_stalls -= start.wpq_full_stalls;
+        out.wpq_coalesced -= start.wpq_coalesced;
+        out.read_queue_full_stalls -= start.read_queue_full_stalls;
+        out.bank_conflict_cycles -= start.bank_conflict_cycles;
+        out.array_reads -= start.array_reads;
+        out.array_writes -= start.array_writes;
+        out.energy_nj -= start.energy_nj;
+        out
+    }
+
+    /// As every device reports its statistics: the generic counts (each request is one 64 B
+    /// line) and PCM's own counters by name.
+    pub fn to_media(&self) -> MediaStats {
+        MediaStats {
+            reads_by_class: self.reads_by_class,
+            writes_by_class: self.writes_by_class,
+            bytes_read: self.reads() * u64::from(LINE_BYTES),
+            bytes_written: self.writes() * u64::from(LINE_BYTES),
+            energy_nj: self.energy_nj,
+            device: vec![
+                ("wpq_read_hits", self.wpq_read_hits),
+                ("wpq_coalesced", self.wpq_coalesced),
+                ("read_queue_full_stalls", self.read_queue_full_stalls),
+                ("array_reads", self.array_reads),
+                ("array_writes", self.array_writes),
+                ("wpq_full_stalls", self.wpq_full_stalls),
+                ("bank_conflict_cycles", self.bank_conflict_cycles),
+            ],
+        }
+    }
+}
+
 /// A PCM DIMM behind [`MemoryPort`]. See the module docs for the model.
 #[derive(Clone, Debug)]
 pub struct PcmMedia {
@@ -906,13 +977,14 @@ pub struct PcmMedia {
     wpq_lines: LineTable,
     /// Latest array completion of any issued write.
     last_write_done: u64,
-    stats: MediaStats,
+    stats: PcmStats,
 }
 
 impl PcmMedia {
     /// Builds the device; `cfg` should have passed [`PcmConfig::validate`]. Nanosecond
-    /// parameters are converted to cycles of `cpu_freq_mhz` here, once.
-    pub fn new(cfg: &PcmConfig, cpu_freq_mhz: u64) -> PcmMedia {
+    /// parameters are converted to cycles of `cpu_freq_mhz` here, once. `capacity_bytes` is the
+    /// whole device: data, the security metadata above it and any design regions.
+    pub fn new(cfg: &PcmConfig, cpu_freq_mhz: u64, capacity_bytes: u64) -> PcmMedia {
         debug_assert!(cfg.validate("pcm").is_ok(), "invalid PcmConfig: {:?}", cfg.validate("pcm"));
         // Stay well-defined even on an unvalidated config in release builds.
         let pow2_floor = |x: u32| if x == 0 { 1 } else { 1u32 << (31 - x.leading_zeros()) };
@@ -928,7 +1000,7 @@ impl PcmMedia {
         let bus_xfer = cyc(cfg.bus_transfer_ns);
         PcmMedia {
             cfg: cfg.clone(),
-            capacity_bytes: cfg.capacity_gib << 30,
+            capacity_bytes,
             read_lat: cyc(cfg.read_latency_ns),
             write_lat: cyc(cfg.write_latency_ns),
             bus_xfer,
@@ -957,7 +1029,7 @@ impl PcmMedia {
             last_issue: 0,
             wpq_lines: LineTable::new(wpq_cap),
             last_write_done: 0,
-            stats: MediaStats::default(),
+            stats: PcmStats::default(),
         }
     }
 
@@ -1197,6 +1269,9 @@ impl PcmMedia {
 impl MemoryPort for PcmMedia {
     #[inline]
     fn access(&mut self, req: MemRequest) -> Cycle {
+        if req.size_bytes != LINE_BYTES {
+            return self.access_lines(req);
+        }
         match req.kind {
             AccessKind::Read => self.read(req.addr, req.class, req.issue),
             AccessKind::Write => self.write(req.addr, req.class, req.issue),
@@ -1211,7 +1286,30 @@ impl MemoryPort for PcmMedia {
 
     fn capacity_bytes(&self) -> u64 { self.capacity_bytes }
 
-    fn stats(&self) -> &MediaStats { &self.stats }
+    fn stats(&self) -> MediaStats { self.stats.to_media() }
+}
+
+impl PcmMedia {
+    /// PCM's own counters (the same numbers [`MemoryPort::stats`] hands out by name).
+    pub fn pcm_stats(&self) -> &PcmStats { &self.stats }
+
+    /// A request of more than one line: PCM serves lines, so a block is its lines, all handed
+    /// to the device at the request's issue cycle (they spread over channels and banks as the
+    /// address mapping puts them); done when the last is.
+    #[cold]
+    #[inline(never)]
+    fn access_lines(&mut self, req: MemRequest) -> Cycle {
+        assert!(req.size_bytes > 0 && req.size_bytes % LINE_BYTES == 0, "PCM requests are whole 64 B lines, got {} B", req.size_bytes);
+        let mut done = req.issue;
+        for i in 0..u64::from(req.size_bytes / LINE_BYTES) {
+            let addr = req.addr + i * u64::from(LINE_BYTES);
+            done = done.max(match req.kind {
+                AccessKind::Read => self.read(addr, req.class, req.issue),
+                AccessKind::Write => self.write(addr, req.class, req.issue),
+            });
+        }
+        done
+    }
 }
 
 #[cfg(test)]
@@ -1230,12 +1328,12 @@ mod tests {
     const BUS: u64 = 20;
 
     fn rd(addr: u64, issue: u64) -> MemRequest {
-        MemRequest { addr, kind: AccessKind::Read, class: TrafficClass::Data, issue: Cycle(issue) }
+        MemRequest::line(addr, AccessKind::Read, TrafficClass::Data, Cycle(issue))
     }
     fn wr(addr: u64, issue: u64) -> MemRequest {
-        MemRequest { addr, kind: AccessKind::Write, class: TrafficClass::Data, issue: Cycle(issue) }
+        MemRequest::line(addr, AccessKind::Write, TrafficClass::Data, Cycle(issue))
     }
-    fn dev(cfg: PcmConfig) -> PcmMedia { PcmMedia::new(&cfg, MHZ) }
+    fn dev(cfg: PcmConfig) -> PcmMedia { PcmMedia::new(&cfg, MHZ, 32 << 30) }
     fn default_dev() -> PcmMedia { dev(PcmConfig::default()) }
     /// Line-interleave, 2 channels x 8 banks: line k maps to channel k%2, bank (k/2)%8, so
     /// lines 16 apart share a bank.
@@ -1252,7 +1350,7 @@ mod tests {
     fn read_to_an_idle_bank_takes_read_latency_plus_one_burst() {
         let mut d = default_dev();
         assert_eq!(d.access(rd(line(5), 1000)), Cycle(1000 + 600 + 20));
-        assert_eq!(d.stats().bank_conflict_cycles, 0);
+        assert_eq!(d.pcm_stats().bank_conflict_cycles, 0);
     }
 
     #[test]
@@ -1261,7 +1359,7 @@ mod tests {
         assert_eq!(d.access(rd(line(0), 0)), Cycle(RD + BUS));
         // Second read starts when the bank frees at 600, then its own burst.
         assert_eq!(d.access(rd(line(16), 0)), Cycle(2 * RD + BUS));
-        assert_eq!(d.stats().bank_conflict_cycles, RD);
+        assert_eq!(d.pcm_stats().bank_conflict_cycles, RD);
     }
 
     #[test]
@@ -1272,7 +1370,7 @@ mod tests {
         assert_eq!(d.access(rd(line(2), 0)), Cycle(RD + 2 * BUS));
         // Line 1: channel 1, its own bus: no wait at all.
         assert_eq!(d.access(rd(line(1), 0)), Cycle(RD + BUS));
-        assert_eq!(d.stats().bank_conflict_cycles, 0);
+        assert_eq!(d.pcm_stats().bank_conflict_cycles, 0);
     }
 
     #[test]
@@ -1337,9 +1435,9 @@ mod tests {
         let mut d = default_dev();
         d.access(wr(line(9), 0));
         assert_eq!(d.access(rd(line(9), 10)), Cycle(10 + BUS));
-        assert_eq!(d.stats().wpq_read_hits, 1);
-        assert_eq!(d.stats().array_reads, 0);
-        assert_eq!(d.stats().reads(), 1);
+        assert_eq!(d.pcm_stats().wpq_read_hits, 1);
+        assert_eq!(d.pcm_stats().array_reads, 0);
+        assert_eq!(d.pcm_stats().reads(), 1);
         // Another line is not forwarded.
         assert_eq!(d.access(rd(line(10), 10)), Cycle(10 + RD + BUS));
     }
@@ -1351,7 +1449,7 @@ mod tests {
         d.access(wr(line(9), 5));
         assert_eq!(d.pending_writes(), 1);
         d.drain(Cycle(10));
-        let s = d.stats();
+        let s = d.pcm_stats();
         assert_eq!((s.writes(), s.wpq_coalesced, s.array_writes), (2, 1, 1));
     }
 
@@ -1363,13 +1461,13 @@ mod tests {
             d.access(wr(line(k), 0));
         }
         assert_eq!(d.pending_writes(), 101);
-        assert_eq!(d.stats().array_writes, 0);
+        assert_eq!(d.pcm_stats().array_writes, 0);
         d.access(wr(line(101), 0));
         assert_eq!(d.pending_writes(), 64);
-        assert_eq!(d.stats().array_writes, 38);
+        assert_eq!(d.pcm_stats().array_writes, 38);
         assert!(d.drain(Cycle(0)) > Cycle(0));
         assert_eq!(d.pending_writes(), 0);
-        assert_eq!(d.stats().array_writes, 102);
+        assert_eq!(d.pcm_stats().array_writes, 102);
     }
 
     #[test]
@@ -1390,7 +1488,7 @@ mod tests {
         // 128 slots, plus one freed by the first issued write whose burst starts at cycle 0.
         assert_eq!(accepted_at_zero, 129);
         assert_eq!(stalled_until, Some(Cycle(BUS + WR)));
-        assert_eq!(d.stats().wpq_full_stalls, 1);
+        assert_eq!(d.pcm_stats().wpq_full_stalls, 1);
     }
 
     #[test]
@@ -1398,7 +1496,7 @@ mod tests {
         let mut d = dev(PcmConfig { drain_policy: DrainPolicy::Eager, ..PcmConfig::default() });
         d.access(wr(line(0), 0));
         assert_eq!(d.pending_writes(), 0);
-        assert_eq!(d.stats().array_writes, 1);
+        assert_eq!(d.pcm_stats().array_writes, 1);
         assert_eq!(d.drain(Cycle(0)), Cycle(BUS + WR));
     }
 
@@ -1411,7 +1509,7 @@ mod tests {
         assert_eq!(d.drain(Cycle(1000)), Cycle(1000 + BUS + WR));
         // Bank busy until 3020: the read waits 2920 cycles.
         assert_eq!(d.access(rd(line(32), 1100)), Cycle(1000 + BUS + WR + RD + BUS));
-        assert_eq!(d.stats().bank_conflict_cycles, 1000 + BUS + WR - 1100);
+        assert_eq!(d.pcm_stats().bank_conflict_cycles, 1000 + BUS + WR - 1100);
     }
 
     #[test]
@@ -1421,7 +1519,7 @@ mod tests {
         assert_eq!(d.access(rd(line(1), 0)), Cycle(RD + BUS)); // ch1 bank0
         // Queue full: waits until 620, then a full read on an idle bank.
         assert_eq!(d.access(rd(line(3), 0)), Cycle(RD + BUS + RD + BUS));
-        assert_eq!(d.stats().read_queue_full_stalls, 1);
+        assert_eq!(d.pcm_stats().read_queue_full_stalls, 1);
     }
 
     #[test]
@@ -1434,7 +1532,7 @@ mod tests {
         d.access(wr(line(0), 20)); // coalesced
         d.access(rd(line(1), 20)); // forwarded
         d.drain(Cycle(30));
-        let s = d.stats().clone();
+        let s = d.pcm_stats().clone();
         assert_eq!((s.array_reads, s.array_writes, s.reads(), s.writes()), (10, 10, 11, 11));
         assert!((s.energy_nj - (10.0 * 5.5 + 10.0 * 531.8)).abs() < 1e-6, "{}", s.energy_nj);
     }
@@ -1444,8 +1542,8 @@ mod tests {
         let mut d = default_dev();
         d.access(MemRequest { class: TrafficClass::Mac, ..rd(0, 0) });
         d.access(MemRequest { class: TrafficClass::Tree, ..wr(64, 0) });
-        assert_eq!(d.stats().reads_by_class[TrafficClass::Mac as usize], 1);
-        assert_eq!(d.stats().writes_by_class[TrafficClass::Tree as usize], 1);
+        assert_eq!(d.pcm_stats().reads_by_class[TrafficClass::Mac as usize], 1);
+        assert_eq!(d.pcm_stats().writes_by_class[TrafficClass::Tree as usize], 1);
     }
 
     #[test]
@@ -1453,7 +1551,6 @@ mod tests {
         assert_eq!(PcmConfig::default().validate("pcm"), Ok(()));
         type Breaker = fn(&mut PcmConfig);
         let cases: Vec<(&str, Breaker)> = vec![
-            ("capacity_gib", |c| c.capacity_gib = 0),
             ("channels", |c| c.channels = 0),
             ("channels", |c| c.channels = 3),
             ("banks_per_channel", |c| c.banks_per_channel = 0),
@@ -1527,15 +1624,15 @@ mod tests {
         d.access(rd(0, 0));
         d.access(wr(64, 0));
         d.access(wr(64, 1));
-        let start = d.stats().clone();
+        let start = d.pcm_stats().clone();
         d.access(rd(64, 2)); // forwarded
         d.access(rd(128 * 64, 3));
         d.drain(Cycle(10));
-        let delta = d.stats().since(&start);
+        let delta = d.pcm_stats().since(&start);
         assert_eq!((delta.reads(), delta.writes(), delta.wpq_read_hits), (2, 0, 1));
         assert_eq!((delta.array_reads, delta.array_writes, delta.wpq_coalesced), (1, 1, 0));
         assert!((delta.energy_nj - (5.5 + 531.8)).abs() < 1e-9);
-        assert_eq!(d.stats().since(d.stats()), MediaStats::default());
+        assert_eq!(d.pcm_stats().since(d.pcm_stats()), PcmStats::default());
     }
 
     proptest! {
@@ -1749,16 +1846,16 @@ mod tests {
                 t += dt;
                 // Spread lines over pages too, so page-interleave sees several banks.
                 let addr = (l % 6) * 4096 + (l / 6) * 64;
-                let hits = d.stats().wpq_read_hits;
+                let hits = d.pcm_stats().wpq_read_hits;
                 if is_write {
                     let done = d.access(wr(addr, t)).0;
                     prop_assert!(done >= t);
-                    if !cfg.adr && d.stats().wpq_coalesced == 0 {
+                    if !cfg.adr && d.pcm_stats().wpq_coalesced == 0 {
                         prop_assert!(done >= t + BUS + WR);
                     }
                 } else {
                     let done = d.access(rd(addr, t)).0;
-                    if d.stats().wpq_read_hits > hits {
+                    if d.pcm_stats().wpq_read_hits > hits {
                         prop_assert_eq!(done, t + BUS);
                     } else {
                         prop_assert!(done >= t + RD + BUS);
@@ -1769,7 +1866,7 @@ mod tests {
             let end = d.drain(Cycle(t)).0;
             prop_assert!(end >= t);
             prop_assert_eq!(d.pending_writes(), 0);
-            let s = d.stats();
+            let s = d.pcm_stats();
             prop_assert_eq!(s.array_writes + s.wpq_coalesced, s.writes());
             prop_assert_eq!(s.array_reads + s.wpq_read_hits, s.reads());
         }
@@ -1836,9 +1933,9 @@ mod tests {
 
     /// Drives the model and the reference with the same steps; compares every result.
     /// Returns the final stats, the last issue cycle and the final drain's cycle.
-    fn check_against_reference(cfg: &PcmConfig, steps: &[Step]) -> Result<(MediaStats, u64, u64), TestCaseError> {
-        let mut new = PcmMedia::new(cfg, MHZ);
-        let mut old = reference::PcmMedia::new(cfg, MHZ);
+    fn check_against_reference(cfg: &PcmConfig, steps: &[Step]) -> Result<(PcmStats, u64, u64), TestCaseError> {
+        let mut new = PcmMedia::new(cfg, MHZ, 32 << 30);
+        let mut old = reference::PcmMedia::new(cfg, MHZ, 32 << 30);
         let mut t = 0u64;
         for (i, &(dt, op, addr)) in steps.iter().enumerate() {
             t = t.saturating_add_signed(dt);
@@ -1849,15 +1946,15 @@ mod tests {
             let req = if op < DIFF_WRITE { rd(addr, t) } else { wr(addr, t) };
             prop_assert_eq!(new.access(req), old.access(req), "step {}: {:?}", i, req);
         }
-        prop_assert_eq!(new.stats(), old.stats());
+        prop_assert_eq!(new.pcm_stats(), old.pcm_stats());
         prop_assert_eq!(new.pending_writes(), old.pending_writes());
         prop_assert_eq!(new.wpq_occupancy(), old.wpq_occupancy());
         let end = new.drain(Cycle(t));
         prop_assert_eq!(end, old.drain(Cycle(t)), "final drain");
-        prop_assert_eq!(new.stats(), old.stats());
+        prop_assert_eq!(new.pcm_stats(), old.pcm_stats());
         prop_assert_eq!(new.pending_writes(), old.pending_writes());
         prop_assert_eq!(new.wpq_occupancy(), old.wpq_occupancy());
-        Ok((new.stats().clone(), t, end.0))
+        Ok((new.pcm_stats().clone(), t, end.0))
     }
 
     proptest! {

@@ -7,7 +7,7 @@
 //! records. Its counts are kept: the run checks that both halves sent the device the same
 //! reads and writes of every class.
 
-use crate::{AccessKind, MediaStats, MemRequest, MemoryPort};
+use crate::{MediaStats, MemRequest, MemoryPort};
 use secmem_core::Cycle;
 
 pub struct UntimedDevice {
@@ -24,27 +24,23 @@ impl UntimedDevice {
 impl MemoryPort for UntimedDevice {
     #[inline]
     fn access(&mut self, req: MemRequest) -> Cycle {
-        let counts = match req.kind {
-            AccessKind::Read => &mut self.stats.reads_by_class,
-            AccessKind::Write => &mut self.stats.writes_by_class,
-        };
-        counts[req.class as usize] += 1;
+        self.stats.count(req.kind, req.class, req.size_bytes);
         req.issue + self.latency
     }
     fn drain(&mut self, now: Cycle) -> Cycle { now }
     fn capacity_bytes(&self) -> u64 { self.capacity_bytes }
-    fn stats(&self) -> &MediaStats { &self.stats }
+    fn stats(&self) -> MediaStats { self.stats.clone() }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::TrafficClass;
+    use crate::{AccessKind, TrafficClass};
 
     #[test]
     fn every_access_takes_the_fixed_latency_and_is_counted_by_kind_and_class() {
         let mut d = UntimedDevice::new(1 << 20, Cycle(7));
-        let req = |kind, class, issue| MemRequest { addr: 64, kind, class, issue: Cycle(issue) };
+        let req = |kind, class, issue| MemRequest::line(64, kind, class, Cycle(issue));
         assert_eq!(d.access(req(AccessKind::Read, TrafficClass::Tree, 100)), Cycle(107));
         assert_eq!(d.access(req(AccessKind::Read, TrafficClass::Tree, 5)), Cycle(12));
         assert_eq!(d.access(req(AccessKind::Write, TrafficClass::Mac, 0)), Cycle(7));

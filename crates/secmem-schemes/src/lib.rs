@@ -17,5 +17,6 @@ pub mod designs;
 pub mod testing;
 
 pub use controller::functional::{Canaries, IntegrityError};
-pub use controller::{McStats, MetaBlock, MetaKind, SecureMc};
+pub use controller::ops::McOps;
+pub use controller::{McStats, MetaBlock, MetaKind, PortId, SecureMc};
 pub use designs::{Design, PageCommand, PageCommandError};

@@ -34,20 +34,15 @@ impl FixedLatencyMedia {
 impl MemoryPort for FixedLatencyMedia {
     fn access(&mut self, req: MemRequest) -> Cycle {
         self.log.borrow_mut().push((req.addr, req.kind, req.class));
+        self.stats.count(req.kind, req.class, req.size_bytes);
         match req.kind {
-            AccessKind::Read => {
-                self.stats.reads_by_class[req.class as usize] += 1;
-                req.issue + self.read
-            }
-            AccessKind::Write => {
-                self.stats.writes_by_class[req.class as usize] += 1;
-                req.issue + self.write
-            }
+            AccessKind::Read => req.issue + self.read,
+            AccessKind::Write => req.issue + self.write,
         }
     }
     fn drain(&mut self, now: Cycle) -> Cycle { now }
     fn capacity_bytes(&self) -> u64 { self.capacity }
-    fn stats(&self) -> &MediaStats { &self.stats }
+    fn stats(&self) -> MediaStats { self.stats.clone() }
 }
 
 /// Flips bit `bit` (0..512) of the stored line at byte address `addr` in a functional

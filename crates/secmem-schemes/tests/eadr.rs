@@ -50,7 +50,7 @@ impl MemoryPort for SplitReads {
     }
     fn drain(&mut self, now: Cycle) -> Cycle { now }
     fn capacity_bytes(&self) -> u64 { 1 << 30 }
-    fn stats(&self) -> &MediaStats { &self.stats }
+    fn stats(&self) -> MediaStats { self.stats.clone() }
 }
 
 /// Dirty hierarchy lines, none of them written before.

@@ -16,6 +16,23 @@ config_enum! {
     }
 }
 use secmem_media::pcm::PcmConfig;
+use secmem_media::simple::SimpleConfig;
+
+config_enum! {
+    /// The memory device behind the secure controller.
+    pub enum MemoryDevice {
+        Pcm => "pcm": "phase-change memory: channels, banks, read queue, ADR write pending queue ([pcm])",
+        Simple => "simple": "fixed latency behind one bandwidth-limited port, as gem5's SimpleMemory ([simple]): the controller's effects apart from a memory technology's"
+    }
+}
+
+config_section! {
+    /// The main memory: which device, and how much data it holds.
+    pub struct MemoryConfig {
+        device: MemoryDevice = MemoryDevice::Pcm => "Memory device: pcm ([pcm] section) or simple ([simple] section)";
+        capacity_gib: u64 = 32 => "Protected data capacity in GiB (Horus Table I: 32 GB PCM); the security metadata and any design regions are placed above it on the same device";
+    }
+}
 use secmem_schemes::config::{MetadataCachesConfig, SecurityConfig, TreeConfig};
 use std::path::Path;
 
@@ -76,7 +93,9 @@ config_section! {
         l2: CacheConfig = CacheConfig::new(2048, 8, 20) => "L2 cache (Horus Table I: 2 MB, 8-way, 20 cycles)";
         llc: CacheConfig = CacheConfig::new(16384, 16, 32) => "Last-level cache (Horus Table I: 16 MB, 16-way, 32 cycles)";
         hierarchy: HierarchyConfig = HierarchyConfig::default() => "Cache hierarchy policies";
-        pcm: PcmConfig = PcmConfig::default() => "The PCM device";
+        memory: MemoryConfig = MemoryConfig::default() => "The main memory: device and capacity";
+        pcm: PcmConfig = PcmConfig::default() => "The PCM device (memory.device = \"pcm\")";
+        simple: SimpleConfig = SimpleConfig::default() => "The simple fixed-latency device (memory.device = \"simple\")";
         security: SecurityConfig = SecurityConfig::default() => "Secure memory";
         tree: TreeConfig = TreeConfig::default() => "Integrity tree";
         metadata_cache: MetadataCachesConfig = MetadataCachesConfig::default() => "Metadata caches in the memory controller";
@@ -181,9 +200,11 @@ impl Config {
         self.l2.validate("l2")?;
         self.llc.validate("llc")?;
         self.pcm.validate("pcm")?;
+        self.simple.validate("simple")?;
         self.drain.validate("drain")?;
-        ensure(self.pcm.capacity_gib <= 1024, "pcm.capacity_gib", || {
-            format!("{} GiB is more than the 1024 GiB secmem can address sparsely on one host", self.pcm.capacity_gib)
+        ensure(self.memory.capacity_gib > 0, "memory.capacity_gib", || "must be at least 1 GiB".into())?;
+        ensure(self.memory.capacity_gib <= 1024, "memory.capacity_gib", || {
+            format!("{} GiB is more than the 1024 GiB secmem can address sparsely on one host", self.memory.capacity_gib)
         })?;
         self.security.validate("security")?;
         self.tree.validate("tree")?;
@@ -224,7 +245,7 @@ impl Config {
             format!("must be a positive multiple of 64, got {}", w.footprint_bytes)
         })?;
         ensure(w.footprint_bytes <= self.data_bytes(), "workload.footprint_bytes", || {
-            format!("{} bytes exceed the memory's {} bytes (pcm.capacity_gib)", w.footprint_bytes, self.data_bytes())
+            format!("{} bytes exceed the memory's {} bytes (memory.capacity_gib)", w.footprint_bytes, self.data_bytes())
         })?;
         ensure(w.requests > 0, "workload.requests", || "must be > 0".into())?;
         crate::run::workload_spec(self)?;
@@ -245,7 +266,7 @@ impl Config {
     }
 
     /// Bytes of protected data memory.
-    pub fn data_bytes(&self) -> u64 { self.pcm.capacity_gib << 30 }
+    pub fn data_bytes(&self) -> u64 { self.memory.capacity_gib << 30 }
 
     /// What the design may check its requirements against (`DesignEntry::check`).
     pub fn design_env(&self) -> secmem_schemes::designs::DesignEnv<'_> {

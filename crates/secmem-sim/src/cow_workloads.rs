@@ -299,10 +299,10 @@ pub fn run(cfg: &Config, spec: &CowSpec) -> Result<Value, OsError> {
     // enough, run for minutes) at the first page past the end.
     if spec.footprint_bytes > d.os.free_bytes() {
         return Err(OsError(format!(
-            "footprint_bytes {} is more than the {} bytes of memory the OS model can give out (pcm.capacity_gib = {})",
+            "footprint_bytes {} is more than the {} bytes of memory the OS model can give out (memory.capacity_gib = {})",
             spec.footprint_bytes,
             d.os.free_bytes(),
-            cfg.pcm.capacity_gib
+            cfg.memory.capacity_gib
         )));
     }
     let mut index = 0u64;

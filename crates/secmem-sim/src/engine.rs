@@ -12,13 +12,14 @@
 //! * a fence waits until every earlier write to memory is persistent;
 //! * the run ends when the last outstanding miss completes.
 
-use crate::config::{Config, TraceLevel};
+use crate::config::{Config, MemoryDevice, TraceLevel};
 use crate::hierarchy::{Hierarchy, Level, Writeback};
 use crate::misses_in_flight::MissesInFlight;
 use secmem_core::addr::LINE_SHIFT;
 use secmem_core::error::ConfigError;
 use secmem_core::Cycle;
 use secmem_media::pcm::PcmMedia;
+use secmem_media::simple::SimpleMedia;
 use secmem_media::{Media, MediaStats, MemoryPort};
 use secmem_schemes::designs::DeviceLayout;
 use secmem_schemes::{Design, IntegrityError, McStats, SecureMc};
@@ -97,6 +98,8 @@ pub struct Snapshot {
     pub caches: [secmem_core::cache::CacheStats; 3],
     pub mc: McStats,
     pub media: MediaStats,
+    /// Each further port's name and statistics (none unless a design or the config attaches one).
+    pub ports: Vec<(String, MediaStats)>,
 }
 
 impl Snapshot {
@@ -112,6 +115,11 @@ impl Snapshot {
             ],
             mc: self.mc.since(&start.mc),
             media: self.media.since(&start.media),
+            ports: self
+                .ports
+                .iter()
+                .map(|(name, m)| (name.clone(), start.ports.iter().find(|(n, _)| n == name).map_or_else(|| m.clone(), |(_, s)| m.since(s))))
+                .collect(),
         }
     }
 }
@@ -166,12 +174,16 @@ pub struct Engine {
     prefetch_page_early: std::cell::Cell<u64>,
 }
 
-/// An idle device sized for the config: the DIMM holds the data and, above it, the security
-/// metadata regions (counters, MACs, tree).
-pub fn build_media(cfg: &Config) -> Result<PcmMedia, ConfigError> {
-    let mut pcm = cfg.pcm.clone();
-    pcm.capacity_gib = device_gib(cfg)?;
-    Ok(PcmMedia::new(&pcm, cfg.core.freq_mhz))
+/// The memory device of the config (`memory.device`), idle and sized for the whole address
+/// space: the data and, above it, the security metadata and any design regions.
+pub fn build_media(cfg: &Config) -> Result<Media, ConfigError> {
+    let bytes = device_gib(cfg)? << 30;
+    Ok(match cfg.memory.device {
+        // By value (`Media::Pcm`), not as `Box<dyn MemoryPort>`: device accesses are then
+        // direct calls into the PCM model.
+        MemoryDevice::Pcm => Media::Pcm(PcmMedia::new(&cfg.pcm, cfg.core.freq_mhz, bytes)),
+        MemoryDevice::Simple => Media::from(Box::new(SimpleMedia::new(&cfg.simple, cfg.core.freq_mhz, bytes)) as Box<dyn MemoryPort>),
+    })
 }
 
 /// The device's address space under the config's design: data, the security metadata above
@@ -189,14 +201,16 @@ fn device_gib(cfg: &Config) -> Result<u64, ConfigError> { Ok(device_layout(cfg)?
 /// The secure controller of a config on a fresh device (functional per `run.functional`, with
 /// the test canaries in force and the pad-reuse detector if asked for).
 pub fn build_controller(cfg: &Config) -> Result<SecureMc, ConfigError> {
-    // By value (`Media::Pcm`), not as `Box<dyn MemoryPort>`: device accesses are then direct
-    // calls into the PCM model.
-    build_controller_on(cfg, Media::Pcm(build_media(cfg)?))
+    build_controller_on(cfg, build_media(cfg)?)
 }
 
 /// As [`build_controller`], over `media`.
 fn build_controller_on(cfg: &Config, media: Media) -> Result<SecureMc, ConfigError> {
     let mut mc = SecureMc::with_media(&cfg.security, &cfg.tree, &cfg.metadata_cache, cfg.data_bytes(), media, cfg.run.seed, cfg.run.functional)?;
+    let design = secmem_schemes::designs::entry(&cfg.run.design).map_err(|m| ConfigError::new("run.design", m))?;
+    if let Some(strategy) = design.tree_update {
+        mc.set_tree_update(strategy(&design_context(cfg), &cfg.design));
+    }
     if let Some(f) = mc.func.as_mut() {
         f.canaries = test_canaries();
         if cfg.run.check_pad_reuse {
@@ -325,8 +339,8 @@ impl Engine {
             return Err(RecordError {
                 index,
                 message: format!(
-                    "address {:#x} + {} bytes is beyond the {} bytes of memory (pcm.capacity_gib = {})",
-                    rec.addr, size, self.data_bytes, self.cfg.pcm.capacity_gib
+                    "address {:#x} + {} bytes is beyond the {} bytes of memory (memory.capacity_gib = {})",
+                    rec.addr, size, self.data_bytes, self.cfg.memory.capacity_gib
                 ),
                 integrity: None,
             });
@@ -380,6 +394,7 @@ impl Engine {
         }
     }
 
+    #[inline(always)]
     fn write_to_memory(&mut self, line: u64, data: Option<&[u8; 64]>) {
         self.stats.memory_writes_issued += 1;
         if let Some(out) = self.forwarded.as_mut() {
@@ -388,7 +403,7 @@ impl Engine {
         if let (Some(shadow), Some(d)) = (self.content_shadow.as_mut(), data) {
             shadow.insert(line, *d);
         }
-        match self.design.write(&mut self.mc, line, data, self.now) {
+        match self.design.serve_write(&mut self.mc, line, data, self.now) {
             Ok(t) => self.last_persist = self.last_persist.max(t),
             Err(e) => {
                 self.failure.get_or_insert(e);
@@ -490,7 +505,7 @@ impl Engine {
             if let Some(out) = self.forwarded.as_mut() {
                 out.push(Record::read(line << LINE_SHIFT, 0));
             }
-            match self.design.read(&mut self.mc, line, self.now) {
+            match self.design.serve_read(&mut self.mc, line, self.now) {
                 Ok((done, _)) => self.add_outstanding(done),
                 Err(e) => {
                     self.failure.get_or_insert(e);
@@ -514,7 +529,7 @@ impl Engine {
                 if let Some(out) = self.forwarded.as_mut() {
                     out.push(Record::read(line << LINE_SHIFT, 0));
                 }
-                match self.design.read(&mut self.mc, line, at) {
+                match self.design.serve_read(&mut self.mc, line, at) {
                     Ok((done, plain)) => {
                         // (Never-written memory reads as zeros, as the functional image's does.)
                         let plain = plain.or_else(|| self.content_shadow.as_ref().map(|s| s.get(&line).copied().unwrap_or([0; 64])));
@@ -665,7 +680,7 @@ impl Engine {
     pub fn snapshot(&self) -> Snapshot {
         let (mc, media) = self.mc.snapshot();
         let end = self.in_flight.latest(self.now);
-        Snapshot { cycle: end, core: self.stats.clone(), caches: self.hier.stats(), mc, media }
+        Snapshot { cycle: end, core: self.stats.clone(), caches: self.hier.stats(), mc, media, ports: self.mc.port_stats() }
     }
 
     /// Lets every miss in flight complete; the clock moves to the last completion.
@@ -856,7 +871,7 @@ mod tests {
     #[test]
     fn an_access_may_end_at_the_last_byte_of_memory_but_not_beyond() {
         let mut e = engine();
-        let end = 32u64 << 30; // pcm.capacity_gib = 32
+        let end = 32u64 << 30; // memory.capacity_gib = 32
         assert!(e.step(&Record::read(end - 64, 0), 0).is_ok());
         let err = e.step(&Record::read(end, 0), 1).unwrap_err();
         assert!(err.message.contains("beyond the 34359738368 bytes"), "{}", err.message);
@@ -906,7 +921,7 @@ mod tests {
 
     #[test]
     fn a_store_without_data_writes_the_line_and_sequence_pattern_in_functional_mode() {
-        let mut e = engine_with(&["run.functional=true", "pcm.capacity_gib=1"]);
+        let mut e = engine_with(&["run.functional=true", "memory.capacity_gib=1"]);
         // Chunk i of the n-th store, as a little-endian u64:
         // line.rotate_left(17) ^ n * 0x9E37_79B9_7F4A_7C15 ^ i * 0xD6E8_FEB8_6659_FD93.
         let chunks = |d: [u8; 64]| -> Vec<u64> { d.chunks_exact(8).map(|c| u64::from_le_bytes(c.try_into().unwrap())).collect() };
@@ -1015,7 +1030,7 @@ mod tests {
     fn canaries_switched_on_for_this_thread_reach_controllers_built_later() {
         let planted = secmem_schemes::Canaries { skip_root_check: true, ..Default::default() };
         super::set_test_canaries(planted);
-        let e = engine_with(&["run.functional=true", "pcm.capacity_gib=1"]);
+        let e = engine_with(&["run.functional=true", "memory.capacity_gib=1"]);
         super::set_test_canaries(Default::default());
         assert_eq!(e.mc.func.as_ref().unwrap().canaries, planted);
         assert_eq!(super::test_canaries(), Default::default());

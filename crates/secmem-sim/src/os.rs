@@ -195,7 +195,7 @@ impl Os {
         let reserved_lines = secmem_schemes::designs::data_lines_reserved_by_any(cfg.data_bytes() / 64);
         let usable = frames - reserved_lines.div_ceil(LINES_PER_PAGE);
         if usable < FIRST_FREE_FRAME + 1024 {
-            return Err(OsError(format!("pcm.capacity_gib = {} is too small for the OS model", cfg.pcm.capacity_gib)));
+            return Err(OsError(format!("memory.capacity_gib = {} is too small for the OS model", cfg.memory.capacity_gib)));
         }
         let mut os = Os {
             engine,
@@ -247,7 +247,7 @@ impl Os {
     }
 
     fn alloc_frames(&mut self, size: PageSize) -> Result<u64, OsError> {
-        let oom = || OsError("out of physical memory (raise pcm.capacity_gib)".into());
+        let oom = || OsError("out of physical memory (raise memory.capacity_gib)".into());
         match size {
             PageSize::Small => {
                 if let Some(f) = self.free_small.pop() {
@@ -694,7 +694,7 @@ mod tests {
         let o = [
             format!("run.design=\"{design}\""),
             format!("run.functional={functional}"),
-            "pcm.capacity_gib=1".into(),
+            "memory.capacity_gib=1".into(),
             "run.progress=false".into(),
         ];
         Os::new(&Config::load(Some("lelantus"), None, &o).unwrap()).unwrap()

@@ -263,7 +263,7 @@ pub(crate) fn require_core_level(cfg: &Config) -> Result<(), SimError> {
 /// A driver for `cfg` as a run reports its failure: the OS model's only setup error is a
 /// memory too small for it.
 pub(crate) fn driver_for(cfg: &Config) -> Result<OsDriver, SimError> {
-    OsDriver::new(cfg).map_err(|e| SimError::Config(ConfigError::new("pcm.capacity_gib", e.0)))
+    OsDriver::new(cfg).map_err(|e| SimError::Config(ConfigError::new("memory.capacity_gib", e.0)))
 }
 
 /// Why a `roi` record is refused when `run.warmup_requests` (`warmup` > 0) is set too.

@@ -62,6 +62,18 @@ fn by_class(counts: &[u64; 6]) -> Value {
     Value::Object(m)
 }
 
+/// The `stats.memory` block: requests by traffic class, then the device's own counters (PCM:
+/// its write queue, read queue, bank conflicts and array operations).
+fn memory(m: &secmem_media::MediaStats) -> Value {
+    let mut out = Map::new();
+    out.insert("reads".into(), by_class(&m.reads_by_class));
+    out.insert("writes".into(), by_class(&m.writes_by_class));
+    for &(name, v) in &m.device {
+        out.insert(name.into(), json!(v));
+    }
+    Value::Object(out)
+}
+
 /// The `stats` block for a region of interest.
 pub fn stats(cfg: &Config, roi: &Snapshot, design_extra: &[(&'static str, f64)]) -> Value {
     let freq = cfg.core.freq_mhz;
@@ -75,7 +87,7 @@ pub fn stats(cfg: &Config, roi: &Snapshot, design_extra: &[(&'static str, f64)])
         json!({"count": s.count, "mean": s.mean, "p50": s.p50, "p99": s.p99, "p999": s.p999, "max": s.max})
     };
     let design: Map<String, Value> = design_extra.iter().map(|(k, v)| (k.to_string(), json!(v))).collect();
-    json!({
+    let mut out = json!({
         "cycles": cycles,
         "time_ns": Cycle(cycles).to_ns(freq),
         "instructions": roi.core.instructions,
@@ -85,17 +97,7 @@ pub fn stats(cfg: &Config, roi: &Snapshot, design_extra: &[(&'static str, f64)])
             "l1": cache(&roi.caches[0]), "l2": cache(&roi.caches[1]), "llc": cache(&roi.caches[2]),
             "counter": cache(&roi.mc.counter_cache), "mac": cache(&roi.mc.mac_cache), "tree": cache(&roi.mc.tree_cache),
         },
-        "memory": {
-            "reads": by_class(&roi.media.reads_by_class),
-            "writes": by_class(&roi.media.writes_by_class),
-            "wpq_read_hits": roi.media.wpq_read_hits,
-            "wpq_coalesced": roi.media.wpq_coalesced,
-            "read_queue_full_stalls": roi.media.read_queue_full_stalls,
-            "array_reads": roi.media.array_reads,
-            "array_writes": roi.media.array_writes,
-            "wpq_full_stalls": roi.media.wpq_full_stalls,
-            "bank_conflict_cycles": roi.media.bank_conflict_cycles,
-        },
+        "memory": memory(&roi.media),
         "security": {
             "data_reads": roi.mc.data_reads,
             "data_writes": roi.mc.data_writes,
@@ -108,7 +110,23 @@ pub fn stats(cfg: &Config, roi: &Snapshot, design_extra: &[(&'static str, f64)])
         "latency_cycles": { "read": lat(&roi.mc.read_latency), "write": lat(&roi.mc.write_latency) },
         "energy": { "nvm_joules": roi.media.energy_nj * 1e-9 },
         "design": design,
-    })
+    });
+    if !roi.ports.is_empty() {
+        // Further ports (a storage device beside the memory): each with its own statistics.
+        let ports: Map<String, Value> = roi
+            .ports
+            .iter()
+            .map(|(name, m)| {
+                let mut v = memory(m);
+                v["bytes_read"] = json!(m.bytes_read);
+                v["bytes_written"] = json!(m.bytes_written);
+                v["energy_joules"] = json!(m.energy_nj * 1e-9);
+                (name.clone(), v)
+            })
+            .collect();
+        out["ports"] = Value::Object(ports);
+    }
+    out
 }
 
 pub fn report(cfg: &Config, meta: &Meta, stats: Value) -> Value {

@@ -648,7 +648,7 @@ mod tests {
     use secmem_core::Cycle;
 
     fn snapshot() -> Snapshot {
-        let mut s = Snapshot { cycle: Cycle(1000), core: Default::default(), caches: Default::default(), mc: Default::default(), media: Default::default() };
+        let mut s = Snapshot { cycle: Cycle(1000), core: Default::default(), caches: Default::default(), mc: Default::default(), media: Default::default(), ports: Vec::new() };
         s.core.records = 10;
         s.mc.data_reads = 4;
         s.media.reads_by_class[3] = 7;
@@ -661,8 +661,7 @@ mod tests {
         b.cycle = Cycle(5);
         b.core.mlp_stall_cycles = 99;
         b.mc.read_latency.record(300);
-        b.media.wpq_read_hits = 3;
-        b.media.bank_conflict_cycles = 40;
+        b.media.device = vec![("wpq_read_hits", 3), ("bank_conflict_cycles", 40)];
         // The functional half replays requests: it has no hierarchy and retires no trace.
         b.core.records = 3;
         b.core.instructions = 7;

@@ -8,7 +8,7 @@ use secmem_sim::run::TraceInput;
 /// A small system: 1 GiB, 4 KiB L1, 16 KiB L2, 64 KiB LLC, 4 KiB metadata caches.
 fn small(extra: &[&str]) -> Config {
     let mut p: Vec<String> = [
-        "pcm.capacity_gib=1",
+        "memory.capacity_gib=1",
         "l1.size_kib=4",
         "l1.ways=2",
         "l2.size_kib=16",

@@ -15,7 +15,7 @@ fn cfg(design: &str, functional: bool) -> Config {
     let o: Vec<String> = [
         format!("run.design=\"{design}\""),
         format!("run.functional={functional}"),
-        "pcm.capacity_gib=1".into(),
+        "memory.capacity_gib=1".into(),
         "l1.size_kib=4".into(),
         "l1.ways=2".into(),
         "l2.size_kib=8".into(),
@@ -408,7 +408,7 @@ fn a_forkbench_footprint_larger_than_memory_is_refused_before_it_runs() {
     for footprint_bytes in [2u64 << 30, 1 << 40] {
         let spec = CowSpec { workload: CowWorkload::Forkbench, page_size: PageSize::Small, footprint_bytes, lines_per_page: 4, ops: 0, seed: 1 };
         let e = cow_workloads::run(&cfg("lelantus", false), &spec).unwrap_err().0;
-        assert!(e.contains("footprint_bytes") && e.contains("pcm.capacity_gib = 1"), "{e}");
+        assert!(e.contains("footprint_bytes") && e.contains("memory.capacity_gib = 1"), "{e}");
     }
 }
 

@@ -14,7 +14,7 @@ fn cfg(design: &str, functional: bool, extra: &[&str]) -> Config {
     let mut o: Vec<String> = vec![
         format!("run.design=\"{design}\""),
         format!("run.functional={functional}"),
-        "pcm.capacity_gib=1".into(),
+        "memory.capacity_gib=1".into(),
         "l1.size_kib=4".into(),
         "l1.ways=2".into(),
         "l2.size_kib=8".into(),

@@ -210,7 +210,7 @@ fn canary_minor_wrap_without_reencryption_is_caught_by_the_pad_reuse_detector() 
 fn vault_cfg() -> Config {
     cfg(
         "horus",
-        &["l2.size_kib=128", "llc.size_kib=512", "workload.requests=40000", "workload.footprint_bytes=67108864", "pcm.capacity_gib=4"],
+        &["l2.size_kib=128", "llc.size_kib=512", "workload.requests=40000", "workload.footprint_bytes=67108864", "memory.capacity_gib=4"],
     )
 }
 
@@ -407,7 +407,7 @@ fn a_saved_image_with_a_line_no_read_covers_changed_fails_verification() {
     let tmp = TmpDir::new("uncovered");
     let dir = &tmp.0;
     std::fs::create_dir_all(dir).unwrap();
-    let c = cfg("horus", &["workload.requests=2000", "run.functional=true", "pcm.capacity_gib=1"]);
+    let c = cfg("horus", &["workload.requests=2000", "run.functional=true", "memory.capacity_gib=1"]);
     let (full, bad) = (dir.join("full.img"), dir.join("bad.img"));
     secmem_sim::run::run_saving(&c, &TraceInput::Workload, Some(&full)).unwrap();
     let check = verify_image(&c, &full).unwrap();

@@ -7,7 +7,7 @@
 
 #![allow(dead_code)]
 
-use super::{AddressMapping, DrainPolicy, PcmConfig};
+use super::{AddressMapping, DrainPolicy, PcmConfig, PcmStats};
 use crate::{AccessKind, MediaStats, MemRequest, MemoryPort};
 use rustc_hash::FxHashMap;
 use secmem_core::addr::{LINE_SHIFT, PAGE_SHIFT};
@@ -228,13 +228,13 @@ pub struct PcmMedia {
     wpq_lines: FxHashMap<u64, u64>,
     /// Latest array completion of any issued write.
     last_write_done: u64,
-    stats: MediaStats,
+    stats: PcmStats,
 }
 
 impl PcmMedia {
     /// Builds the device; `cfg` should have passed [`PcmConfig::validate`]. Nanosecond
     /// parameters are converted to cycles of `cpu_freq_mhz` here, once.
-    pub fn new(cfg: &PcmConfig, cpu_freq_mhz: u64) -> PcmMedia {
+    pub fn new(cfg: &PcmConfig, cpu_freq_mhz: u64, capacity_bytes: u64) -> PcmMedia {
         debug_assert!(cfg.validate("pcm").is_ok(), "invalid PcmConfig: {:?}", cfg.validate("pcm"));
         // Stay well-defined even on an unvalidated config in release builds.
         let pow2_floor = |x: u32| if x == 0 { 1 } else { 1u32 << (31 - x.leading_zeros()) };
@@ -249,7 +249,7 @@ impl PcmMedia {
         wpq_lines.reserve(2 * wpq_cap);
         PcmMedia {
             cfg: cfg.clone(),
-            capacity_bytes: cfg.capacity_gib << 30,
+            capacity_bytes,
             read_lat: cyc(cfg.read_latency_ns),
             write_lat: cyc(cfg.write_latency_ns),
             bus_xfer: cyc(cfg.bus_transfer_ns),
@@ -272,7 +272,7 @@ impl PcmMedia {
             wpq_issued: BinaryHeap::with_capacity(wpq_cap + 1),
             wpq_lines,
             last_write_done: 0,
-            stats: MediaStats::default(),
+            stats: PcmStats::default(),
         }
     }
 
@@ -293,6 +293,7 @@ impl PcmMedia {
 
     /// Writes accepted into the WPQ and not yet issued to a bank.
     pub fn pending_writes(&self) -> usize { self.wpq_queued.len() }
+    pub fn pcm_stats(&self) -> &PcmStats { &self.stats }
 
     /// WPQ slots in use as of the last request: queued writes plus issued writes whose burst
     /// had not started yet.
@@ -440,6 +441,6 @@ impl MemoryPort for PcmMedia {
 
     fn capacity_bytes(&self) -> u64 { self.capacity_bytes }
 
-    fn stats(&self) -> &MediaStats { &self.stats }
+    fn stats(&self) -> MediaStats { self.stats.to_media() }
 }
 

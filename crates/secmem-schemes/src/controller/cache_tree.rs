@@ -12,7 +12,8 @@
 //! up to 8 children); the root register = MAC(number of blocks, top node). Only the root is
 //! kept (on chip); internal nodes are recomputed at recovery, so none is written.
 
-use crate::controller::{MetaBlock, SecureMc};
+use crate::controller::ops::McOps;
+use crate::controller::MetaBlock;
 
 /// MAC domains (see `Keys::mac`) of the three node kinds.
 const DOMAIN_LEAF: u8 = 0x10;
@@ -44,7 +45,8 @@ pub fn hash_count(n: u64) -> u64 {
 
 /// The root over `blocks` (in order) and the number of hashes computed. In counting mode
 /// there are no bytes: the root is 0 and only the count is real.
-pub fn protect(mc: &SecureMc, blocks: &[MetaBlock]) -> (u64, u64) {
+pub fn protect(mc: &McOps, blocks: &[MetaBlock]) -> (u64, u64) {
+    let mc = mc.mc();
     let count = hash_count(blocks.len() as u64);
     let Some(f) = mc.func.as_ref() else { return (0, count) };
     let k = &f.keys;

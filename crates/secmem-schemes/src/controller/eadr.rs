@@ -23,6 +23,7 @@
 //! powered until then), i.e. after the device's write queue has drained.
 
 use crate::controller::cache_tree;
+use crate::controller::ops::McOps;
 use crate::controller::{MetaBlock, SecureMc};
 use crate::controller::functional::IntegrityError;
 use secmem_core::addr::LINE_SHIFT;
@@ -247,7 +248,7 @@ impl From<crate::controller::recovery::RecoveryError> for DrainRecoveryError {
 /// First byte of the reserved region above secure memory where drains write (the vault or
 /// the metadata save region): the end of the tree region, rounded up to a 4 KB page. The
 /// device layout places a design's first region here (`designs::DeviceLayout::compose`).
-pub fn reserved_base(mc: &SecureMc) -> u64 { region_base(&mc.layout) }
+pub fn reserved_base(mc: &McOps) -> u64 { region_base(mc.layout()) }
 
 /// [`reserved_base`] of a layout.
 pub fn region_base(layout: &secmem_core::tree::SecureLayout) -> u64 { layout.end.div_ceil(4096) * 4096 }
@@ -256,7 +257,8 @@ pub fn region_base(layout: &secmem_core::tree::SecureLayout) -> u64 { layout.end
 pub type WriteLine<'a> = dyn FnMut(&mut SecureMc, u64, Option<&[u8; 64]>, Cycle) -> Result<Cycle, IntegrityError> + 'a;
 
 /// Writes every line through the run-time write path of `write` (in place), paced by `clock`.
-pub fn drain_in_place(mc: &mut SecureMc, lines: &[DrainLine], clock: &mut DrainClock, write: &mut WriteLine<'_>) -> Result<(), IntegrityError> {
+pub fn drain_in_place(mc: &mut McOps, lines: &[DrainLine], clock: &mut DrainClock, write: &mut WriteLine<'_>) -> Result<(), IntegrityError> {
+    let mc = mc.mc_mut();
     for l in lines {
         let t = clock.issue(l.read_cycles);
         let done = write(mc, l.line, l.data.as_ref(), t)?;
@@ -276,7 +278,8 @@ pub struct MetadataSaveRegisters {
 /// Base-LU, after the lines: writes every dirty metadata block to the reserved region
 /// (`base`: blocks, then their addresses 8 per block), computing the small tree over them.
 /// Returns the registers to keep on chip.
-pub fn save_metadata(mc: &mut SecureMc, base: u64, clock: &mut DrainClock, stats: &mut DrainStats) -> Result<MetadataSaveRegisters, IntegrityError> {
+pub fn save_metadata(mc: &mut McOps, base: u64, clock: &mut DrainClock, stats: &mut DrainStats) -> Result<MetadataSaveRegisters, IntegrityError> {
+    let mc = mc.mc_mut();
     let blocks = mc.dirty_metadata();
     let n = blocks.len() as u64;
     check_room(mc, base, shadow_bytes(n));
@@ -315,7 +318,8 @@ pub fn save_metadata(mc: &mut SecureMc, base: u64, clock: &mut DrainClock, stats
 /// Bytes Base-LU's save region needs for `n` metadata blocks (blocks + address blocks).
 pub fn shadow_bytes(n: u64) -> u64 { n * 64 + n.div_ceil(8) * 64 }
 
-pub(crate) fn check_room(mc: &SecureMc, base: u64, bytes: u64) {
+pub(crate) fn check_room(mc: &McOps, base: u64, bytes: u64) {
+    let mc = mc.mc();
     // The device is sized for the reserved region by the engine; a mismatch is a bug.
     assert!(
         base + bytes <= mc.media.capacity_bytes(),
@@ -327,7 +331,8 @@ pub(crate) fn check_room(mc: &SecureMc, base: u64, bytes: u64) {
 
 /// Reads Base-LU's saved metadata back, verifies it against the on-chip root and restores it
 /// into the metadata caches.
-pub fn restore_metadata(mc: &mut SecureMc, base: u64, regs: MetadataSaveRegisters, now: Cycle) -> Result<DrainRecovery, DrainRecoveryError> {
+pub fn restore_metadata(mc: &mut McOps, base: u64, regs: MetadataSaveRegisters, now: Cycle) -> Result<DrainRecovery, DrainRecoveryError> {
+    let mc = mc.mc_mut();
     let n = regs.blocks;
     let mut rec = DrainRecovery::default();
     let addr_base = base + n * 64;

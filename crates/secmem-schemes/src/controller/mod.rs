@@ -29,11 +29,14 @@ pub mod eadr;
 pub mod functional;
 pub mod image_file;
 pub mod nvm_image;
+pub mod ops;
 pub mod recovery;
+pub mod tree_update;
 
 use crate::config::{MetadataCachesConfig, MetadataPersistence, SecurityConfig, TreeConfig, TreeUpdate};
 use crate::controller::functional::{Functional, IntegrityError, NvmImage};
 use crate::controller::nvm_image::SharedHomes;
+use crate::controller::tree_update::{TreeUpdateStrategy, Updater};
 use secmem_core::counters::CounterBlock;
 use secmem_crypto::{node_entry, set_node_entry};
 use secmem_core::addr::{line_in_page, page_of_line, LINES_PER_PAGE, LINE_SHIFT};
@@ -212,6 +215,14 @@ pub struct SecureMc {
     /// in misses, page zeroing and huge-page collapses). Designs, recovery and the harnesses
     /// work on the store, so every other controller keeps it.
     counters_in_payload: bool,
+    /// The tree update strategy (`tree.update`, or the design's own: [`tree_update`]).
+    updater: Updater,
+    /// Devices beside the memory (a storage device, a design's own), each with its name and
+    /// statistics of its own; [`PortId`] indexes them.
+    ports: Vec<(String, Box<dyn MemoryPort + Send>)>,
+    /// Whether a written-back counter block or node hashes itself into its parent (lazy
+    /// update's rule), asked of the strategy once when it is installed.
+    absorb_on_write_back: bool,
 }
 
 /// A hit on metadata block `key` that needs no search: the block `cache` hit or filled last,
@@ -240,6 +251,10 @@ const PREFETCH_MIN_LEVEL_BLOCKS: u64 = 8192;
 fn prefetch_levels(tree: &TreeGeometry) -> usize {
     tree.nodes.iter().take_while(|&&n| n > PREFETCH_MIN_LEVEL_BLOCKS).count().max(1).min(tree.root_level())
 }
+
+/// A device attached beside the memory ([`SecureMc::attach_port`]).
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub struct PortId(pub usize);
 
 /// A metadata block with its identity: `key` is its device line number.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -389,6 +404,12 @@ impl SecureMc {
             },
             prefetch_levels: prefetch_levels(&layout.tree),
             counters_in_payload: false,
+            updater: match tree.update {
+                TreeUpdate::Lazy => Updater::Lazy,
+                TreeUpdate::Eager => Updater::Eager,
+            },
+            absorb_on_write_back: tree.update == TreeUpdate::Lazy,
+            ports: Vec::new(),
             layout,
             stats: McStats::default(),
             evictions: Vec::with_capacity(16),
@@ -422,7 +443,7 @@ impl SecureMc {
         s.counter_cache = self.counter_cache.stats;
         s.mac_cache = self.mac_cache.stats;
         s.tree_cache = self.tree_cache.stats;
-        (s, self.media.stats().clone())
+        (s, self.media.stats())
     }
 
     // ---------------------------------------------------------------- device access
@@ -439,6 +460,20 @@ impl SecureMc {
     pub fn device_write(&mut self, addr: u64, class: TrafficClass, at: Cycle) -> Cycle {
         self.media.write(addr, class, at)
     }
+
+    // ---------------------------------------------------------------- further ports
+
+    /// Attaches a device beside the memory under `name` (unique): a storage device, or a
+    /// device of a design's own. Returns its handle.
+    pub fn attach_port(&mut self, name: impl Into<String>, device: Box<dyn MemoryPort + Send>) -> PortId {
+        let name = name.into();
+        assert!(self.port(&name).is_none(), "a port named '{name}' is attached already");
+        self.ports.push((name, device));
+        PortId(self.ports.len() - 1)
+    }
+
+    /// Every further port's name and statistics, in the order they were attached.
+    pub fn port_stats(&self) -> Vec<(String, MediaStats)> { self.ports.iter().map(|(n, d)| (n.clone(), d.stats())).collect() }
 
     // ---------------------------------------------------------------- host look-ahead
 
@@ -848,7 +883,7 @@ impl SecureMc {
     fn prefetch_eviction(&self, kind: MetaKind, key: u64) {
         let Some(f) = self.func.as_ref() else { return };
         f.image.prefetch_index(key);
-        if kind == MetaKind::Mac || self.p.update != TreeUpdate::Lazy {
+        if kind == MetaKind::Mac || !self.absorb_on_write_back {
             return;
         }
         let (level, index) = self.meta_key_to_node(kind, key);
@@ -886,7 +921,7 @@ impl SecureMc {
             if let (Some(f), Some(p)) = (self.func.as_mut(), payload) {
                 f.persist(key, p);
             }
-            if kind != MetaKind::Mac && self.p.update == TreeUpdate::Lazy {
+            if kind != MetaKind::Mac && self.absorb_on_write_back {
                 let (level, index) = self.meta_key_to_node(kind, key);
                 let entry = self.update_parent(level, index, payload.as_ref(), now)?;
                 if let (Some(f), Some(p), Some(e)) = (self.func.as_mut(), payload, entry) {
@@ -933,9 +968,12 @@ impl SecureMc {
         Ok(entry)
     }
 
-    /// Eager update: recompute every hash from the counter block of `page` to the root.
-    /// Returns when the root is updated (hashes are sequential up the path).
-    fn eager_path_update(&mut self, page: u64, now: Cycle) -> Result<Cycle, IntegrityError> {
+    /// Eager update: recompute every hash from the counter block of `page` up to the node at
+    /// `top_level` (the root register when `top_level` is the root level or above; tree
+    /// levels count from the counter blocks, 0). With strict persistence every node on the
+    /// way is written through. Returns when the top is updated (hashes are sequential up the
+    /// path).
+    pub(crate) fn path_update(&mut self, page: u64, now: Cycle, top_level: usize) -> Result<Cycle, IntegrityError> {
         if self.func.as_ref().is_some_and(|f| f.canaries.skip_tree_update) {
             return Ok(now);
         }
@@ -974,6 +1012,9 @@ impl SecureMc {
                 if let (Some(f), Some(node)) = (self.func.as_mut(), child) {
                     f.persist(addr >> LINE_SHIFT, node);
                 }
+            }
+            if plvl >= top_level {
+                return Ok(t);
             }
             level = plvl;
             index = pidx;
@@ -1073,6 +1114,12 @@ impl SecureMc {
     /// stores its MAC.
     fn seal_line(&mut self, line: u64, plain: &[u8; 64]) {
         let (major, minor) = if self.counters_in_payload { self.cached_counter_of_line(line) } else { self.counters.counter_of_line(line) };
+        self.seal_line_under(line, plain, major, minor);
+    }
+
+    /// Encrypts `plain` for `line` under counter (`major`, `minor`), persists the ciphertext
+    /// and stores its MAC.
+    fn seal_line_under(&mut self, line: u64, plain: &[u8; 64], major: u64, minor: u8) {
         let f = self.func.as_mut().expect("functional");
         let mut ct = *plain;
         f.encrypt(&mut ct, line, major, minor);
@@ -1081,66 +1128,68 @@ impl SecureMc {
         self.set_stored_mac(line, mac);
     }
 
-    // ---------------------------------------------------------------- baseline data paths
+    // ---------------------------------------------------------------- data paths
+
+    // One read path and one write path serve the baseline and every design: `read_line` /
+    // `write_line` take the line's own counter from the counter view, `read_line_under` /
+    // `write_line_under` the counter a design chose; both end in `read_tail` / `write_tail`.
+    // Latency is recorded by the caller of the design's hook (`Design::serve_read` /
+    // `serve_write`), once per core-level request.
 
     /// Baseline read of data `line` arriving at `now`: returns when the plaintext is usable
     /// and, in functional mode, the verified plaintext.
     pub fn read_line(&mut self, line: u64, now: Cycle) -> Result<(Cycle, Option<[u8; 64]>), IntegrityError> {
         self.stats.data_reads += 1;
-        let data_addr = line << LINE_SHIFT;
-        let data_at = self.device_read(data_addr, TrafficClass::Data, now);
+        let data_at = self.device_read(line << LINE_SHIFT, TrafficClass::Data, now);
         if !self.p.secure {
-            self.stats.read_latency.record((data_at - now).0);
             let plain = self.func.as_ref().map(|f| f.image.get(line));
             return Ok((data_at, plain));
         }
         let ctr_at = self.ensure_block(0, page_of_line(line), false, now)?;
+        self.read_tail(line, None, false, data_at, ctr_at, now)
+    }
+
+    /// The common end of every secure read whose data fetch is issued (`data_at`) and whose
+    /// counter block is usable (`ctr_at`): fetches the MAC, decrypts and verifies (functional
+    /// mode) under `counter` (None: the line's own, from the verified counter-block bytes),
+    /// writes back what the fetches evicted, counts the work, and returns when the plaintext
+    /// is usable. Pad generation starts when the counter is known; the XOR follows when both
+    /// pad and data are in. A `reencrypt` read is counted as the re-encryption's (one AES op,
+    /// no data read or MAC check of its own).
+    #[inline(always)]
+    fn read_tail(&mut self, line: u64, counter: Option<(u64, u8)>, reencrypt: bool, data_at: Cycle, ctr_at: Cycle, now: Cycle) -> Result<(Cycle, Option<[u8; 64]>), IntegrityError> {
         let mac_at = self.ensure_mac(line, false, now);
         let plain = if self.func.is_some() {
-            // Decrypt with the counter from the verified counter-block bytes themselves.
-            let (major, minor) = self.cached_counter_of_line(line);
+            let (major, minor) = counter.unwrap_or_else(|| self.cached_counter_of_line(line));
             Some(self.open_line(line, major, minor)?)
         } else {
             None
         };
-        let done = self.finish_read(data_at, ctr_at, mac_at, now)?;
-        self.stats.read_latency.record((done - now).0);
-        Ok((done, plain))
-    }
-
-    /// The common end of a secure read whose data, counter and MAC fetches are issued: writes
-    /// back what the fetches evicted, counts the decryption and verification, and returns when
-    /// the plaintext is usable. Pad generation starts when the counter is known; the XOR
-    /// follows when both pad and data are in.
-    #[inline]
-    fn finish_read(&mut self, data_at: Cycle, ctr_at: Cycle, mac_at: Cycle, now: Cycle) -> Result<Cycle, IntegrityError> {
-        self.stats.aes_ops.data_decrypt += 1;
-        self.stats.mac_ops.data_verify += 1;
-        self.read_ready(data_at, ctr_at, mac_at, now)
-    }
-
-    /// When a read's plaintext is usable (verified, if verification is on the critical path).
-    fn read_ready(&mut self, data_at: Cycle, ctr_at: Cycle, mac_at: Cycle, now: Cycle) -> Result<Cycle, IntegrityError> {
+        if reencrypt {
+            self.stats.aes_ops.reencrypt += 1;
+        } else {
+            self.stats.aes_ops.data_decrypt += 1;
+            self.stats.mac_ops.data_verify += 1;
+        }
         self.process_evictions(now)?;
         let plain_at = data_at.max(ctr_at + self.p.aes) + Cycle(1);
         let verified_at = data_at.max(mac_at) + self.p.mac;
-        Ok(if self.p.verify_on_critical_path { plain_at.max(verified_at) } else { plain_at })
+        let ready = if self.p.verify_on_critical_path { plain_at.max(verified_at) } else { plain_at };
+        Ok((ready, plain))
     }
 
     /// Baseline write of data `line` (an LLC write-back) arriving at `now`; `data` is the
     /// plaintext (required in functional mode). Returns when the write is persistent (data,
     /// and with strict persistence all its metadata).
     pub fn write_line(&mut self, line: u64, data: Option<&[u8; 64]>, now: Cycle) -> Result<Cycle, IntegrityError> {
-        self.stats.data_writes += 1;
-        let data_addr = line << LINE_SHIFT;
         let functional = self.func.is_some();
-        let plain = if functional { Some(*data.expect("functional mode writes carry data")) } else { None };
+        let plain = if functional { Some(data.expect("functional mode writes carry data")) } else { None };
         if !self.p.secure {
-            let done = self.device_write(data_addr, TrafficClass::Data, now);
+            self.stats.data_writes += 1;
+            let done = self.device_write(line << LINE_SHIFT, TrafficClass::Data, now);
             if let (Some(f), Some(p)) = (self.func.as_mut(), plain) {
-                f.persist(line, p);
+                f.persist(line, *p);
             }
-            self.stats.write_latency.record((done - now).0);
             return Ok(done);
         }
         let page = page_of_line(line);
@@ -1165,34 +1214,93 @@ impl SecureMc {
                 reenc_done = self.reencrypt_page(page, line_in_page(line), &old, ctr_at)?;
             }
         }
-        let mac_at_start = self.ensure_mac(line, true, now);
-        if functional {
-            // (With `counters_in_payload`, `bump_in_payload` wrote the block's bytes already.)
-            if !self.counters_in_payload {
-                if overflow {
-                    self.store_counter_payload(page);
-                } else {
-                    self.store_counter_minor(line);
-                }
+        // The new counter into the cached block's bytes (with `counters_in_payload`,
+        // `bump_in_payload` wrote them already). The MAC fetch in `write_tail` touches only
+        // the MAC cache, so the block is still cached when the line is sealed.
+        if functional && !self.counters_in_payload {
+            if overflow {
+                self.store_counter_payload(page);
+            } else {
+                self.store_counter_minor(line);
             }
-            self.seal_line(line, plain.as_ref().unwrap());
         }
-        self.stats.aes_ops.data_encrypt += 1;
-        self.stats.mac_ops.data_write += 1;
+        Ok(self.write_tail(line, plain, None, TrafficClass::Data, ctr_at, now)?.max(reenc_done))
+    }
+
+    /// The common end of every secure write whose counter block is updated and usable at
+    /// `ctr_at`: fetches the MAC block, encrypts and MACs (functional mode) under `counter`
+    /// (None: the line's own counter), writes the line as traffic `class`, runs the tree
+    /// update (eager: the page's path) and, with strict persistence, writes its metadata
+    /// through. Returns when the write is persistent.
+    #[inline(always)]
+    fn write_tail(&mut self, line: u64, plain: Option<&[u8; 64]>, counter: Option<(u64, u8)>, class: TrafficClass, ctr_at: Cycle, now: Cycle) -> Result<Cycle, IntegrityError> {
+        let mac_at_start = self.ensure_mac(line, true, now);
+        if self.func.is_some() {
+            let plain = plain.expect("functional mode writes carry data");
+            match counter {
+                None => self.seal_line(line, plain),
+                Some((major, minor)) => self.seal_line_under(line, plain, major, minor),
+            }
+        }
+        match class {
+            TrafficClass::Reencrypt => {
+                // As the baseline's re-encryption counts it (`reencrypt_page`).
+                self.stats.aes_ops.reencrypt += 1;
+                self.stats.mac_ops.reencrypt += 1;
+            }
+            _ => {
+                if class == TrafficClass::Data {
+                    self.stats.data_writes += 1;
+                }
+                self.stats.aes_ops.data_encrypt += 1;
+                self.stats.mac_ops.data_write += 1;
+            }
+        }
         let cipher_at = ctr_at + self.p.aes + Cycle(1);
         let mac_at = mac_at_start.max(cipher_at) + self.p.mac;
-        let mut done = self.device_write(data_addr, TrafficClass::Data, mac_at).max(reenc_done);
-        match self.p.update {
-            TreeUpdate::Lazy => {}
-            TreeUpdate::Eager => done = done.max(self.eager_path_update(page, ctr_at)?),
-        }
+        let mut done = self.device_write(line << LINE_SHIFT, class, mac_at);
+        done = done.max(self.update_tree_after_counter_change(page_of_line(line), ctr_at)?);
         if self.p.strict {
             done = done.max(self.persist_metadata_of(line, mac_at));
         }
         self.process_evictions(now)?;
-        self.stats.write_latency.record((done - now).0);
         Ok(done)
     }
+
+    /// The tree update after `page`'s counter block changed at `ctr_at`, by the strategy in
+    /// force ([`tree_update`]): nothing now under lazy update (the parent absorbs the block's
+    /// hash when the block is written back), the whole path to the root under eager update,
+    /// what it decides under a design's own. Returns when the update is done.
+    #[inline]
+    fn update_tree_after_counter_change(&mut self, page: u64, ctr_at: Cycle) -> Result<Cycle, IntegrityError> {
+        match self.updater {
+            Updater::Lazy => Ok(ctr_at),
+            Updater::Eager => self.path_update(page, ctr_at, usize::MAX),
+            Updater::Own(_) => self.own_tree_update(page, ctr_at),
+        }
+    }
+
+    /// [`update_tree_after_counter_change`](Self::update_tree_after_counter_change) under a
+    /// design's strategy: it is taken out of the controller for the call, so that it can be
+    /// handed the controller's operations.
+    #[inline(never)]
+    fn own_tree_update(&mut self, page: u64, ctr_at: Cycle) -> Result<Cycle, IntegrityError> {
+        let Updater::Own(slot) = &mut self.updater else { unreachable!("called for a design's strategy") };
+        let mut strategy = slot.take().expect("a tree update strategy is never re-entered");
+        let r = strategy.counter_changed(self, page, ctr_at);
+        self.updater = Updater::Own(Some(strategy));
+        r
+    }
+
+    /// Installs a design's own tree update strategy in place of `tree.update`'s (before the
+    /// first request).
+    pub fn set_tree_update(&mut self, strategy: Box<dyn TreeUpdateStrategy>) {
+        self.absorb_on_write_back = strategy.absorbs_on_write_back();
+        self.updater = Updater::Own(Some(strategy));
+    }
+
+    /// The name of the tree update strategy in force ("lazy", "eager" or the design's).
+    pub fn tree_update_name(&self) -> &'static str { self.updater.name() }
 
     /// Strict persistence: write the counter block and MAC block of `line` through to NVM and
     /// leave their cached copies clean.
@@ -1479,15 +1587,7 @@ impl SecureMc {
             self.stats.data_reads += 1;
         }
         let data_at = self.device_read(line << LINE_SHIFT, class, now);
-        let mac_at = self.ensure_mac(line, false, now);
-        let plain = if self.func.is_some() { Some(self.open_line(line, major, minor)?) } else { None };
-        let ready = if reencrypt {
-            self.stats.aes_ops.reencrypt += 1;
-            self.read_ready(data_at, ctr_at, mac_at, now)?
-        } else {
-            self.finish_read(data_at, ctr_at, mac_at, now)?
-        };
-        Ok((ready, plain))
+        self.read_tail(line, Some((major, minor)), reencrypt, data_at, ctr_at, now)
     }
 
     /// Encrypts `plain` (functional mode) for `line` under counter (`major`, `minor`), MACs it
@@ -1506,48 +1606,14 @@ impl SecureMc {
         ctr_at: Cycle,
         now: Cycle,
     ) -> Result<Cycle, IntegrityError> {
-        if class == TrafficClass::Data {
-            self.stats.data_writes += 1;
-        }
-        let mac_at_start = self.ensure_mac(line, true, now);
-        if self.func.is_some() {
-            let plain = *plain.expect("functional mode writes carry data");
-            let f = self.func.as_mut().expect("functional");
-            let mut ct = plain;
-            f.encrypt(&mut ct, line, major, minor);
-            f.persist(line, ct);
-            let mac = f.data_mac(&ct, line, major, minor);
-            self.set_stored_mac(line, mac);
-        }
-        if class == TrafficClass::Reencrypt {
-            // As the baseline's re-encryption counts it (`reencrypt_page`).
-            self.stats.aes_ops.reencrypt += 1;
-            self.stats.mac_ops.reencrypt += 1;
-        } else {
-            self.stats.aes_ops.data_encrypt += 1;
-            self.stats.mac_ops.data_write += 1;
-        }
-        let cipher_at = ctr_at + self.p.aes + Cycle(1);
-        let mac_at = mac_at_start.max(cipher_at) + self.p.mac;
-        let mut done = self.device_write(line << LINE_SHIFT, class, mac_at);
-        if self.p.update == TreeUpdate::Eager {
-            done = done.max(self.eager_path_update(page_of_line(line), ctr_at)?);
-        }
-        if self.p.strict {
-            done = done.max(self.persist_metadata_of(line, mac_at));
-        }
-        self.process_evictions(now)?;
-        Ok(done)
+        self.write_tail(line, plain, Some((major, minor)), class, ctr_at, now)
     }
 
     /// After a design changed `page`'s counter block without writing data (a page command):
     /// with eager update recompute its tree path, with strict persistence write it through.
     /// Returns when that is done.
     pub fn counter_block_updated(&mut self, page: u64, ctr_at: Cycle) -> Result<Cycle, IntegrityError> {
-        let mut done = ctr_at;
-        if self.p.update == TreeUpdate::Eager {
-            done = done.max(self.eager_path_update(page, ctr_at)?);
-        }
+        let mut done = self.update_tree_after_counter_change(page, ctr_at)?;
         if self.p.strict {
             let caddr = self.layout.counter_addr(page);
             done = done.max(self.device_write(caddr, TrafficClass::Counter, ctr_at));

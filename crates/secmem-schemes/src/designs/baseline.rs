@@ -7,7 +7,7 @@ use super::{no_check, no_data_lines, Design, DesignContext, DesignEntry, DrainSc
 use crate::config::TreeUpdate;
 use crate::controller::eadr::{self, DrainClock, DrainLine, DrainRecovery, DrainRecoveryError, DrainStats, MetadataSaveRegisters};
 use crate::controller::functional::IntegrityError;
-use crate::controller::SecureMc;
+use crate::controller::ops::McOps;
 use secmem_core::Cycle;
 
 pub static ENTRY: DesignEntry = DesignEntry {
@@ -39,6 +39,7 @@ pub static ENTRY: DesignEntry = DesignEntry {
             tree_update: Some(TreeUpdate::Eager),
         },
     ],
+    tree_update: None,
     build: |_, _| Box::new(Baseline::default()),
 };
 
@@ -60,12 +61,12 @@ impl Design for Baseline {
 
     fn clone_box(&self) -> Box<dyn Design> { Box::new(self.clone()) }
 
-    fn drain(&mut self, mc: &mut SecureMc, lines: &[DrainLine], clock: &mut DrainClock, stats: &mut DrainStats) -> Result<(), IntegrityError> {
+    fn drain(&mut self, mc: &mut McOps, lines: &[DrainLine], clock: &mut DrainClock, stats: &mut DrainStats) -> Result<(), IntegrityError> {
         eadr::drain_in_place(mc, lines, clock, &mut |mc, line, data, t| mc.write_line(line, data, t))?;
-        if !mc.p.secure {
+        if !mc.params().secure {
             return Ok(());
         }
-        match mc.p.update {
+        match mc.params().update {
             TreeUpdate::Eager => {
                 // The root is current: the dirty metadata just goes home.
                 let done = mc.flush_metadata(clock.now())?;
@@ -79,8 +80,8 @@ impl Design for Baseline {
         Ok(())
     }
 
-    fn recover_drained(&mut self, mc: &mut SecureMc, now: Cycle) -> Result<DrainRecovery, DrainRecoveryError> {
-        if !mc.p.secure {
+    fn recover_drained(&mut self, mc: &mut McOps, now: Cycle) -> Result<DrainRecovery, DrainRecoveryError> {
+        if !mc.params().secure {
             return Ok(DrainRecovery::default());
         }
         match self.saved.take() {

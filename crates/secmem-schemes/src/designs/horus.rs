@@ -24,7 +24,8 @@
 //! and metadata caches: `[ data entries | address blocks | MAC blocks ]`.
 
 use crate::controller::cache_tree;
-use crate::controller::{MetaBlock, SecureMc};
+use crate::controller::MetaBlock;
+use crate::controller::ops::McOps;
 use crate::designs::{no_check, no_data_lines, Design, DesignContext, DesignEntry, DrainScheme, Region};
 use crate::controller::eadr::{self, DrainClock, DrainLine, DrainRecovery, DrainRecoveryError, DrainStats};
 use crate::controller::functional::IntegrityError;
@@ -52,6 +53,7 @@ pub static SLM_ENTRY: DesignEntry = DesignEntry {
         secure: true,
         tree_update: None,
     }],
+    tree_update: None,
     build: |ctx, _| Box::new(Horus::new(MacLevels::Single, ctx.hierarchy_lines, ctx.metadata_lines)),
 };
 
@@ -70,6 +72,7 @@ pub static DLM_ENTRY: DesignEntry = DesignEntry {
         secure: true,
         tree_update: None,
     }],
+    tree_update: None,
     build: |ctx, _| Box::new(Horus::new(MacLevels::Double, ctx.hierarchy_lines, ctx.metadata_lines)),
 };
 
@@ -151,14 +154,14 @@ impl Horus {
         Horus { levels, regs: DrainRegisters::default(), hierarchy_lines, metadata_lines }
     }
 
-    pub fn layout(&self, mc: &SecureMc) -> ChvLayout {
+    pub fn layout(&self, mc: &McOps) -> ChvLayout {
         ChvLayout::new(eadr::reserved_base(mc), self.hierarchy_lines, self.metadata_lines, self.levels)
     }
 
     /// Encrypts `plain` under drain counter `dc` (pad domain of the vault, never the data
     /// domain, so a vault pad can never equal a memory pad).
-    fn seal(mc: &mut SecureMc, plain: &[u8; 64], dc: u64) -> [u8; 64] {
-        let f = mc.func.as_mut().expect("functional");
+    fn seal(mc: &mut McOps, plain: &[u8; 64], dc: u64) -> [u8; 64] {
+        let f = mc.functional_mut().expect("functional");
         if let Some(r) = f.reuse.as_mut() {
             if let Err(e) = r.record(f.keys.key_id(), DOMAIN_VAULT, 0, dc, 0) {
                 f.reuse_violation.get_or_insert(e);
@@ -169,14 +172,14 @@ impl Horus {
         ct
     }
 
-    fn vault_mac(mc: &SecureMc, ct: &[u8; 64], line: u64, dc: u64) -> u64 {
-        let f = mc.func.as_ref().expect("functional");
+    fn vault_mac(mc: &McOps, ct: &[u8; 64], line: u64, dc: u64) -> u64 {
+        let f = mc.functional().expect("functional");
         let dc = if f.canaries.vault_mac_without_drain_counter { 0 } else { dc };
         f.keys.mac(DOMAIN_VAULT_MAC, &[ct, &line.to_le_bytes(), &dc.to_le_bytes()], f.mac_bits)
     }
 
-    fn level2_mac(mc: &SecureMc, group: u64, macs: &[u8; 64]) -> u64 {
-        let f = mc.func.as_ref().expect("functional");
+    fn level2_mac(mc: &McOps, group: u64, macs: &[u8; 64]) -> u64 {
+        let f = mc.functional().expect("functional");
         f.keys.mac(DOMAIN_VAULT_LEVEL2, &[&group.to_le_bytes(), macs], f.mac_bits)
     }
 }
@@ -191,14 +194,14 @@ impl Design for Horus {
 
     fn clone_box(&self) -> Box<dyn Design> { Box::new(self.clone()) }
 
-    fn drain(&mut self, mc: &mut SecureMc, lines: &[DrainLine], clock: &mut DrainClock, stats: &mut DrainStats) -> Result<(), IntegrityError> {
+    fn drain(&mut self, mc: &mut McOps, lines: &[DrainLine], clock: &mut DrainClock, stats: &mut DrainStats) -> Result<(), IntegrityError> {
         let chv = self.layout(mc);
         let metadata = mc.dirty_metadata();
         assert!(lines.len() as u64 <= chv.mac_entries, "{} dirty lines exceed the vault's {} line entries", lines.len(), chv.mac_entries);
         assert!(metadata.len() as u64 <= self.metadata_lines, "{} dirty metadata blocks exceed the vault's {}", metadata.len(), self.metadata_lines);
         eadr::check_room(mc, chv.data_base, chv.size_bytes());
         let functional = mc.is_functional();
-        let (aes, mac) = (mc.p.aes, mc.p.mac);
+        let (aes, mac) = (mc.params().aes, mc.params().mac);
         let total = lines.len() + metadata.len();
         self.regs.edc = 0;
         let mut addr_reg = [0u8; 64];
@@ -219,7 +222,7 @@ impl Design for Horus {
             let mut last = mc.device_write(chv.data_addr(entry), TrafficClass::Design, ct_at);
             let ct = if functional {
                 let ct = Self::seal(mc, &plain.expect("functional drains carry data"), dc);
-                mc.func.as_mut().unwrap().persist(chv.data_addr(entry) >> LINE_SHIFT, ct);
+                mc.functional_mut().unwrap().persist(chv.data_addr(entry) >> LINE_SHIFT, ct);
                 Some(ct)
             } else {
                 None
@@ -237,7 +240,7 @@ impl Design for Horus {
             if k % 8 == 7 || k + 1 == total {
                 let a = chv.addr_block(entry);
                 last = last.max(mc.device_write(a, TrafficClass::Design, ct_at));
-                if let Some(f) = mc.func.as_mut() {
+                if let Some(f) = mc.functional_mut() {
                     f.persist(a >> LINE_SHIFT, addr_reg);
                 }
                 addr_reg = [0; 64];
@@ -255,7 +258,7 @@ impl Design for Horus {
                         if group_done {
                             let a = chv.mac_block(entry, MacLevels::Single);
                             last = last.max(mc.device_write(a, TrafficClass::Design, mac_at));
-                            if let Some(f) = mc.func.as_mut() {
+                            if let Some(f) = mc.functional_mut() {
                                 f.persist(a >> LINE_SHIFT, mac_reg);
                             }
                             mac_reg = [0; 64];
@@ -273,7 +276,7 @@ impl Design for Horus {
                             if group % 8 == 7 || k + 1 == lines.len() {
                                 let a = chv.mac_block(entry, MacLevels::Double);
                                 last = last.max(mc.device_write(a, TrafficClass::Design, mac_at + mac));
-                                if let Some(f) = mc.func.as_mut() {
+                                if let Some(f) = mc.functional_mut() {
                                     f.persist(a >> LINE_SHIFT, level2_reg);
                                 }
                                 level2_reg = [0; 64];
@@ -289,14 +292,14 @@ impl Design for Horus {
         stats.mac_ops.metadata_protect += hashes;
         stats.metadata_blocks = metadata.len() as u64;
         if !metadata.is_empty() {
-            clock.complete(clock.now() + Cycle(cache_tree::height(metadata.len() as u64) as u64 * mc.p.hash.0 + mc.p.hash.0));
+            clock.complete(clock.now() + Cycle(cache_tree::height(metadata.len() as u64) as u64 * mc.params().hash.0 + mc.params().hash.0));
         }
         self.regs.metadata_root = root;
         self.regs.metadata_blocks = metadata.len() as u64;
         Ok(())
     }
 
-    fn recover_drained(&mut self, mc: &mut SecureMc, now: Cycle) -> Result<DrainRecovery, DrainRecoveryError> {
+    fn recover_drained(&mut self, mc: &mut McOps, now: Cycle) -> Result<DrainRecovery, DrainRecoveryError> {
         let chv = self.layout(mc);
         let regs = self.regs;
         let total = regs.edc;
@@ -304,7 +307,7 @@ impl Design for Horus {
         let n_lines = total - md;
         let dc0 = regs.dc - regs.edc;
         let levels = self.levels;
-        let (mac_lat, aes_lat) = (mc.p.mac.0, mc.p.aes.0);
+        let (mac_lat, aes_lat) = (mc.params().mac.0, mc.params().aes.0);
         let functional = mc.is_functional();
         let mut rec = DrainRecovery::default();
         let mut last = now;
@@ -312,12 +315,12 @@ impl Design for Horus {
         // seen), one after another, plus every MAC and decryption.
         let mut unloaded_read = u64::MAX;
         let mut serial = 0u64;
-        let mut read = |mc: &mut SecureMc, a: u64, rec: &mut DrainRecovery, fastest: &mut u64| -> [u8; 64] {
+        let mut read = |mc: &mut McOps, a: u64, rec: &mut DrainRecovery, fastest: &mut u64| -> [u8; 64] {
             let t = mc.device_read(a, TrafficClass::Design, now);
             *fastest = (*fastest).min((t - now).0);
             last = last.max(t);
             rec.blocks_read += 1;
-            mc.func.as_ref().map(|f| f.image.get(a >> LINE_SHIFT)).unwrap_or([0; 64])
+            mc.functional().map(|f| f.image.get(a >> LINE_SHIFT)).unwrap_or([0; 64])
         };
         let fail = |class: &str, entry: u64, what: String| DrainRecoveryError {
             class: class.into(),
@@ -347,7 +350,7 @@ impl Design for Horus {
             serial += aes_lat;
             let mut plain = ct;
             if functional {
-                xor_line(&mut plain, &mc.func.as_ref().unwrap().keys.pad_with_domain(DOMAIN_VAULT, 0, dc, 0));
+                xor_line(&mut plain, &mc.functional().unwrap().keys.pad_with_domain(DOMAIN_VAULT, 0, dc, 0));
             }
             if !is_line {
                 metadata.push(MetaBlock { kind: mc.kind_of_key(key).unwrap_or(crate::MetaKind::Counter), key, payload: functional.then_some(plain) });
@@ -381,7 +384,7 @@ impl Design for Horus {
                         for (e, k, c) in group.drain(..) {
                             let mut p = c;
                             if functional {
-                                xor_line(&mut p, &mc.func.as_ref().unwrap().keys.pad_with_domain(DOMAIN_VAULT, 0, dc0 + e, 0));
+                                xor_line(&mut p, &mc.functional().unwrap().keys.pad_with_domain(DOMAIN_VAULT, 0, dc0 + e, 0));
                             }
                             lines.push((k, functional.then_some(p)));
                         }
@@ -397,7 +400,7 @@ impl Design for Horus {
                 return Err(DrainRecoveryError { class: "metadata-tree".into(), location: format!("vault metadata entry claims address {:#x}, outside the metadata regions", m.key << LINE_SHIFT) });
             }
             let (root, _) = cache_tree::protect(mc, &metadata);
-            let skip = mc.func.as_ref().is_some_and(|f| f.canaries.skip_vault_metadata_check);
+            let skip = mc.functional().is_some_and(|f| f.canaries.skip_vault_metadata_check);
             if root != regs.metadata_root && !skip {
                 return Err(DrainRecoveryError {
                     class: "metadata-tree".into(),
@@ -412,8 +415,8 @@ impl Design for Horus {
         rec.metadata_restored = md;
         rec.lines_restored = n_lines;
         // Reads overlap in the device; verification and decryption pipeline behind them.
-        rec.cycles = (last - now).0 + mac_lat * if levels == MacLevels::Double { 2 } else { 1 } + aes_lat + (cache_tree::height(md) as u64 + 1) * mc.p.hash.0;
-        rec.serial_cycles = rec.blocks_read * unloaded_read.min(1 << 32) + serial + (cache_tree::height(md) as u64 + 1) * mc.p.hash.0;
+        rec.cycles = (last - now).0 + mac_lat * if levels == MacLevels::Double { 2 } else { 1 } + aes_lat + (cache_tree::height(md) as u64 + 1) * mc.params().hash.0;
+        rec.serial_cycles = rec.blocks_read * unloaded_read.min(1 << 32) + serial + (cache_tree::height(md) as u64 + 1) * mc.params().hash.0;
         rec.lines = lines;
         // Recovered: the episode is over.
         self.regs.edc = 0;

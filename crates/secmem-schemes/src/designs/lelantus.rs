@@ -35,7 +35,7 @@
 //! while executing a command is kept and returned by the next read or write, so it is never
 //! lost.
 
-use crate::controller::SecureMc;
+use crate::controller::ops::McOps;
 use crate::designs::{no_data_lines, no_regions, Design, DesignEntry, DesignEnv, PageCommand, PageCommandError, Unsupported};
 use secmem_core::error::{ensure, ConfigError};
 use crate::controller::functional::IntegrityError;
@@ -56,6 +56,7 @@ pub static RESIZED_ENTRY: DesignEntry = DesignEntry {
     regions: no_regions,
     data_lines_reserved: no_data_lines,
     drain_schemes: &[],
+    tree_update: None,
     build: |_, cfg| Box::new(Lelantus::with_config(Encoding::Resized, &cfg.lelantus)),
 };
 
@@ -89,6 +90,7 @@ pub static COW_ENTRY: DesignEntry = DesignEntry {
     regions: no_regions,
     data_lines_reserved: |data_lines| data_lines - record_region_first_line(data_lines),
     drain_schemes: &[],
+    tree_update: None,
     build: |_, cfg| Box::new(Lelantus::with_config(Encoding::Supplementary, &cfg.lelantus)),
 };
 
@@ -229,23 +231,18 @@ impl Lelantus {
 
     /// One-time setup on the first request: Lelantus-CoW carves its CoW cache out of the
     /// counter cache (the counter cache shrinks by the same number of lines).
-    fn setup(&mut self, mc: &mut SecureMc) {
+    fn setup(&mut self, mc: &mut McOps) {
         if self.ready {
             return;
         }
         self.ready = true;
-        self.secure = mc.p.secure;
-        self.record_base = record_region_first_line(mc.layout.data_bytes >> 6);
+        self.secure = mc.params().secure;
+        self.record_base = record_region_first_line(mc.layout().data_bytes >> 6);
         if self.enc == Encoding::Supplementary {
-            let ways = mc.counter_cache.ways();
+            let (lines, ways) = mc.counter_cache_shape();
             // (A controller built without a config check keeps at least one set.)
-            let counter_sets = (counter_lines_left(mc.counter_cache.capacity_lines() as u64, self.cow_cache_lines) / ways as u64).max(1);
-            let mut cc = SetAssocCache::with_geometry(counter_sets, ways, Replacement::Lru);
-            if mc.is_functional() {
-                cc = cc.with_data();
-            }
-            debug_assert_eq!(mc.counter_cache.valid_lines().count(), 0, "carved before first use");
-            mc.counter_cache = cc;
+            let counter_sets = (counter_lines_left(lines as u64, self.cow_cache_lines) / ways as u64).max(1);
+            mc.carve_counter_cache(counter_sets);
             let cow_sets = (self.cow_cache_lines / self.cow_cache_ways as u64).max(1);
             self.cow_cache = Some(SetAssocCache::with_geometry(cow_sets, self.cow_cache_ways, Replacement::Lru));
         }
@@ -292,9 +289,9 @@ impl Lelantus {
     /// Stores `page`'s counters (and CoW fields) in the controller's view and cached payload.
     /// The block is (re)made available first: fetching a source's counters on the way may
     /// have evicted it. Returns when it is on chip.
-    fn store_block(&self, mc: &mut SecureMc, page: u64, block: CounterBlock, now: Cycle) -> Result<Cycle, IntegrityError> {
-        let t = mc.ensure_block(0, page, true, now)?;
-        mc.counters.set_block(page, block);
+    fn store_block(&self, mc: &mut McOps, page: u64, block: CounterBlock, now: Cycle) -> Result<Cycle, IntegrityError> {
+        let t = mc.fetch_counter_block(page, true, now)?;
+        mc.set_counter_block(page, block);
         if mc.is_functional() {
             let src = if self.enc == Encoding::Resized { self.src_of.get(&page).copied() } else { None };
             mc.set_counter_payload(page, self.encode(&block, src));
@@ -304,7 +301,7 @@ impl Lelantus {
 
     /// (major, minor of line `idx`, recorded source if the counter block says CoW) of a
     /// cached counter block: from the verified bytes in functional mode.
-    fn counter_view(&self, mc: &SecureMc, page: u64, idx: usize) -> (u64, u8, Option<u64>) {
+    fn counter_view(&self, mc: &McOps, page: u64, idx: usize) -> (u64, u8, Option<u64>) {
         if let Some(b) = mc.counter_payload(page) {
             let first = u64::from_le_bytes(b[..8].try_into().unwrap());
             if self.enc == Encoding::Resized && first & COW_FLAG != 0 {
@@ -315,7 +312,7 @@ impl Lelantus {
             let src = if self.enc == Encoding::Supplementary { self.src_of.get(&page).copied() } else { None };
             return (major, minor, src);
         }
-        let (major, minor) = mc.counters.block(page).counter_of(idx);
+        let (major, minor) = mc.counter_block(page).counter_of(idx);
         (major, minor, self.src_of.get(&page).copied())
     }
 
@@ -337,12 +334,12 @@ impl Lelantus {
     /// Looks up `page`'s record in the CoW cache, fetching (and verifying) its line on a miss
     /// and writing back a dirty victim. Returns when the record is known and the source it
     /// holds (functional mode: as decrypted from NVM on a miss).
-    fn record(&mut self, mc: &mut SecureMc, page: u64, dirty: bool, now: Cycle) -> Result<(Cycle, Option<u64>), IntegrityError> {
+    fn record(&mut self, mc: &mut McOps, page: u64, dirty: bool, now: Cycle) -> Result<(Cycle, Option<u64>), IntegrityError> {
         let line = self.record_line(page);
         let cache = self.cow_cache.as_mut().expect("Lelantus-CoW has a CoW cache");
         if cache.lookup(line, dirty).is_some() {
             self.stats.cow_cache_hits += 1;
-            return Ok((now + mc.p.counter_hit, self.src_of.get(&page).copied()));
+            return Ok((now + mc.params().counter_hit, self.src_of.get(&page).copied()));
         }
         self.stats.cow_cache_misses += 1;
         self.stats.record_reads += 1;
@@ -366,9 +363,9 @@ impl Lelantus {
     /// `src_of`). With strict persistence the record line is written through at once, as the
     /// counter block beside it is: a copy whose counter block persisted but whose record did
     /// not would read its uncopied lines as the destination's own after a crash.
-    fn update_record(&mut self, mc: &mut SecureMc, page: u64, now: Cycle) -> Result<Cycle, IntegrityError> {
+    fn update_record(&mut self, mc: &mut McOps, page: u64, now: Cycle) -> Result<Cycle, IntegrityError> {
         let (t, _) = self.record(mc, page, true, now)?;
-        if !mc.p.strict {
+        if !mc.params().strict {
             return Ok(t);
         }
         let line = self.record_line(page);
@@ -379,7 +376,7 @@ impl Lelantus {
         self.write_record_line(mc, line, t)
     }
 
-    fn write_record_line(&mut self, mc: &mut SecureMc, line: u64, now: Cycle) -> Result<Cycle, IntegrityError> {
+    fn write_record_line(&mut self, mc: &mut McOps, line: u64, now: Cycle) -> Result<Cycle, IntegrityError> {
         self.stats.record_writes += 1;
         let plain = mc.is_functional().then(|| self.record_plain(line));
         mc.write_line(line, plain.as_ref(), now)
@@ -390,12 +387,12 @@ impl Lelantus {
     /// Plaintext and ready cycle of line `idx` of `page` as this design resolves it: the
     /// page's own line, or the source's when the line is uncopied (following chains).
     /// `class`: `Data`, or `Reencrypt` for the reads of a minor-overflow re-encryption.
-    fn resolve_read(&mut self, mc: &mut SecureMc, page: u64, idx: usize, class: TrafficClass, now: Cycle) -> Result<(Cycle, Option<[u8; 64]>), IntegrityError> {
+    fn resolve_read(&mut self, mc: &mut McOps, page: u64, idx: usize, class: TrafficClass, now: Cycle) -> Result<(Cycle, Option<[u8; 64]>), IntegrityError> {
         let mut cur = page;
         let mut t = now;
         let mut hops = 0u64;
         loop {
-            let ctr_at = mc.ensure_block(0, cur, false, t)?;
+            let ctr_at = mc.fetch_counter_block(cur, false, t)?;
             let (major, minor, mut src) = self.counter_view(mc, cur, idx);
             let mut at = ctr_at;
             if minor == 0 && self.enc == Encoding::Supplementary {
@@ -428,7 +425,7 @@ impl Lelantus {
     // ------------------------------------------------------------ writes
 
     /// A write-back to `line` of a page this design must handle itself.
-    fn write_own(&mut self, mc: &mut SecureMc, line: u64, data: Option<&[u8; 64]>, class: TrafficClass, now: Cycle) -> Result<Cycle, IntegrityError> {
+    fn write_own(&mut self, mc: &mut McOps, line: u64, data: Option<&[u8; 64]>, class: TrafficClass, now: Cycle) -> Result<Cycle, IntegrityError> {
         let page = page_of_line(line);
         let idx = line_in_page(line);
         let cow = self.src_of.contains_key(&page);
@@ -436,8 +433,8 @@ impl Lelantus {
             self.stats.cow_page_writes += 1;
         }
         // A write needs no source: the LLC writes the whole line, which becomes private.
-        let ctr_at = mc.ensure_block(0, page, true, now)?;
-        let old = mc.counters.block(page);
+        let ctr_at = mc.fetch_counter_block(page, true, now)?;
+        let old = mc.counter_block(page);
         let bits = if cow { self.cow_minor_bits() } else { REGULAR_MINOR_BITS };
         let max = ((1u32 << bits) - 1) as u8;
         let mut reenc_done = now;
@@ -447,7 +444,7 @@ impl Lelantus {
                 self.stats.cow_overflows += 1;
             }
             reenc_done = self.reencrypt(mc, page, idx, &old, ctr_at)?;
-            block = mc.counters.block(page);
+            block = mc.counter_block(page);
         } else {
             block.minors[idx] += 1;
             self.store_block(mc, page, block, now)?;
@@ -460,8 +457,8 @@ impl Lelantus {
     /// Minor overflow on `page` (written line `idx`): every other line is read as the design
     /// resolves it (uncopied lines from their source) and rewritten under the next major; the
     /// page becomes a regular page. Returns when the rewrites are persistent.
-    fn reencrypt(&mut self, mc: &mut SecureMc, page: u64, idx: usize, old: &CounterBlock, at: Cycle) -> Result<Cycle, IntegrityError> {
-        mc.stats.counter_overflows += 1;
+    fn reencrypt(&mut self, mc: &mut McOps, page: u64, idx: usize, old: &CounterBlock, at: Cycle) -> Result<Cycle, IntegrityError> {
+        mc.count_counter_overflow();
         let mut plains = Vec::with_capacity(64);
         let mut ready = at;
         for i in 0..LINES_PER_PAGE as usize {
@@ -484,7 +481,7 @@ impl Lelantus {
         let mut done = ready;
         for (i, p) in plains.into_iter().enumerate() {
             let Some(p) = p else { continue };
-            mc.stats.reencrypted_lines += 1;
+            mc.count_reencrypted_line();
             let line = page * LINES_PER_PAGE + i as u64;
             done = done.max(mc.write_line_under(line, p.as_ref(), block.major, restart, TrafficClass::Reencrypt, ready, at)?);
         }
@@ -492,7 +489,7 @@ impl Lelantus {
     }
 
     /// Clears `page`'s CoW metadata (flag/source or record) and its place in the copy lists.
-    fn drop_cow(&mut self, mc: &mut SecureMc, page: u64, now: Cycle) -> Result<Cycle, IntegrityError> {
+    fn drop_cow(&mut self, mc: &mut McOps, page: u64, now: Cycle) -> Result<Cycle, IntegrityError> {
         let Some(src) = self.src_of.remove(&page) else { return Ok(now) };
         if let Some(v) = self.children.get_mut(&src) {
             v.retain(|&d| d != page);
@@ -502,7 +499,7 @@ impl Lelantus {
         }
         let t = match self.enc {
             Encoding::Resized => {
-                let block = mc.counters.block(page);
+                let block = mc.counter_block(page);
                 self.store_block(mc, page, block, now)?
             }
             Encoding::Supplementary => self.update_record(mc, page, now)?,
@@ -512,13 +509,13 @@ impl Lelantus {
 
     /// page_phyc: copies every uncopied line of lazy copy `page` for real, then makes it a
     /// regular page.
-    fn materialize(&mut self, mc: &mut SecureMc, page: u64, now: Cycle) -> Result<Cycle, IntegrityError> {
+    fn materialize(&mut self, mc: &mut McOps, page: u64, now: Cycle) -> Result<Cycle, IntegrityError> {
         if !self.src_of.contains_key(&page) {
             return Ok(now); // already private: the controller's check of page_phyc
         }
         self.stats.page_phyc += 1;
-        let ctr_at = mc.ensure_block(0, page, true, now)?;
-        let old = mc.counters.block(page);
+        let ctr_at = mc.fetch_counter_block(page, true, now)?;
+        let old = mc.counter_block(page);
         let mut reads = Vec::new();
         let mut ready = ctr_at;
         for i in 0..LINES_PER_PAGE as usize {
@@ -550,11 +547,11 @@ impl Lelantus {
 
     /// page_copy: records `src` (or, if `src` is an unmodified lazy copy, its own source) as
     /// the source of `dst`, under a fresh major with every minor 0.
-    fn page_copy(&mut self, mc: &mut SecureMc, src: u64, dst: u64, now: Cycle) -> Result<Cycle, IntegrityError> {
+    fn page_copy(&mut self, mc: &mut McOps, src: u64, dst: u64, now: Cycle) -> Result<Cycle, IntegrityError> {
         self.stats.page_copies += 1;
-        let src_at = mc.ensure_block(0, src, false, now)?;
+        let src_at = mc.fetch_counter_block(src, false, now)?;
         let recorded = match self.src_of.get(&src) {
-            Some(&s) if mc.counters.block(src).minors.iter().all(|&m| m == 0) => s,
+            Some(&s) if mc.counter_block(src).minors.iter().all(|&m| m == 0) => s,
             _ => src,
         };
         // A page still recorded as someone's source must not be overwritten without its copies
@@ -564,7 +561,7 @@ impl Lelantus {
             self.materialize(mc, d, now)?;
         }
         self.drop_cow(mc, dst, now)?;
-        let old = mc.counters.block(dst);
+        let old = mc.counter_block(dst);
         self.src_of.insert(dst, recorded);
         self.children.entry(recorded).or_default().push(dst);
         // Lelantus-CoW's record first: its lookup may fetch (and, strict, write) the record
@@ -580,7 +577,7 @@ impl Lelantus {
 
     /// page_free: early reclamation of every lazy copy still reading from `page`, then the
     /// page's own CoW metadata is dropped.
-    fn page_free(&mut self, mc: &mut SecureMc, page: u64, now: Cycle) -> Result<Cycle, IntegrityError> {
+    fn page_free(&mut self, mc: &mut McOps, page: u64, now: Cycle) -> Result<Cycle, IntegrityError> {
         self.stats.page_frees += 1;
         let mut done = now;
         let copies: Vec<u64> = self.copies_of(page).to_vec();
@@ -613,36 +610,34 @@ impl Design for Lelantus {
 
     fn clone_box(&self) -> Box<dyn Design> { Box::new(self.clone()) }
 
-    fn read(&mut self, mc: &mut SecureMc, line: u64, now: Cycle) -> Result<(Cycle, Option<[u8; 64]>), IntegrityError> {
+    fn read(&mut self, mc: &mut McOps, line: u64, now: Cycle) -> Result<(Cycle, Option<[u8; 64]>), IntegrityError> {
         self.setup(mc);
         let page = page_of_line(line);
         let plain_page = self.enc == Encoding::Resized && !self.src_of.contains_key(&page);
         if !self.secure || plain_page {
             return mc.read_line(line, now);
         }
-        let r = self.resolve_read(mc, page, line_in_page(line), TrafficClass::Data, now)?;
-        mc.stats.read_latency.record((r.0 - now).0);
-        Ok(r)
+        self.resolve_read(mc, page, line_in_page(line), TrafficClass::Data, now)
     }
 
-    fn write(&mut self, mc: &mut SecureMc, line: u64, data: Option<&[u8; 64]>, now: Cycle) -> Result<Cycle, IntegrityError> {
+    fn write(&mut self, mc: &mut McOps, line: u64, data: Option<&[u8; 64]>, now: Cycle) -> Result<Cycle, IntegrityError> {
         self.setup(mc);
         self.stats.writes += 1;
         let page = page_of_line(line);
         let plain_page = self.enc == Encoding::Resized && !self.src_of.contains_key(&page);
-        let overflows_before = mc.stats.counter_overflows;
+        let overflows_before = mc.stats().counter_overflows;
         let r = if !self.secure || plain_page {
             mc.write_line(line, data, now)
         } else {
-            self.write_own(mc, line, data, TrafficClass::Data, now).inspect(|&done| mc.stats.write_latency.record((done - now).0))
+            self.write_own(mc, line, data, TrafficClass::Data, now)
         };
-        self.stats.overflows += mc.stats.counter_overflows - overflows_before;
+        self.stats.overflows += mc.stats().counter_overflows - overflows_before;
         r
     }
 
-    fn page_command(&mut self, mc: &mut SecureMc, cmd: PageCommand, now: Cycle) -> Result<Cycle, PageCommandError> {
+    fn page_command(&mut self, mc: &mut McOps, cmd: PageCommand, now: Cycle) -> Result<Cycle, PageCommandError> {
         self.setup(mc);
-        let pages = mc.layout.data_bytes / 4096;
+        let pages = mc.layout().data_bytes / 4096;
         let (supp, record_base, name) = (self.enc == Encoding::Supplementary, self.record_base, self.name());
         let bad = |p: u64| p >= pages || (supp && p * LINES_PER_PAGE >= record_base);
         let unsupported = |op: String| Unsupported { design: name, operation: op };
@@ -665,7 +660,7 @@ impl Design for Lelantus {
         })
     }
 
-    fn finish(&mut self, mc: &mut SecureMc, now: Cycle) -> Result<Cycle, IntegrityError> {
+    fn finish(&mut self, mc: &mut McOps, now: Cycle) -> Result<Cycle, IntegrityError> {
         let mut done = now;
         if let Some(cache) = self.cow_cache.as_mut() {
             let dirty: Vec<u64> = cache.valid_lines().filter(|x| x.1).map(|x| x.0).collect();
@@ -695,9 +690,9 @@ impl Design for Lelantus {
     /// Functional mode only rebuilds the records: in counting mode there are no bytes, and the
     /// records kept by `crash` stand for those the persisted blocks hold (as the controller's
     /// `crashed_counters` stand for the persisted counters).
-    fn recover(&mut self, mc: &mut SecureMc, now: Cycle) -> Result<crate::controller::recovery::RecoveryReport, crate::controller::recovery::RecoveryError> {
+    fn recover(&mut self, mc: &mut McOps, now: Cycle) -> Result<crate::controller::recovery::RecoveryReport, crate::controller::recovery::RecoveryError> {
         self.setup(mc);
-        let mut report = crate::controller::recovery::rebuild_and_verify(mc, now)?;
+        let mut report = mc.rebuild_and_verify(now)?;
         if !mc.is_functional() {
             return Ok(report);
         }
@@ -709,8 +704,8 @@ impl Design for Lelantus {
             block
         });
         if enc == Encoding::Supplementary {
-            let end = mc.layout.data_bytes >> 6;
-            let written = mc.func.as_ref().expect("functional").image.lines_in(self.record_base, end);
+            let end = mc.layout().data_bytes >> 6;
+            let written = mc.functional().expect("functional").image.lines_in(self.record_base, end);
             let mut t = now;
             for line in written {
                 let (at, plain) = mc.read_line(line, now).map_err(|e| crate::controller::recovery::RecoveryError {
@@ -735,7 +730,7 @@ impl Design for Lelantus {
         Ok(report)
     }
 
-    fn crash(&mut self, mc: &mut SecureMc, keep_metadata_caches: bool) {
+    fn crash(&mut self, mc: &mut McOps, keep_metadata_caches: bool) {
         // The CoW cache is part of the (battery-backed) counter cache: it survives exactly when
         // the counter cache does. The copy records are the counter blocks' (or record lines')
         // content: with the caches lost, functional mode rebuilds them from NVM in `recover`.
@@ -757,7 +752,7 @@ impl Design for Lelantus {
 
     /// Each recorded copy's record line, with a line of the copy still uncopied (minor 0):
     /// its read must look the record up.
-    fn attack_surface(&self, mc: &SecureMc) -> Vec<(u64, u64)> {
+    fn attack_surface(&self, mc: &McOps) -> Vec<(u64, u64)> {
         if self.enc != Encoding::Supplementary {
             return Vec::new();
         }
@@ -766,14 +761,14 @@ impl Design for Lelantus {
         pages
             .into_iter()
             .filter_map(|page| {
-                let block = mc.counters.block(page);
+                let block = mc.counter_block(page);
                 let idx = (0..LINES_PER_PAGE as usize).find(|&i| block.counter_of(i).1 == 0)?;
                 Some((self.record_line(page), page * LINES_PER_PAGE + idx as u64))
             })
             .collect()
     }
 
-    fn drop_metadata_caches(&mut self, mc: &mut SecureMc) {
+    fn drop_metadata_caches(&mut self, mc: &mut McOps) {
         mc.drop_metadata_caches();
         self.drop_cow_cache();
     }

@@ -3,8 +3,10 @@
 //! * [`Design`] — the hooks a design may override; every hook defaults to the baseline's
 //!   behaviour, so a design overrides only what its paper changes (Lelantus the write path
 //!   and page commands, Horus the eADR drain and its recovery, Silent Shredder zero pages).
-//!   A design sees memory only through [`SecureMc`], which sees the device only through
-//!   `MemoryPort`.
+//!   A design sees the controller only through [`McOps`], the documented operations of the
+//!   shared controller (`controller/ops.rs`), which sees the device only through `MemoryPort`.
+//!   Latency is recorded once, around the hook, by `serve_read`
+//!   and `serve_write` (inherent methods of `dyn Design`).
 //! * [`DesignEntry`] — what generic code may ask of a design before it is built: its name,
 //!   whether it needs security metadata, its own checks of the config, the NVM regions it
 //!   needs above the baseline's layout, and how to build it.
@@ -25,6 +27,8 @@ pub mod write_verify;
 use crate::config::{MetadataCachesConfig, SecurityConfig, TreeConfig, TreeUpdate};
 use crate::controller::eadr::{self, DrainClock, DrainLine, DrainRecovery, DrainRecoveryError, DrainStats};
 use crate::controller::functional::IntegrityError;
+use crate::controller::ops::McOps;
+use crate::controller::tree_update::TreeUpdateStrategy;
 use crate::controller::SecureMc;
 use secmem_core::error::ConfigError;
 use secmem_core::Cycle;
@@ -90,39 +94,39 @@ pub trait Design {
 
     /// An LLC miss for data `line` arriving at the controller at `now`; returns when the
     /// plaintext is usable by the core and, in functional mode, the verified plaintext.
-    fn read(&mut self, mc: &mut SecureMc, line: u64, now: Cycle) -> Result<(Cycle, Option<[u8; 64]>), IntegrityError> {
+    fn read(&mut self, mc: &mut McOps, line: u64, now: Cycle) -> Result<(Cycle, Option<[u8; 64]>), IntegrityError> {
         mc.read_line(line, now)
     }
 
     /// A data write (LLC write-back, flush or write-through) of `line`; `data` is the new
     /// plaintext (always present in functional mode). Returns when the write is persistent.
-    fn write(&mut self, mc: &mut SecureMc, line: u64, data: Option<&[u8; 64]>, now: Cycle) -> Result<Cycle, IntegrityError> {
+    fn write(&mut self, mc: &mut McOps, line: u64, data: Option<&[u8; 64]>, now: Cycle) -> Result<Cycle, IntegrityError> {
         mc.write_line(line, data, now)
     }
 
     /// A persist barrier reached the controller at `now`.
-    fn fence(&mut self, mc: &mut SecureMc, now: Cycle) -> Cycle {
+    fn fence(&mut self, mc: &mut McOps, now: Cycle) -> Cycle {
         let _ = mc;
         now
     }
 
     /// A page-level command from the OS model.
-    fn page_command(&mut self, mc: &mut SecureMc, cmd: PageCommand, now: Cycle) -> Result<Cycle, PageCommandError> {
+    fn page_command(&mut self, mc: &mut McOps, cmd: PageCommand, now: Cycle) -> Result<Cycle, PageCommandError> {
         let _ = (mc, now);
         Err(Unsupported { design: self.name(), operation: format!("{cmd:?}") }.into())
     }
 
     /// Make the design's state durable (baseline: flush dirty metadata, so the tree in NVM
     /// matches the root register).
-    fn finish(&mut self, mc: &mut SecureMc, now: Cycle) -> Result<Cycle, IntegrityError> { mc.flush_metadata(now) }
+    fn finish(&mut self, mc: &mut McOps, now: Cycle) -> Result<Cycle, IntegrityError> { mc.flush_metadata(now) }
 
     /// Power loss: the design loses its volatile state (the crash harness calls this on a
     /// controller holding a copy of what survived: the NVM image and the root register).
-    fn crash(&mut self, mc: &mut SecureMc, keep_metadata_caches: bool) { mc.crash(keep_metadata_caches) }
+    fn crash(&mut self, mc: &mut McOps, keep_metadata_caches: bool) { mc.crash(keep_metadata_caches) }
 
     /// Recovery after a crash: rebuild and verify what the design needs to read memory again.
-    fn recover(&mut self, mc: &mut SecureMc, now: Cycle) -> Result<crate::controller::recovery::RecoveryReport, crate::controller::recovery::RecoveryError> {
-        crate::controller::recovery::rebuild_and_verify(mc, now)
+    fn recover(&mut self, mc: &mut McOps, now: Cycle) -> Result<crate::controller::recovery::RecoveryReport, crate::controller::recovery::RecoveryError> {
+        mc.rebuild_and_verify(now)
     }
 
     /// A copy of the design, on-chip state included: what survives power loss when that state
@@ -143,7 +147,7 @@ pub trait Design {
     /// each with a data line whose read fetches and verifies it (after
     /// [`drop_metadata_caches`](Self::drop_metadata_caches)): `(metadata line, data line)`,
     /// device line numbers.
-    fn attack_surface(&self, mc: &SecureMc) -> Vec<(u64, u64)> {
+    fn attack_surface(&self, mc: &McOps) -> Vec<(u64, u64)> {
         let _ = mc;
         Vec::new()
     }
@@ -151,14 +155,14 @@ pub trait Design {
     /// Forgets every clean on-chip copy of metadata, the controller's and the design's own, so
     /// that the next accesses fetch and verify it from NVM (attack harnesses, after `finish`:
     /// nothing dirty may be on chip).
-    fn drop_metadata_caches(&mut self, mc: &mut SecureMc) { mc.drop_metadata_caches() }
+    fn drop_metadata_caches(&mut self, mc: &mut McOps) { mc.drop_metadata_caches() }
 
     /// eADR power loss: make `lines` (every dirty line of the cache hierarchy) and the
     /// metadata caches durable and recoverable, paced by `clock`; the design adds the counts
     /// only it knows (vault writes, its MACs) to `stats`. Default: every line through this
     /// design's write path, then the metadata caches written home with full propagation to the
     /// root (correct under either tree update; Base-EU's drain).
-    fn drain(&mut self, mc: &mut SecureMc, lines: &[DrainLine], clock: &mut DrainClock, stats: &mut DrainStats) -> Result<(), IntegrityError> {
+    fn drain(&mut self, mc: &mut McOps, lines: &[DrainLine], clock: &mut DrainClock, stats: &mut DrainStats) -> Result<(), IntegrityError> {
         let _ = stats;
         eadr::drain_in_place(mc, lines, clock, &mut |mc, line, data, t| self.write(mc, line, data, t))?;
         let done = mc.flush_metadata(clock.now())?;
@@ -169,8 +173,31 @@ pub trait Design {
     /// Recovery after a drain and a crash: rebuild and verify what the design needs, and hand
     /// back lines to put into the cache hierarchy again. Default: rebuild the tree from NVM and
     /// check it against the root register (what a drain that wrote everything home needs).
-    fn recover_drained(&mut self, mc: &mut SecureMc, now: Cycle) -> Result<DrainRecovery, DrainRecoveryError> {
+    fn recover_drained(&mut self, mc: &mut McOps, now: Cycle) -> Result<DrainRecovery, DrainRecoveryError> {
         Ok(self.recover(mc, now)?.into())
+    }
+}
+
+impl dyn Design {
+    /// A core-level read (an LLC miss of data `line` at `now`) served by the design, with its
+    /// latency recorded in the controller's read-latency histogram. The one place read latency
+    /// is accounted: a design's hook returns when the plaintext is usable, whatever it did
+    /// inside (reads of its own metadata are part of that latency, not requests of their own).
+    #[inline]
+    pub fn serve_read(&mut self, mc: &mut SecureMc, line: u64, now: Cycle) -> Result<(Cycle, Option<[u8; 64]>), IntegrityError> {
+        let r = self.read(mc, line, now)?;
+        mc.stats.read_latency.record((r.0 - now).0);
+        Ok(r)
+    }
+
+    /// A core-level write (an LLC write-back, flush or write-through of `line` at `now`)
+    /// served by the design, with its latency (until persistent) recorded once, as
+    /// `serve_read` does for reads.
+    #[inline]
+    pub fn serve_write(&mut self, mc: &mut SecureMc, line: u64, data: Option<&[u8; 64]>, now: Cycle) -> Result<Cycle, IntegrityError> {
+        let done = self.write(mc, line, data, now)?;
+        mc.stats.write_latency.record((done - now).0);
+        Ok(done)
     }
 }
 
@@ -242,6 +269,9 @@ pub struct DesignEntry {
     pub data_lines_reserved: fn(u64) -> u64,
     /// The eADR drain schemes the design offers (`secmem drain --scheme NAME`).
     pub drain_schemes: &'static [DrainScheme],
+    /// The design's own tree update strategy, installed in every controller built for it in
+    /// place of `tree.update`'s (None: `tree.update` decides, lazy or eager).
+    pub tree_update: Option<fn(&DesignContext, &DesignsConfig) -> Box<dyn TreeUpdateStrategy>>,
     /// Builds the design, with the designs' own config sections.
     pub build: fn(&DesignContext, &DesignsConfig) -> Box<dyn Design>,
 }

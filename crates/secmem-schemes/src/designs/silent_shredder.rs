@@ -16,7 +16,7 @@
 //! are not helped), memory a memory-level trace writes — keep them, exactly as the baseline
 //! does, and overflow as early.
 
-use crate::controller::SecureMc;
+use crate::controller::ops::McOps;
 use crate::designs::{no_check, no_data_lines, no_regions, Design, DesignEntry, PageCommand, PageCommandError, Unsupported};
 use crate::controller::functional::IntegrityError;
 use secmem_core::addr::{line_in_page, page_of_line, LINES_PER_PAGE};
@@ -34,6 +34,7 @@ pub static ENTRY: DesignEntry = DesignEntry {
     regions: no_regions,
     data_lines_reserved: no_data_lines,
     drain_schemes: &[],
+    tree_update: None,
     build: |_, _| Box::new(SilentShredder::default()),
 };
 
@@ -48,16 +49,16 @@ pub struct SilentShredder {
 impl SilentShredder {
     /// (major, minor) of line `idx` of a cached counter block: from the verified bytes in
     /// functional mode.
-    fn counter(mc: &SecureMc, page: u64, idx: usize) -> (u64, u8) {
+    fn counter(mc: &McOps, page: u64, idx: usize) -> (u64, u8) {
         match mc.counter_payload(page) {
-            Some(b) => CounterBlock::decode_one(&b, idx, mc.p.minor_bits),
-            None => mc.counters.block(page).counter_of(idx),
+            Some(b) => CounterBlock::decode_one(&b, idx, mc.params().minor_bits),
+            None => mc.counter_block(page).counter_of(idx),
         }
     }
 
-    fn store(mc: &mut SecureMc, page: u64, block: CounterBlock, now: Cycle) -> Result<Cycle, IntegrityError> {
-        let t = mc.ensure_block(0, page, true, now)?;
-        mc.counters.set_block(page, block);
+    fn store(mc: &mut McOps, page: u64, block: CounterBlock, now: Cycle) -> Result<Cycle, IntegrityError> {
+        let t = mc.fetch_counter_block(page, true, now)?;
+        mc.set_counter_block(page, block);
         mc.store_counter_payload(page);
         Ok(t)
     }
@@ -68,38 +69,34 @@ impl Design for SilentShredder {
 
     fn clone_box(&self) -> Box<dyn Design> { Box::new(self.clone()) }
 
-    fn read(&mut self, mc: &mut SecureMc, line: u64, now: Cycle) -> Result<(Cycle, Option<[u8; 64]>), IntegrityError> {
-        if !mc.p.secure {
+    fn read(&mut self, mc: &mut McOps, line: u64, now: Cycle) -> Result<(Cycle, Option<[u8; 64]>), IntegrityError> {
+        if !mc.params().secure {
             return mc.read_line(line, now);
         }
         let page = page_of_line(line);
-        let ctr_at = mc.ensure_block(0, page, false, now)?;
+        let ctr_at = mc.fetch_counter_block(page, false, now)?;
         let (major, minor) = Self::counter(mc, page, line_in_page(line));
         if minor == 0 {
             self.zero_reads += 1;
-            mc.process_evictions(now)?;
-            let done = ctr_at + Cycle(1);
-            mc.stats.read_latency.record((done - now).0);
-            return Ok((done, mc.is_functional().then_some([0u8; 64])));
+            mc.write_back_evictions(now)?;
+            return Ok((ctr_at + Cycle(1), mc.is_functional().then_some([0u8; 64])));
         }
-        let r = mc.read_line_under(line, major, minor, TrafficClass::Data, ctr_at, now)?;
-        mc.stats.read_latency.record((r.0 - now).0);
-        Ok(r)
+        mc.read_line_under(line, major, minor, TrafficClass::Data, ctr_at, now)
     }
 
-    fn write(&mut self, mc: &mut SecureMc, line: u64, data: Option<&[u8; 64]>, now: Cycle) -> Result<Cycle, IntegrityError> {
-        if !mc.p.secure {
+    fn write(&mut self, mc: &mut McOps, line: u64, data: Option<&[u8; 64]>, now: Cycle) -> Result<Cycle, IntegrityError> {
+        if !mc.params().secure {
             return mc.write_line(line, data, now);
         }
         let page = page_of_line(line);
         let idx = line_in_page(line);
-        let ctr_at = mc.ensure_block(0, page, true, now)?;
-        let old = mc.counters.block(page);
-        let max = ((1u32 << mc.p.minor_bits) - 1) as u8;
+        let ctr_at = mc.fetch_counter_block(page, true, now)?;
+        let old = mc.counter_block(page);
+        let max = ((1u32 << mc.params().minor_bits) - 1) as u8;
         let mut done = now;
         let block = if old.minors[idx] >= max {
             // Overflow: rewrite every non-zero line under the next major at minor 1.
-            mc.stats.counter_overflows += 1;
+            mc.count_counter_overflow();
             let mut plains = Vec::new();
             let mut ready = ctr_at;
             for i in 0..LINES_PER_PAGE as usize {
@@ -117,7 +114,7 @@ impl Design for SilentShredder {
             b.minors[idx] = 1;
             Self::store(mc, page, b, now)?;
             for (l, p) in plains {
-                mc.stats.reencrypted_lines += 1;
+                mc.count_reencrypted_line();
                 done = done.max(mc.write_line_under(l, p.as_ref(), b.major, 1, TrafficClass::Reencrypt, ready, ready)?);
             }
             b
@@ -128,17 +125,15 @@ impl Design for SilentShredder {
             b
         };
         let (major, minor) = block.counter_of(idx);
-        let t = mc.write_line_under(line, data, major, minor, TrafficClass::Data, ctr_at, now)?.max(done);
-        mc.stats.write_latency.record((t - now).0);
-        Ok(t)
+        Ok(mc.write_line_under(line, data, major, minor, TrafficClass::Data, ctr_at, now)?.max(done))
     }
 
-    fn page_command(&mut self, mc: &mut SecureMc, cmd: PageCommand, now: Cycle) -> Result<Cycle, PageCommandError> {
-        let pages = mc.layout.data_bytes / 4096;
+    fn page_command(&mut self, mc: &mut McOps, cmd: PageCommand, now: Cycle) -> Result<Cycle, PageCommandError> {
+        let pages = mc.layout().data_bytes / 4096;
         match cmd {
-            PageCommand::Zero { page } if page < pages && mc.p.secure => {
+            PageCommand::Zero { page } if page < pages && mc.params().secure => {
                 self.zeroed_pages += 1;
-                let old = mc.counters.block(page);
+                let old = mc.counter_block(page);
                 // A fresh major: the page's next writes never reuse a pad of its old content.
                 // The zero fill cannot fail verification except by tampering: an integrity
                 // error, which stops the run (not a refusal, which would let the kernel
@@ -159,6 +154,7 @@ impl Design for SilentShredder {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::SecureMc;
     use crate::config::{MetadataCachesConfig, SecurityConfig, TreeConfig};
     use crate::testing::FixedLatencyMedia;
     use secmem_core::cache::CacheConfig;
@@ -175,11 +171,11 @@ mod tests {
 
     #[test]
     fn a_zero_line_is_usable_one_cycle_after_its_counter_and_records_that_latency() {
-        let (mut m, mut d) = (mc(true), SilentShredder::default());
+        let (mut m, mut d) = (mc(true), Box::new(SilentShredder::default()) as Box<dyn Design>);
         let now = Cycle(10_000);
         // An identical controller tells when the (missing) counter block is verified.
         let ctr_at = mc(true).ensure_block(0, 0, false, now).unwrap();
-        let (done, _) = d.read(&mut m, 0, now).unwrap();
+        let (done, _) = d.serve_read(&mut m, 0, now).unwrap();
         assert_eq!(done, ctr_at + Cycle(1));
         assert_eq!(m.stats.data_reads, 0);
         let l = &m.stats.read_latency;
@@ -188,10 +184,10 @@ mod tests {
 
     #[test]
     fn reads_and_writes_of_written_lines_record_their_own_latency() {
-        let (mut m, mut d) = (mc(true), SilentShredder::default());
+        let (mut m, mut d) = (mc(true), Box::new(SilentShredder::default()) as Box<dyn Design>);
         let (t_write, t_read) = (Cycle(10_000), Cycle(20_000));
-        let written = d.write(&mut m, 5, None, t_write).unwrap();
-        let (read, _) = d.read(&mut m, 5, t_read).unwrap();
+        let written = d.serve_write(&mut m, 5, None, t_write).unwrap();
+        let (read, _) = d.serve_read(&mut m, 5, t_read).unwrap();
         assert_eq!(m.stats.data_reads, 1, "a written line is fetched");
         assert_eq!((m.stats.write_latency.count, m.stats.write_latency.sum), (1, (written - t_write).0 as u128));
         assert_eq!((m.stats.read_latency.count, m.stats.read_latency.sum), (1, (read - t_read).0 as u128));

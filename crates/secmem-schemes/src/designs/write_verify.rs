@@ -13,7 +13,7 @@
 
 use super::{no_check, no_data_lines, no_regions, Design, DesignEntry};
 use crate::controller::functional::IntegrityError;
-use crate::controller::SecureMc;
+use crate::controller::ops::McOps;
 use secmem_core::addr::LINE_SHIFT;
 use secmem_core::Cycle;
 use secmem_media::TrafficClass;
@@ -28,6 +28,7 @@ pub static ENTRY: DesignEntry = DesignEntry {
     regions: no_regions,
     data_lines_reserved: no_data_lines,
     drain_schemes: &[],
+    tree_update: None,
     build: |_, _| Box::new(WriteVerify::default()),
 };
 
@@ -42,7 +43,7 @@ impl Design for WriteVerify {
 
     fn clone_box(&self) -> Box<dyn Design> { Box::new(self.clone()) }
 
-    fn write(&mut self, mc: &mut SecureMc, line: u64, data: Option<&[u8; 64]>, now: Cycle) -> Result<Cycle, IntegrityError> {
+    fn write(&mut self, mc: &mut McOps, line: u64, data: Option<&[u8; 64]>, now: Cycle) -> Result<Cycle, IntegrityError> {
         let persisted = mc.write_line(line, data, now)?;
         let data = data.expect("write-verify declares needs_line_contents: every write carries its line");
         if data.iter().all(|&b| b == 0) {

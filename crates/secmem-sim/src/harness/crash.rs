@@ -35,7 +35,6 @@ use crate::run::{SimError, TraceInput};
 use rand::seq::SliceRandom;
 use rand::SeedableRng;
 use secmem_core::Cycle;
-use secmem_media::Media;
 use secmem_schemes::config::MetadataPersistence;
 use secmem_schemes::controller::functional::NvmImage;
 use secmem_schemes::{Design, SecureMc};
@@ -189,7 +188,7 @@ pub fn crash_campaign(cfg: &Config, input: &TraceInput, points: u64, seed: u64) 
         };
         design.crash(&mut recovery, battery_backed);
         // Each recovery starts on an idle device at cycle 0, so its time is its own.
-        recovery.media = Media::Pcm(build_media(&fcfg)?);
+        recovery.media = build_media(&fcfg)?;
         // Battery-backed: nothing was lost that NVM must give back, so nothing is rebuilt
         // (the reads below still verify every line against the kept tree nodes and root).
         let recovered = if battery_backed { Ok(Default::default()) } else { design.recover(&mut recovery, Cycle::ZERO) };

@@ -23,7 +23,7 @@ use rand::SeedableRng;
 use rustc_hash::FxHashMap;
 use secmem_core::error::{number, ConfigError};
 use secmem_core::{config_section, Cycle};
-use secmem_media::{Media, MemoryPort};
+use secmem_media::MemoryPort;
 use secmem_schemes::designs::{self, DesignEntry};
 use secmem_schemes::controller::eadr::{DrainClock, DrainLine, DrainRecovery, DrainStats};
 use serde::Serialize;
@@ -350,7 +350,7 @@ pub fn drain_run(cfg: &Config, scheme: DrainScheme, content: &DrainContent, reco
     // registers survive. Recovery starts on an idle device at cycle 0.
     engine.design.crash(&mut engine.mc, false);
     engine.hier = Hierarchy::new(&cfg.l1, &cfg.l2, &cfg.llc, cfg.hierarchy.inclusive_llc, functional);
-    engine.mc.media = Media::Pcm(build_media(&cfg)?);
+    engine.mc.media = build_media(&cfg)?;
     let rec = engine.design.recover_drained(&mut engine.mc, Cycle::ZERO).map_err(|e| SimError::Config(ConfigError::new("drain", e.to_string())));
     let rec = match rec {
         Ok(r) => r,

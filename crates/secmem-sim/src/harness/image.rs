@@ -39,8 +39,8 @@ pub fn verify_image(cfg: &Config, path: &Path) -> Result<ImageCheck, SimError> {
     };
     if meta.data_bytes != cfg.data_bytes() {
         return Err(SimError::Config(ConfigError::new(
-            "pcm.capacity_gib",
-            format!("the image was made for {} bytes of data, the config says {} ({} GiB)", meta.data_bytes, cfg.data_bytes(), cfg.pcm.capacity_gib),
+            "memory.capacity_gib",
+            format!("the image was made for {} bytes of data, the config says {} ({} GiB)", meta.data_bytes, cfg.data_bytes(), cfg.memory.capacity_gib),
         )));
     }
     if meta.arity as u64 != cfg.tree.arity {

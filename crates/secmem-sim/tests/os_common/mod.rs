@@ -14,7 +14,7 @@ use std::path::PathBuf;
 pub fn cfg(design: &str, extra: &[&str]) -> Config {
     let mut o: Vec<String> = [
         "run.progress=false",
-        "pcm.capacity_gib=1",
+        "memory.capacity_gib=1",
         "l1.size_kib=4", "l1.ways=2", "l2.size_kib=8", "l2.ways=2", "llc.size_kib=16", "llc.ways=4",
         "metadata_cache.counter.size_kib=64", "metadata_cache.mac.size_kib=4", "metadata_cache.tree.size_kib=4",
         "tree.update=eager", "security.metadata_persistence=strict", "run.functional=true", "run.check_pad_reuse=true",
