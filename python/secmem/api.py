@@ -293,6 +293,71 @@ def trace_info(path: str, format: Optional[str] = None) -> Dict[str, Any]:
     return json.loads(_call(_native.trace_info, _path(path, "path"), format))
 
 
+def trace_capture(
+    command: Sequence[str],
+    output: str,
+    max_records: Optional[int] = None,
+    progress: Optional[bool] = None,
+) -> Dict[str, Any]:
+    """Runs `command` under valgrind lackey and writes the loads and stores it makes as a
+    secmem binary trace at `output`, marked virtual (`secmem run` translates its addresses).
+    Lackey's text streams through a pipe into the converter: no text trace is written to
+    disk. Stops after `max_records` records when given (the program is then stopped).
+    `progress` (default: stderr is a terminal) shows the records captured so far.
+    Returns {"records", "seconds", "exit_status"}."""
+    import shutil
+    import time
+
+    command = [str(c) for c in command]
+    if not command:
+        raise SecmemError("trace capture: no command given (secmem trace capture -o FILE -- CMD ARGS...)")
+    if max_records is not None and max_records <= 0:
+        raise SecmemError(f"trace capture: --max-records must be at least 1, got {max_records}")
+    valgrind = shutil.which("valgrind")
+    if valgrind is None:
+        raise SecmemError(
+            "trace capture needs valgrind, which is not installed "
+            "(Debian/Ubuntu: sudo apt-get install valgrind; Fedora: sudo dnf install valgrind)"
+        )
+    program = command[0]
+    if shutil.which(program) is None:
+        raise SecmemError(f"trace capture: command not found: {program!r}")
+    output = _path(output, "output")
+    if progress is None:
+        progress = sys.stderr.isatty()
+    read_fd, write_fd = os.pipe()
+    start = time.monotonic()
+    try:
+        proc = subprocess.Popen(
+            [valgrind, "--tool=lackey", "--trace-mem=yes", f"--log-fd={write_fd}", *command],
+            pass_fds=(write_fd,),
+            stdin=subprocess.DEVNULL,
+        )
+    except OSError as e:
+        os.close(read_fd)
+        os.close(write_fd)
+        raise SecmemError(f"trace capture: cannot start valgrind: {e}") from e
+    os.close(write_fd)  # valgrind holds the only write end: EOF when it exits
+    try:
+        # Owns and closes `read_fd`, also on an error.
+        records = _call(_native.trace_capture_fd, read_fd, output, f"lackey output of {program}", max_records, progress)
+    except BaseException:
+        proc.kill()
+        proc.wait()
+        raise
+    stopped_early = max_records is not None and records >= max_records
+    if stopped_early:
+        proc.kill()  # the rest is not wanted (it may also have died of the closed pipe)
+    status = proc.wait()
+    if not stopped_early and status != 0:
+        try:
+            os.remove(output)
+        except OSError:
+            pass
+        raise SecmemError(f"trace capture: {' '.join(command)} exited with status {status} under valgrind; no trace written")
+    return {"records": records, "seconds": time.monotonic() - start, "exit_status": status}
+
+
 def crash(
     preset: Optional[str] = None,
     trace: Optional[str] = None,

@@ -209,6 +209,15 @@ def cmd_trace_convert(a) -> int:
     return 0
 
 
+def cmd_trace_capture(a) -> int:
+    cmd = list(a.command)
+    if cmd and cmd[0] == "--":
+        cmd = cmd[1:]
+    out = api.trace_capture(cmd, a.output, max_records=a.max_records)
+    print(f"captured {out['records']} records of {' '.join(cmd)} to {a.output} in {out['seconds']:.1f} s")
+    return 0
+
+
 def cmd_trace_info(a) -> int:
     print(json.dumps(api.trace_info(a.file, a.format), indent=2))
     return 0
@@ -526,6 +535,15 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--to", default="binary", help="binary or text")
     p.add_argument("--from", default=None, help="input format (default: detected)")
     p.set_defaults(fn=cmd_trace_convert)
+    p = tr.add_parser(
+        "capture", help="run a program under valgrind lackey and write its loads and stores as a binary trace",
+        description="Runs CMD under valgrind --tool=lackey --trace-mem=yes and streams its output into a secmem "
+        "binary trace marked virtual (secmem run translates its addresses). Needs valgrind.",
+    )
+    p.add_argument("-o", "--output", type=_path_arg, required=True)
+    p.add_argument("--max-records", type=int, default=None, help="stop after this many records (the program is stopped)")
+    p.add_argument("command", nargs=argparse.REMAINDER, help="-- CMD ARGS...")
+    p.set_defaults(fn=cmd_trace_capture)
     p = tr.add_parser("info", help="summarise a trace")
     p.add_argument("file", type=_path_arg)
     p.add_argument("--format", default=None)

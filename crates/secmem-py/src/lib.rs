@@ -120,9 +120,38 @@ fn trace_info(py: Python<'_>, path: &str, format: Option<&str>) -> PyResult<Stri
         None => secmem_trace::open_events(Path::new(path)),
     }
     .map_err(err)?;
-    let os_level = stream.kind.os_level;
+    let (os_level, virtual_addresses) = (stream.kind.os_level, stream.kind.virtual_addresses);
     let info = py.allow_threads(|| secmem_trace::info_events(stream.events, os_level)).map_err(err)?;
-    Ok(info.to_json())
+    // Whether `secmem run` translates the trace (translation.addresses = "auto").
+    let mut v: serde_json::Value = serde_json::from_str(&info.to_json()).expect("TraceInfo::to_json is JSON");
+    v["addresses"] = serde_json::json!(if virtual_addresses { "virtual" } else { "physical" });
+    Ok(v.to_string())
+}
+
+/// Reads lackey output from file descriptor `fd` (the read end of a pipe whose write end a
+/// running `valgrind --tool=lackey --trace-mem=yes --log-fd=N` holds; this function owns and
+/// closes it) and writes it to `output` as a binary trace marked virtual; returns the record
+/// count. With `progress`, a line on stderr every 2^20 records.
+#[cfg(unix)]
+#[pyfunction]
+#[pyo3(signature = (fd, output, name, max_records=None, progress=false))]
+fn trace_capture_fd(py: Python<'_>, fd: i32, output: &str, name: &str, max_records: Option<u64>, progress: bool) -> PyResult<u64> {
+    use std::io::Write;
+    use std::os::fd::FromRawFd;
+    // SAFETY: the caller hands over a descriptor it opened and no longer uses; the File owns it.
+    let pipe = unsafe { std::fs::File::from_raw_fd(fd) };
+    let start = std::time::Instant::now();
+    let mut show = |n: u64| {
+        if progress {
+            let rate = n as f64 / start.elapsed().as_secs_f64().max(1e-9) / 1e6;
+            let _ = write!(std::io::stderr(), "\rcaptured {:.1} M records ({rate:.2} M/s)", n as f64 / 1e6);
+        }
+    };
+    let r = py.allow_threads(|| secmem_trace::capture_lackey(std::io::BufReader::with_capacity(1 << 20, pipe), name.to_string(), Path::new(output), max_records, &mut show));
+    if progress {
+        let _ = write!(std::io::stderr(), "\r\x1b[K");
+    }
+    r.map_err(err)
 }
 
 /// Writes a copy-on-write workload (forkbench, redis, noncopy, writeamp, churn) as an OS-level (v2)
@@ -344,6 +373,8 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(attack, m)?)?;
     m.add_function(wrap_pyfunction!(drain, m)?)?;
     m.add_function(wrap_pyfunction!(vault_attack, m)?)?;
+    #[cfg(unix)]
+    m.add_function(wrap_pyfunction!(trace_capture_fd, m)?)?;
     m.add_function(wrap_pyfunction!(bench_scenarios, m)?)?;
     m.add_function(wrap_pyfunction!(bench_run, m)?)?;
     m.add_function(wrap_pyfunction!(cow_workload, m)?)?;

@@ -65,6 +65,18 @@ pub const SCENARIOS: &[Scenario] = &[
         overrides: &[TEN_M, "workload.pattern=random", "workload.footprint_bytes=8589934592"],
     },
     Scenario {
+        name: "secure-lazy-random-virtual",
+        description: "secure-lazy-random's trace taken as virtual addresses: each 4 KB page placed on a random frame on first touch (the cost of translation, against secure-lazy-random)",
+        preset: "horus",
+        overrides: &[TEN_M, "workload.pattern=random", "workload.footprint_bytes=8589934592", "translation.addresses=virtual"],
+    },
+    Scenario {
+        name: "secure-lazy-random-virtual-sequential",
+        description: "secure-lazy-random-virtual with frames in first-touch order: the 8 GiB footprint stays 8 GiB of frames, so against secure-lazy-random this is translation's own cost",
+        preset: "horus",
+        overrides: &[TEN_M, "workload.pattern=random", "workload.footprint_bytes=8589934592", "translation.addresses=virtual", "translation.placement=sequential"],
+    },
+    Scenario {
         name: "secure-lazy-sequential",
         description: "secure baseline, lazy update, 10 M sequential requests over 8 GiB",
         preset: "horus",

@@ -102,6 +102,7 @@ config_section! {
         run: RunConfig = RunConfig::default() => "Run control";
         design: secmem_schemes::designs::DesignsConfig = secmem_schemes::designs::DesignsConfig::default() => "Each design's own parameters, one section per design ([design.NAME]); run.design picks the design";
         workload: WorkloadConfig = WorkloadConfig::default() => "Built-in synthetic workload (used when no trace is given)";
+        translation: crate::translate::TranslationConfig = crate::translate::TranslationConfig::default() => "Virtual-to-physical translation of traces of real programs (first-touch page placement)";
         os: crate::os::OsConfig = crate::os::OsConfig::default() => "The OS memory model (copy-on-write workloads, OS-level traces)";
         drain: crate::harness::drain::DrainConfig = crate::harness::drain::DrainConfig::default() => "eADR power-loss drains (Horus): pacing, energy and battery model, worst-case content";
     }

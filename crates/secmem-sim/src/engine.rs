@@ -13,6 +13,7 @@
 //! * the run ends when the last outstanding miss completes.
 
 use crate::config::{Config, MemoryDevice, TraceLevel};
+use crate::translate::{AddressSpace, Translator};
 use crate::hierarchy::{Hierarchy, Level, Writeback};
 use crate::misses_in_flight::MissesInFlight;
 use secmem_core::addr::LINE_SHIFT;
@@ -164,6 +165,12 @@ pub struct Engine {
     pub forwarded: Option<Vec<Record>>,
     /// Records are memory-controller requests (no cache hierarchy).
     memory_level: bool,
+    /// Virtual traces (`translation.addresses = "virtual"`): virtual pages to frames.
+    /// (In a cell: the look-ahead, which sees the engine shared, places a record's page when
+    /// the record enters its window, so pages are placed in record order.)
+    translator: Option<std::cell::RefCell<Translator>>,
+    /// The physical lines of the virtual record being stepped (reused buffer).
+    virtual_lines: Vec<u64>,
     /// Counting mode under a design whose decisions depend on line contents
     /// (`DesignEntry::needs_line_contents`): the plaintext last written to each line, which
     /// functional mode reads back from its image. Fills take their contents from here, so the
@@ -228,10 +235,11 @@ pub fn build_design(cfg: &Config) -> Result<Box<dyn Design>, ConfigError> {
 /// The lines a (checked, non-empty) read, write or flush record covers. A half-open range:
 /// iterating a `RangeInclusive` carries an extra exhausted flag and cost about 35 host
 /// instructions per one-line record. The end cannot overflow: `check` keeps the record
-/// inside the data region.
+/// inside the data region (or, for a virtual trace, the 64-bit space). A fence (0 bytes at
+/// address 0) gives line 0, which nothing iterates.
 #[inline]
 fn lines_of(rec: &Record) -> std::ops::Range<u64> {
-    (rec.addr >> LINE_SHIFT)..((rec.addr + rec.size_bytes as u64 - 1) >> LINE_SHIFT) + 1
+    (rec.addr >> LINE_SHIFT)..((rec.addr + rec.size_bytes as u64).saturating_sub(1) >> LINE_SHIFT) + 1
 }
 
 /// The sizes a design may need: hierarchy lines and metadata-cache blocks.
@@ -269,6 +277,8 @@ impl Engine {
         // Its records are the timing half's controller requests (`forwarded`): no hierarchy.
         let mut cfg = cfg.clone();
         cfg.run.trace_level = TraceLevel::Memory;
+        // The timing half translated them: they are physical.
+        cfg.translation.addresses = AddressSpace::Physical;
         let latency = Cycle::from_ns(cfg.pcm.read_latency_ns, cfg.core.freq_mhz);
         let device = secmem_media::untimed::UntimedDevice::new(device_gib(&cfg)? << 30, latency);
         let mut mc = build_controller_on(&cfg, Media::Untimed(device))?;
@@ -314,6 +324,12 @@ impl Engine {
             on_page_command: None,
             forwarded: None,
             memory_level: cfg.run.trace_level == TraceLevel::Memory,
+            translator: (cfg.translation.addresses == AddressSpace::Virtual).then(|| {
+                // The frames no design keeps records in, as the OS model gives out.
+                let reserved = secmem_schemes::designs::data_lines_reserved_by_any(cfg.data_bytes() >> LINE_SHIFT) << LINE_SHIFT;
+                std::cell::RefCell::new(Translator::new(&cfg.translation, cfg.data_bytes() - reserved, cfg.run.seed))
+            }),
+            virtual_lines: Vec::new(),
             content_shadow: None,
             prefetch_page: std::cell::Cell::new(u64::MAX),
             prefetch_page_early: std::cell::Cell::new(u64::MAX),
@@ -327,7 +343,15 @@ impl Engine {
     pub fn core_stats(&self) -> &CoreStats { &self.stats }
 
     /// Checks a record's address and size before it touches anything.
+    #[inline(always)]
     fn check(&self, rec: &Record, index: u64) -> Result<(), RecordError> {
+        self.check_within(rec, index, self.data_bytes)
+    }
+
+    /// As [`check`](Self::check), for addresses below `end` (the data capacity, or for a
+    /// virtual trace the whole 64-bit space).
+    #[inline(always)]
+    fn check_within(&self, rec: &Record, index: u64, end: u64) -> Result<(), RecordError> {
         if matches!(rec.op, Op::Fence) {
             return Ok(());
         }
@@ -335,7 +359,7 @@ impl Engine {
             return Err(RecordError { index, message: format!("a {:?} of 0 bytes touches nothing (only fences have size 0)", rec.op), integrity: None });
         }
         let size = rec.size_bytes as u64;
-        if rec.addr.checked_add(size).is_none_or(|end| end > self.data_bytes) {
+        if rec.addr.checked_add(size).is_none_or(|e| e > end) {
             return Err(RecordError {
                 index,
                 message: format!(
@@ -430,8 +454,46 @@ impl Engine {
 
     /// Simulates one record (`index` is its position in the trace, for errors).
     pub fn step(&mut self, rec: &Record, index: u64) -> Result<(), RecordError> {
+        if self.translator.is_some() {
+            return self.step_virtual(rec, index);
+        }
         self.check(rec, index)?;
-        self.step_checked(rec);
+        self.step_checked(rec, lines_of(rec));
+        self.after_step(index)
+    }
+
+    /// [`step`](Self::step) of a record at virtual addresses: each line it touches is
+    /// translated (its page mapped on first touch), then the record runs on those lines.
+    #[inline(never)]
+    fn step_virtual(&mut self, rec: &Record, index: u64) -> Result<(), RecordError> {
+        self.check_within(rec, index, u64::MAX)?;
+        let mut lines = std::mem::take(&mut self.virtual_lines);
+        lines.clear();
+        if !matches!(rec.op, Op::Fence) {
+            let translator = self.translator.as_mut().expect("a virtual trace").get_mut();
+            for line in lines_of(rec) {
+                match translator.translate(line << LINE_SHIFT) {
+                    Ok(addr) => lines.push(addr >> LINE_SHIFT),
+                    Err(e) => return Err(RecordError { index, message: e.to_string(), integrity: None }),
+                }
+            }
+        }
+        self.step_checked(rec, lines.iter().copied());
+        self.virtual_lines = lines;
+        self.after_step(index)
+    }
+
+    /// Translation statistics of a virtual trace: (pages mapped, page bytes).
+    pub fn translation(&self) -> Option<(u64, u64)> {
+        self.translator.as_ref().map(|t| {
+            let t = t.borrow();
+            (t.pages_mapped(), t.page_bytes())
+        })
+    }
+
+    /// The end of [`step`](Self::step): the integrity failure the record met, if any.
+    #[inline(always)]
+    fn after_step(&mut self, index: u64) -> Result<(), RecordError> {
         // Every operation writes its metadata victims back before it returns: a victim still
         // buffered between requests would be lost by a crash even with battery-backed caches.
         debug_assert!(self.failure.is_some() || !self.mc.has_pending_evictions(), "record {index} left metadata evictions unwritten");
@@ -443,7 +505,8 @@ impl Engine {
         Err(RecordError { index, message: e.to_string(), integrity: Some(e) })
     }
 
-    fn step_checked(&mut self, rec: &Record) {
+    #[inline(always)]
+    fn step_checked(&mut self, rec: &Record, lines: impl Iterator<Item = u64>) {
         self.stats.records += 1;
         // The gap's instructions plus the record's own (load, store, clwb or fence).
         self.retire_instructions(rec.inst_gap.saturating_add(1));
@@ -451,7 +514,7 @@ impl Engine {
             Op::Read | Op::Write => {
                 let write = rec.op == Op::Write;
                 if write { self.stats.writes += 1 } else { self.stats.reads += 1 }
-                for line in lines_of(rec) {
+                for line in lines {
                     // By reference: the record's 64 B are not copied for each line (or at all,
                     // when it carries none).
                     let synth;
@@ -485,7 +548,7 @@ impl Engine {
                 self.stats.flushes += 1;
                 // At memory level there is no cache to write back from: counted, nothing else.
                 if !self.memory_level {
-                    for line in lines_of(rec) {
+                    for line in lines {
                         if let Some(wb) = self.hier.flush_line(line) {
                             self.write_to_memory(wb.line, wb.data.as_ref());
                         }
@@ -562,13 +625,24 @@ impl Engine {
     /// structures.
     #[inline(always)]
     pub fn prefetch(&self, rec: &Record) {
-        if matches!(rec.op, Op::Read | Op::Write) {
-            let line = rec.addr >> LINE_SHIFT;
+        match &self.translator {
+            None if matches!(rec.op, Op::Read | Op::Write) => self.prefetch_line_early(rec.op, rec.addr >> LINE_SHIFT),
+            // A virtual record's translation is looked up at the second stage; now only the
+            // page map's slot for it is fetched.
+            Some(t) if matches!(rec.op, Op::Read | Op::Write) => t.borrow().prefetch(rec.addr),
+            _ => {}
+        }
+    }
+
+    /// The first look-ahead stage for a record's physical `line`.
+    #[inline(always)]
+    fn prefetch_line_early(&self, op: Op, line: u64) {
+        {
             if self.memory_level {
                 // The record itself goes to the controller: a write bumps its counter (in the
                 // counter block's cached bytes, which the second stage prefetches, when the
                 // controller keeps no counter store).
-                if rec.op == Op::Write && !self.mc.counters_in_payload() {
+                if op == Op::Write && !self.mc.counters_in_payload() {
                     self.mc.counters.prefetch_line(line);
                 }
                 if self.functional {
@@ -605,7 +679,36 @@ impl Engine {
         if !matches!(rec.op, Op::Read | Op::Write) {
             return;
         }
-        let line = rec.addr >> LINE_SHIFT;
+        match &self.translator {
+            None => self.prefetch_line_late(rec.addr >> LINE_SHIFT),
+            // Translated at the middle stage: found among the recent translations.
+            Some(t) => {
+                if let Some(addr) = t.borrow().peek(rec.addr) {
+                    self.prefetch_line_late(addr >> LINE_SHIFT);
+                }
+            }
+        }
+    }
+
+    /// The middle look-ahead stage, between [`prefetch`](Self::prefetch) and
+    /// [`prefetch_late`](Self::prefetch_late), for virtual traces only: the record's page is
+    /// placed here (its page-map slot was fetched by the first stage), in record order
+    /// (every record reaches this stage or `step` in trace order, so pages are placed in the
+    /// order a driver without look-ahead places them), then the first stage's work runs on
+    /// its physical line.
+    #[inline(always)]
+    pub fn prefetch_mid(&self, rec: &Record) {
+        let Some(t) = &self.translator else { return };
+        if !matches!(rec.op, Op::Read | Op::Write) {
+            return;
+        }
+        let Ok(addr) = t.borrow_mut().translate(rec.addr) else { return };
+        self.prefetch_line_early(rec.op, addr >> LINE_SHIFT);
+    }
+
+    /// The second look-ahead stage for a record's physical `line`.
+    #[inline(always)]
+    fn prefetch_line_late(&self, line: u64) {
         if self.memory_level {
             // No hierarchy: only the controller's image reads are worth fetching ahead.
             if self.functional {

@@ -16,6 +16,7 @@ pub mod os_trace;
 pub mod presets;
 pub mod report;
 pub mod run;
+pub mod translate;
 
 pub use config::Config;
 /// The design registry, for front ends that list designs and their drain schemes.

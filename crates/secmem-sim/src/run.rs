@@ -1,6 +1,7 @@
 //! One run: config + trace in, report out.
 
 use crate::config::Config;
+use crate::translate::AddressSpace;
 use crate::engine::{Engine, RecordError, Snapshot};
 use crate::report;
 use secmem_core::error::ConfigError;
@@ -239,7 +240,16 @@ fn report_of(cfg: &Config, engine: &Engine, warm: Option<Snapshot>, end: &Snapsh
     let wall = start.elapsed().as_secs_f64();
     let stats = report::stats(cfg, &roi, &engine.design.extra_stats());
     let meta = report::meta(cfg, trace_name.to_string(), cfg.run.functional, n, wall);
-    report::report(cfg, &meta, stats)
+    let mut rep = report::report(cfg, &meta, stats);
+    if let Some((pages, page_bytes)) = engine.translation() {
+        rep["meta"]["translation"] = serde_json::json!({
+            "pages_mapped": pages,
+            "page_bytes": page_bytes,
+            "bytes_mapped": pages * page_bytes,
+            "placement": cfg.translation.placement.as_str(),
+        });
+    }
+    rep
 }
 
 /// Steps `engine` through `records` with a short look-ahead window in front, so that the host
@@ -255,6 +265,8 @@ where
     // The record this many places behind the newest gets the second stage
     // (Engine::prefetch_late), which reads the cache sets the first stage brought in.
     const LATE: usize = 8;
+    // Virtual traces: the stage between, which translates (Engine::prefetch_mid).
+    const MID: usize = 4;
     // The window is a ring of LOOKAHEAD slots: a record is moved once, into its slot, and
     // stepped from there by reference (a queue of records copied each ~90 B record in and out).
     let mut window: [Record; LOOKAHEAD] = std::array::from_fn(|_| Record::read(0, 0));
@@ -269,6 +281,9 @@ where
                     window[slot] = rec?;
                     engine.prefetch(&window[slot]);
                     len += 1;
+                    if len > MID {
+                        engine.prefetch_mid(&window[(head + len - 1 - MID) % LOOKAHEAD]);
+                    }
                     if len > LATE {
                         engine.prefetch_late(&window[(head + len - 1 - LATE) % LOOKAHEAD]);
                     }
@@ -597,6 +612,21 @@ fn show_progress(n: u64, total: Option<u64>, secs: f64) {
 /// Runs a config on an input; the report as JSON.
 pub fn run(cfg: &Config, input: &TraceInput) -> Result<Value, SimError> { run_saving(cfg, input, None) }
 
+/// `cfg` with what `input` decides resolved: `translation.addresses = "auto"` becomes
+/// `virtual` for a trace whose addresses are a program's (lackey, or a secmem trace marked
+/// virtual) and `physical` otherwise. The report and the config saved beside it say which.
+pub fn resolve_for_input(cfg: &Config, input: &TraceInput) -> Result<Config, SimError> {
+    let mut out = cfg.clone();
+    if cfg.translation.addresses == AddressSpace::Auto {
+        let virtual_addresses = match input {
+            TraceInput::File(p) => secmem_trace::trace_kind(p)?.virtual_addresses,
+            TraceInput::Workload => false,
+        };
+        out.translation.addresses = if virtual_addresses { AddressSpace::Virtual } else { AddressSpace::Physical };
+    }
+    Ok(out)
+}
+
 /// Runs and, with `image_out`, saves the NVM image afterwards.
 pub fn run_saving(cfg: &Config, input: &TraceInput, image_out: Option<&Path>) -> Result<Value, SimError> {
     if image_out.is_some() && !cfg.security.enabled {
@@ -604,6 +634,8 @@ pub fn run_saving(cfg: &Config, input: &TraceInput, image_out: Option<&Path>) ->
         // security it would hold plaintext that every check then reports as tampered.
         return Err(SimError::Config(ConfigError::new("security.enabled", "saving an NVM image needs secure memory (security.enabled = true)")));
     }
+    let resolved = resolve_for_input(cfg, input)?;
+    let cfg = &resolved;
     // An OS-level trace (format v2, header flag) drives the OS model instead of the engine.
     if let TraceInput::File(p) = input {
         let stream = secmem_trace::open_events(p)?;
@@ -636,7 +668,7 @@ pub fn run_to_dir_saving(cfg: &Config, input: &TraceInput, out_dir: &Path, image
         _ => {}
     }
     let report = run_saving(cfg, input, image_out)?;
-    std::fs::write(out_dir.join("config.toml"), cfg.to_commented_toml()).map_err(io)?;
+    std::fs::write(out_dir.join("config.toml"), resolve_for_input(cfg, input)?.to_commented_toml()).map_err(io)?;
     let text = serde_json::to_string_pretty(&report).expect("report serializes");
     std::fs::write(out_dir.join("report.json"), text).map_err(io)?;
     Ok(report)

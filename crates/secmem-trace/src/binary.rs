@@ -32,6 +32,9 @@ pub const DATA_BYTES: usize = 64;
 pub const HEADER_FLAG_DATA: u16 = 1;
 /// Header flag bit 1 (version 2): an OS-level trace; records may be OS records (op 4+).
 pub const HEADER_FLAG_OS: u16 = 2;
+/// Header flag bit 2: the records' addresses are virtual (a program's), for the simulator to
+/// translate; not with [`HEADER_FLAG_OS`].
+pub const HEADER_FLAG_VIRTUAL: u16 = 4;
 /// Size of the OS extension that follows the fixed part of op codes 8-15 (version 2).
 pub const OS_EXTENSION_BYTES: usize = 16;
 /// Record flag bit 0: a 64-byte data payload follows the fixed part.
@@ -62,6 +65,7 @@ impl BinaryHeader {
         TraceKind {
             version: self.version,
             os_level: self.os_level(),
+            virtual_addresses: self.flags & HEADER_FLAG_VIRTUAL != 0,
         }
     }
 
@@ -149,13 +153,13 @@ impl<W: Write> BinaryWriter<W> {
         kind: TraceKind,
     ) -> Result<Self, TraceError> {
         let name = name.into();
-        if !(kind.version == 1 && !kind.os_level || kind.version == 2) {
+        if !(kind.version == 1 && !kind.os_level || kind.version == 2) || kind.os_level && kind.virtual_addresses {
             return Err(TraceError::at_offset(
                 name,
                 0,
                 ErrorKind::UnsupportedVersion,
                 format!(
-                    "cannot write binary trace version {}{} (versions 1 and 2; OS-level needs 2)",
+                    "cannot write binary trace version {}{} (versions 1 and 2; OS-level needs 2 and cannot be virtual)",
                     kind.version,
                     if kind.os_level { " OS-level" } else { "" }
                 ),
@@ -172,7 +176,8 @@ impl<W: Write> BinaryWriter<W> {
         let header = BinaryHeader {
             version: kind.version,
             flags: if allow_data { HEADER_FLAG_DATA } else { 0 }
-                | if kind.os_level { HEADER_FLAG_OS } else { 0 },
+                | if kind.os_level { HEADER_FLAG_OS } else { 0 }
+                | if kind.virtual_addresses { HEADER_FLAG_VIRTUAL } else { 0 },
         };
         w.out
             .write_all(&header.encode())
@@ -369,9 +374,9 @@ impl<R: Read> BinaryReader<R> {
         }
         let flags = u16::from_le_bytes([h[10], h[11]]);
         let known = if version == 1 {
-            HEADER_FLAG_DATA
+            HEADER_FLAG_DATA | HEADER_FLAG_VIRTUAL
         } else {
-            HEADER_FLAG_DATA | HEADER_FLAG_OS
+            HEADER_FLAG_DATA | HEADER_FLAG_OS | HEADER_FLAG_VIRTUAL
         };
         if flags & !known != 0 {
             return Err(TraceError::at_offset(
@@ -379,6 +384,14 @@ impl<R: Read> BinaryReader<R> {
                 10,
                 ErrorKind::ReservedBits,
                 format!("header flags 0x{flags:04x} have reserved bits set"),
+            ));
+        }
+        if flags & HEADER_FLAG_OS != 0 && flags & HEADER_FLAG_VIRTUAL != 0 {
+            return Err(TraceError::at_offset(
+                name,
+                10,
+                ErrorKind::ReservedBits,
+                "header flags mark an OS-level trace virtual: OS-level traces carry their own address spaces".to_string(),
             ));
         }
         let reserved = u32::from_le_bytes([h[12], h[13], h[14], h[15]]);
@@ -895,6 +908,22 @@ mod tests {
     }
 
     #[test]
+    fn the_virtual_flag_round_trips_and_is_refused_on_an_os_level_trace() {
+        for kind in [TraceKind::V1, TraceKind::V2] {
+            let mut w = BinaryWriter::with_kind(Vec::new(), "t.bin", false, kind.with_virtual_addresses(true)).unwrap();
+            w.write(&Record::read(0x7ffd_0000_1000, 0)).unwrap();
+            let bytes = w.finish().unwrap();
+            let r = BinaryReader::with_name(&bytes[..], "t.bin").unwrap();
+            assert_eq!(r.header().kind(), kind.with_virtual_addresses(true));
+        }
+        let mut bytes = BinaryWriter::with_kind(Vec::new(), "t.bin", false, TraceKind::V2_OS).unwrap().finish().unwrap();
+        bytes[10] |= HEADER_FLAG_VIRTUAL as u8;
+        let e = BinaryReader::with_name(&bytes[..], "t.bin").err().expect("refused");
+        assert_eq!(e.kind(), ErrorKind::ReservedBits);
+        assert!(e.to_string().contains("OS-level"), "{e}");
+    }
+
+    #[test]
     fn nonzero_reserved_header_bits_are_rejected() {
         let mut bytes = encode(&[]);
         bytes[11] = 0x80;
@@ -1126,7 +1155,7 @@ mod tests {
 
     #[test]
     fn writers_refuse_versions_they_cannot_write() {
-        for kind in [TraceKind { version: 1, os_level: true }, TraceKind { version: 3, os_level: false }] {
+        for kind in [TraceKind { version: 1, os_level: true, virtual_addresses: false }, TraceKind { version: 3, os_level: false, virtual_addresses: false }, TraceKind::V2_OS.with_virtual_addresses(true)] {
             let e = BinaryWriter::with_kind(Vec::new(), "t.bin", false, kind).err().expect("refused");
             assert_eq!(e.kind(), ErrorKind::UnsupportedVersion, "{kind:?}");
         }

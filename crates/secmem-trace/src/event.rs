@@ -314,17 +314,32 @@ pub struct TraceKind {
     pub version: u16,
     /// The header announces OS-level records (v2 only).
     pub os_level: bool,
+    /// The records' addresses are a program's virtual addresses (captured from a program:
+    /// valgrind lackey, `secmem trace capture`), to be translated to physical frames by the
+    /// simulator; false: physical addresses. Not with `os_level` (an OS-level trace has its
+    /// own address spaces).
+    pub virtual_addresses: bool,
 }
 
 impl TraceKind {
     pub const V1: TraceKind = TraceKind {
         version: 1,
         os_level: false,
+        virtual_addresses: false,
+    };
+    pub const V2: TraceKind = TraceKind {
+        version: 2,
+        os_level: false,
+        virtual_addresses: false,
     };
     pub const V2_OS: TraceKind = TraceKind {
         version: 2,
         os_level: true,
+        virtual_addresses: false,
     };
+
+    /// This kind, with its addresses marked virtual (or not).
+    pub fn with_virtual_addresses(self, virtual_addresses: bool) -> TraceKind { TraceKind { virtual_addresses, ..self } }
 }
 
 #[cfg(test)]

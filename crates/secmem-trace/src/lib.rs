@@ -380,9 +380,11 @@ pub fn events_reader_for<R: Read + Send + 'static>(
         }
         _ => {
             let it = reader_for(inner, name, format)?;
+            // Lackey traces are a program's loads and stores: virtual addresses.
             let foreign = TraceKind {
                 version: 0,
                 os_level: false,
+                virtual_addresses: format == Format::Lackey,
             };
             (foreign, Box::new(it.map(|r| r.map(Event::Phys))))
         }
@@ -436,6 +438,31 @@ pub fn write_events(
         let _ = std::fs::remove_file(&partial);
     }
     done
+}
+
+/// Converts a running program's lackey output (`valgrind --tool=lackey --trace-mem=yes`, read
+/// from `lackey` as valgrind writes it, so no text trace is kept on disk) into a secmem
+/// binary trace at `output`, marked virtual (a program's addresses). Stops after
+/// `max_records` records when given. `progress(records)` is called every 2^20 records.
+/// Returns the record count; on an error the output is not written.
+pub fn capture_lackey<R: Read + Send + 'static>(
+    lackey: R,
+    name: String,
+    output: &Path,
+    max_records: Option<u64>,
+    progress: &mut dyn FnMut(u64),
+) -> Result<u64, TraceError> {
+    let records = reader_for(lackey, name, Format::Lackey)?;
+    let limit = usize::try_from(max_records.unwrap_or(u64::MAX)).unwrap_or(usize::MAX);
+    let mut n = 0u64;
+    let events = records.take(limit).map(|r| {
+        n += 1;
+        if n.is_multiple_of(1 << 20) {
+            progress(n);
+        }
+        r.map(Event::Phys)
+    });
+    write_events(output, Format::Binary, TraceKind::V1.with_virtual_addresses(true), events)
 }
 
 /// A writer of binary or text traces of any version, record by record.
@@ -525,7 +552,8 @@ pub fn write_results(
 
 /// Converts a trace (format detected when `from` is `None`) into `to` (binary or text);
 /// returns the record count. A version-2 secmem trace stays version 2 (OS-level or not);
-/// version-1 and foreign traces are written as version 1.
+/// version-1 and foreign traces are written as version 1. Virtual addresses stay marked
+/// virtual (a lackey trace's are).
 pub fn convert(
     input: &Path,
     from: Option<Format>,
@@ -539,7 +567,7 @@ pub fn convert(
     let kind = if stream.kind.version == 2 {
         stream.kind
     } else {
-        TraceKind::V1
+        TraceKind::V1.with_virtual_addresses(stream.kind.virtual_addresses)
     };
     write_events(output, to, kind, stream.events)
 }

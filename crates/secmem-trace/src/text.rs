@@ -29,13 +29,18 @@ pub const HEADER_LINE_V2_OS: &str = "# secmem-trace v2 os";
 /// The prefix shared by header lines of every version.
 pub const HEADER_PREFIX: &str = "# secmem-trace";
 
-fn header_line(kind: TraceKind) -> Option<&'static str> {
-    match (kind.version, kind.os_level) {
-        (1, false) => Some(HEADER_LINE),
-        (2, false) => Some(HEADER_LINE_V2),
-        (2, true) => Some(HEADER_LINE_V2_OS),
-        _ => None,
-    }
+/// The word a header line ends with when the trace's addresses are virtual
+/// (`# secmem-trace v1 virtual`).
+pub const VIRTUAL_WORD: &str = "virtual";
+
+fn header_line(kind: TraceKind) -> Option<String> {
+    let base = match (kind.version, kind.os_level, kind.virtual_addresses) {
+        (1, false, _) => HEADER_LINE,
+        (2, false, _) => HEADER_LINE_V2,
+        (2, true, false) => HEADER_LINE_V2_OS,
+        _ => return None,
+    };
+    Some(if kind.virtual_addresses { format!("{base} {VIRTUAL_WORD}") } else { base.to_string() })
 }
 
 /// The text mnemonic of an op: `R`, `W`, `F`, `FL`.
@@ -77,7 +82,7 @@ impl<W: Write> TextWriter<W> {
                 1,
                 ErrorKind::UnsupportedVersion,
                 format!(
-                    "cannot write text trace version {}{} (versions 1 and 2; OS-level needs 2)",
+                    "cannot write text trace version {}{} (versions 1 and 2; OS-level needs 2 and cannot be virtual)",
                     kind.version,
                     if kind.os_level { " OS-level" } else { "" }
                 ),
@@ -237,19 +242,21 @@ impl<R: Read> TextReader<R> {
     pub fn with_name(inner: R, name: impl Into<String>) -> Result<Self, TraceError> {
         let mut lines = LineReader::new(inner, name.into());
         let first = lines.next_line()?.map(|l| l.trim_end().to_string());
-        let kind = match first.as_deref() {
-            Some(HEADER_LINE) => TraceKind::V1,
-            Some(HEADER_LINE_V2) => TraceKind {
-                version: 2,
-                os_level: false,
-            },
+        // `... virtual` marks a v1 or v2 (not OS-level) trace's addresses virtual.
+        let (head, virtual_addresses) = match first.as_deref().and_then(|l| l.strip_suffix(VIRTUAL_WORD)) {
+            Some(h) if h.ends_with(' ') && h.trim_end() != HEADER_LINE_V2_OS => (Some(h.trim_end()), true),
+            _ => (first.as_deref(), false),
+        };
+        let kind = match head {
+            Some(HEADER_LINE) => TraceKind::V1.with_virtual_addresses(virtual_addresses),
+            Some(HEADER_LINE_V2) => TraceKind::V2.with_virtual_addresses(virtual_addresses),
             Some(HEADER_LINE_V2_OS) => TraceKind::V2_OS,
             Some(l) if l.starts_with(HEADER_PREFIX) => {
                 let v = l[HEADER_PREFIX.len()..].trim();
                 return Err(lines.err(
                     ErrorKind::UnsupportedVersion,
                     format!(
-                        "unsupported text trace version '{}' (this reader supports v1, v2 and v2 os)",
+                        "unsupported text trace version '{}' (this reader supports v1, v2 and v2 os, and v1 virtual and v2 virtual)",
                         quote(v)
                     ),
                 ));
@@ -686,8 +693,26 @@ mod tests {
         assert_eq!(e.kind(), ErrorKind::UnsupportedVersion);
         assert_eq!(
             e.to_string(),
-            "trace.txt:1: unsupported text trace version 'v3' (this reader supports v1, v2 and v2 os)"
+            "trace.txt:1: unsupported text trace version 'v3' (this reader supports v1, v2 and v2 os, and v1 virtual and v2 virtual)"
         );
+        // An OS-level trace carries its own address spaces: it cannot be marked virtual.
+        let e = decode("# secmem-trace v2 os virtual
+").unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::UnsupportedVersion);
+    }
+
+    #[test]
+    fn a_virtual_header_marks_the_addresses_virtual_and_survives_a_round_trip() {
+        for (header, kind) in [("# secmem-trace v1 virtual", TraceKind::V1), ("# secmem-trace v2 virtual", TraceKind::V2)] {
+            let text = format!("{header}\nR 0x7ffd00001000 8 0\n");
+            let r = TextReader::with_name(text.as_bytes(), "t").unwrap();
+            assert_eq!(r.kind(), kind.with_virtual_addresses(true), "{header}");
+            let mut out = Vec::new();
+            let w = TextWriter::with_kind(&mut out, "t", kind.with_virtual_addresses(true)).unwrap();
+            w.finish().unwrap();
+            assert_eq!(String::from_utf8(out).unwrap(), format!("{header}\n"));
+        }
+        assert!(!TextReader::new("# secmem-trace v1\n".as_bytes()).unwrap().kind().virtual_addresses);
     }
 
     #[test]

@@ -136,7 +136,7 @@ fn os_records_are_refused_in_v1_and_in_non_os_v2_traces() {
     assert_eq!((e.kind(), e.offset()), (ErrorKind::InvalidRecord, Some(16)));
     assert!(e.message().contains("header flag bit 1"), "{e}");
     // Writers refuse too.
-    let mut w = TextWriter::with_kind(Vec::new(), "t.txt", TraceKind { version: 2, os_level: false }).unwrap();
+    let mut w = TextWriter::with_kind(Vec::new(), "t.txt", TraceKind::V2).unwrap();
     assert_eq!(w.write_event(&Event::RoiBegin).unwrap_err().kind(), ErrorKind::InvalidRecord);
     let mut w = BinaryWriter::new(Vec::new()).unwrap();
     assert_eq!(w.write_event(&Event::RoiBegin).unwrap_err().kind(), ErrorKind::InvalidRecord);
