@@ -103,6 +103,7 @@ config_section! {
         design: secmem_schemes::designs::DesignsConfig = secmem_schemes::designs::DesignsConfig::default() => "Each design's own parameters, one section per design ([design.NAME]); run.design picks the design";
         workload: WorkloadConfig = WorkloadConfig::default() => "Built-in synthetic workload (used when no trace is given)";
         translation: crate::translate::TranslationConfig = crate::translate::TranslationConfig::default() => "Virtual-to-physical translation of traces of real programs (first-touch page placement)";
+        persist: crate::persist::PersistConfig = crate::persist::PersistConfig::default() => "Persist barriers (flush + fence) inserted into traces that have none, by a rule";
         os: crate::os::OsConfig = crate::os::OsConfig::default() => "The OS memory model (copy-on-write workloads, OS-level traces)";
         drain: crate::harness::drain::DrainConfig = crate::harness::drain::DrainConfig::default() => "eADR power-loss drains (Horus): pacing, energy and battery model, worst-case content";
     }
@@ -202,6 +203,10 @@ impl Config {
         self.llc.validate("llc")?;
         self.pcm.validate("pcm")?;
         self.simple.validate("simple")?;
+        self.persist.validate("persist")?;
+        ensure(!self.workload.persist_writes || self.persist.barriers == crate::persist::PersistRule::Trace, "persist.barriers", || {
+            "workload.persist_writes already follows every generated write with a flush and a fence: use one or the other".into()
+        })?;
         self.drain.validate("drain")?;
         ensure(self.memory.capacity_gib > 0, "memory.capacity_gib", || "must be at least 1 GiB".into())?;
         ensure(self.memory.capacity_gib <= 1024, "memory.capacity_gib", || {

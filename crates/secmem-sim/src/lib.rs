@@ -13,6 +13,7 @@ pub mod hierarchy;
 pub mod misses_in_flight;
 pub mod os;
 pub mod os_trace;
+pub mod persist;
 pub mod presets;
 pub mod report;
 pub mod run;

@@ -91,8 +91,18 @@ pub(crate) fn workload_generator(cfg: &Config) -> Result<(secmem_trace::generate
     Ok((gen, spec.requests))
 }
 
-/// Opens the records of `input`.
+/// Opens the records of `input`, with persist barriers inserted by `[persist]`'s rule.
 pub fn open_records(cfg: &Config, input: &TraceInput) -> Result<(RecordIter, Option<u64>), SimError> {
+    let (records, hint) = open_plain_records(cfg, input)?;
+    if cfg.persist.barriers == crate::persist::PersistRule::Trace {
+        return Ok((records, hint));
+    }
+    // The record count is no longer known up front.
+    Ok((Box::new(crate::persist::Barriers::new(records, &cfg.persist)), None))
+}
+
+/// The records of `input` as they are.
+fn open_plain_records(cfg: &Config, input: &TraceInput) -> Result<(RecordIter, Option<u64>), SimError> {
     match input {
         TraceInput::File(p) => Ok((secmem_trace::open(p)?, None)),
         TraceInput::Workload => {
@@ -646,7 +656,7 @@ pub fn run_saving(cfg: &Config, input: &TraceInput, image_out: Option<&Path>) ->
             return crate::os_trace::run_events(cfg, stream.events, &input.describe(cfg));
         }
     }
-    if matches!(input, TraceInput::Workload) && !cfg.workload.persist_writes {
+    if matches!(input, TraceInput::Workload) && !cfg.workload.persist_writes && cfg.persist.barriers == crate::persist::PersistRule::Trace {
         // The common case, without the box `open_records` puts every source in.
         let (gen, n) = workload_generator(cfg)?;
         return run_records_saving(cfg, gen.map(Ok), Some(n), &input.describe(cfg), image_out);
