@@ -64,7 +64,7 @@ config_section! {
         check_pad_reuse: bool = false => "Functional mode: record every pad used for encryption and fail on a repeat (tests and campaigns)";
         warmup_requests: u64 = 0 => "Trace records simulated before statistics start (stats are end minus warm-up snapshot)";
         max_requests: u64 = 0 => "Stop after this many trace records (0 = the whole trace)";
-        require_aligned: bool = true => "Reject accesses that are not naturally aligned (address a multiple of a power-of-two size); false splits any access across the lines it touches";
+        require_aligned: bool = true => "Reject accesses of physical traces that are not naturally aligned (address a multiple of a power-of-two size); false splits any access across the lines it touches. A virtual trace's (a real program's: lackey, captured) unaligned accesses are always split, and counted in meta.translation";
         progress: bool = true => "Show a progress line on stderr when it is a terminal";
     }
 }

@@ -171,6 +171,9 @@ pub struct Engine {
     translator: Option<std::cell::RefCell<Translator>>,
     /// The physical lines of the virtual record being stepped (reused buffer).
     virtual_lines: Vec<u64>,
+    /// Reads and writes of a virtual trace that were not naturally aligned (split across
+    /// lines).
+    unaligned_accesses: u64,
     /// Counting mode under a design whose decisions depend on line contents
     /// (`DesignEntry::needs_line_contents`): the plaintext last written to each line, which
     /// functional mode reads back from its image. Fills take their contents from here, so the
@@ -330,6 +333,7 @@ impl Engine {
                 std::cell::RefCell::new(Translator::new(&cfg.translation, cfg.data_bytes() - reserved, cfg.run.seed))
             }),
             virtual_lines: Vec::new(),
+            unaligned_accesses: 0,
             content_shadow: None,
             prefetch_page: std::cell::Cell::new(u64::MAX),
             prefetch_page_early: std::cell::Cell::new(u64::MAX),
@@ -345,13 +349,13 @@ impl Engine {
     /// Checks a record's address and size before it touches anything.
     #[inline(always)]
     fn check(&self, rec: &Record, index: u64) -> Result<(), RecordError> {
-        self.check_within(rec, index, self.data_bytes)
+        self.check_within(rec, index, self.data_bytes, self.cfg.run.require_aligned)
     }
 
     /// As [`check`](Self::check), for addresses below `end` (the data capacity, or for a
-    /// virtual trace the whole 64-bit space).
+    /// virtual trace the whole 64-bit space), refusing unaligned accesses if `aligned`.
     #[inline(always)]
-    fn check_within(&self, rec: &Record, index: u64, end: u64) -> Result<(), RecordError> {
+    fn check_within(&self, rec: &Record, index: u64, end: u64, aligned: bool) -> Result<(), RecordError> {
         if matches!(rec.op, Op::Fence) {
             return Ok(());
         }
@@ -369,7 +373,7 @@ impl Engine {
                 integrity: None,
             });
         }
-        if self.cfg.run.require_aligned && matches!(rec.op, Op::Read | Op::Write) {
+        if aligned && matches!(rec.op, Op::Read | Op::Write) {
             if size > 64 {
                 return Err(RecordError {
                     index,
@@ -466,7 +470,15 @@ impl Engine {
     /// translated (its page mapped on first touch), then the record runs on those lines.
     #[inline(never)]
     fn step_virtual(&mut self, rec: &Record, index: u64) -> Result<(), RecordError> {
-        self.check_within(rec, index, u64::MAX)?;
+        // A real program's accesses: unaligned ones (valgrind reports 16- and 32-byte vector
+        // accesses at any address) are split across the lines they touch, and counted.
+        self.check_within(rec, index, u64::MAX, false)?;
+        if matches!(rec.op, Op::Read | Op::Write) {
+            let size = u64::from(rec.size_bytes);
+            if size > 64 || !size.is_power_of_two() || rec.addr & (size - 1) != 0 {
+                self.unaligned_accesses += 1;
+            }
+        }
         let mut lines = std::mem::take(&mut self.virtual_lines);
         lines.clear();
         if !matches!(rec.op, Op::Fence) {
@@ -483,11 +495,12 @@ impl Engine {
         self.after_step(index)
     }
 
-    /// Translation statistics of a virtual trace: (pages mapped, page bytes).
-    pub fn translation(&self) -> Option<(u64, u64)> {
+    /// Translation statistics of a virtual trace: (pages mapped, page bytes, reads and
+    /// writes that were not naturally aligned and were split across lines).
+    pub fn translation(&self) -> Option<(u64, u64, u64)> {
         self.translator.as_ref().map(|t| {
             let t = t.borrow();
-            (t.pages_mapped(), t.page_bytes())
+            (t.pages_mapped(), t.page_bytes(), self.unaligned_accesses)
         })
     }
 

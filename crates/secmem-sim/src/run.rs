@@ -251,12 +251,13 @@ fn report_of(cfg: &Config, engine: &Engine, warm: Option<Snapshot>, end: &Snapsh
     let stats = report::stats(cfg, &roi, &engine.design.extra_stats());
     let meta = report::meta(cfg, trace_name.to_string(), cfg.run.functional, n, wall);
     let mut rep = report::report(cfg, &meta, stats);
-    if let Some((pages, page_bytes)) = engine.translation() {
+    if let Some((pages, page_bytes, unaligned)) = engine.translation() {
         rep["meta"]["translation"] = serde_json::json!({
             "pages_mapped": pages,
             "page_bytes": page_bytes,
             "bytes_mapped": pages * page_bytes,
             "placement": cfg.translation.placement.as_str(),
+            "unaligned_accesses_split": unaligned,
         });
     }
     rep
