@@ -31,6 +31,7 @@ import argparse
 import json
 import os
 import sys
+import tempfile
 from typing import List, Optional
 
 from . import api
@@ -141,8 +142,41 @@ def _summary(rep: api.Report) -> str:
     return "\n".join(lines)
 
 
+def _probe_out(path: str) -> bool:
+    """Checks, before a run, that `--out` can take its results: an existing file is not a
+    folder, and the folder must accept a file (created and removed). Returns whether the
+    folder existed before, so that a failed run can remove one it created."""
+    existed = os.path.exists(path)
+    if existed and not os.path.isdir(path):
+        raise api.SecmemError(f"--out {path}: exists and is not a folder")
+    try:
+        os.makedirs(path, exist_ok=True)
+        fd, probe = tempfile.mkstemp(prefix=".secmem-probe-", dir=path)
+        os.close(fd)
+        os.remove(probe)
+    except OSError as e:
+        if not existed:
+            _remove_if_empty(path)
+        raise api.SecmemError(f"--out {path}: cannot write results there: {e.strerror or e}") from None
+    return existed
+
+
+def _remove_if_empty(path: str) -> None:
+    try:
+        os.rmdir(path)  # only an empty folder
+    except OSError:
+        pass
+
+
 def cmd_run(a) -> int:
-    rep = api.run(preset=a.preset, trace=a.trace, config=a.config, params=a.param, out=a.out, save_image=a.save_image)
+    existed = _probe_out(a.out) if a.out is not None else True
+    try:
+        rep = api.run(preset=a.preset, trace=a.trace, config=a.config, params=a.param, out=a.out, save_image=a.save_image)
+    except BaseException:
+        # A failed run leaves no empty folder behind (a partial report is never written).
+        if not existed:
+            _remove_if_empty(a.out)
+        raise
     if a.json:
         print(json.dumps(rep, indent=2))
     else:
