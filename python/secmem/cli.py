@@ -48,17 +48,32 @@ def _path_arg(s: str) -> str:
     return s
 
 
-def _out_dir(path: str, what: str = "--out") -> None:
+def _out_dir(path: str, what: str = "--out") -> bool:
     """Creates an output directory up front, so that a path that cannot be one (an existing
-    file, a file on the way, no permission) fails before the runs, naming the argument."""
-    if os.path.exists(path) and not os.path.isdir(path):
-        raise api.SecmemError(f"{what} {path}: exists and is not a directory")
+    file, a file on the way, no permission) fails before the runs, naming the argument. The
+    folder must accept a file (one is created and removed: `os.access` answers yes to root
+    whatever the folder is). Returns whether it existed before, so that a failed run can
+    remove one it created."""
+    existed = os.path.exists(path)
+    if existed and not os.path.isdir(path):
+        raise api.SecmemError(f"{what} {path}: exists and is not a folder")
     try:
         os.makedirs(path, exist_ok=True)
+        fd, probe = tempfile.mkstemp(prefix=".secmem-probe-", dir=path)
+        os.close(fd)
+        os.remove(probe)
     except OSError as e:
-        raise api.SecmemError(f"{what} {path}: cannot create the directory: {e.strerror or e}") from None
-    if not os.access(path, os.W_OK | os.X_OK):
-        raise api.SecmemError(f"{what} {path}: directory is not writable")
+        if not existed:
+            _remove_if_empty(path)
+        raise api.SecmemError(f"{what} {path}: cannot write results there: {e.strerror or e}") from None
+    return existed
+
+
+def _remove_if_empty(path: str) -> None:
+    try:
+        os.rmdir(path)  # only an empty folder
+    except OSError:
+        pass
 
 
 def _add_out(p: argparse.ArgumentParser) -> None:
@@ -142,34 +157,8 @@ def _summary(rep: api.Report) -> str:
     return "\n".join(lines)
 
 
-def _probe_out(path: str) -> bool:
-    """Checks, before a run, that `--out` can take its results: an existing file is not a
-    folder, and the folder must accept a file (created and removed). Returns whether the
-    folder existed before, so that a failed run can remove one it created."""
-    existed = os.path.exists(path)
-    if existed and not os.path.isdir(path):
-        raise api.SecmemError(f"--out {path}: exists and is not a folder")
-    try:
-        os.makedirs(path, exist_ok=True)
-        fd, probe = tempfile.mkstemp(prefix=".secmem-probe-", dir=path)
-        os.close(fd)
-        os.remove(probe)
-    except OSError as e:
-        if not existed:
-            _remove_if_empty(path)
-        raise api.SecmemError(f"--out {path}: cannot write results there: {e.strerror or e}") from None
-    return existed
-
-
-def _remove_if_empty(path: str) -> None:
-    try:
-        os.rmdir(path)  # only an empty folder
-    except OSError:
-        pass
-
-
 def cmd_run(a) -> int:
-    existed = _probe_out(a.out) if a.out is not None else True
+    existed = _out_dir(a.out) if a.out is not None else True
     try:
         rep = api.run(preset=a.preset, trace=a.trace, config=a.config, params=a.param, out=a.out, save_image=a.save_image)
     except BaseException:

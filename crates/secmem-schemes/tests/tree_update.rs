@@ -33,7 +33,6 @@ impl TreeUpdateStrategy for UpTo {
         mc.update_path(page, ctr_at, self.top_level)
     }
     fn absorbs_on_write_back(&self) -> bool { false }
-    fn clone_box(&self) -> Box<dyn TreeUpdateStrategy> { Box::new(self.clone()) }
 }
 
 fn data(line: u64, i: u64) -> [u8; 64] {

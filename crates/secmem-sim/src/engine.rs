@@ -245,6 +245,11 @@ fn lines_of(rec: &Record) -> std::ops::Range<u64> {
     (rec.addr >> LINE_SHIFT)..((rec.addr + rec.size_bytes as u64).saturating_sub(1) >> LINE_SHIFT) + 1
 }
 
+/// Whether an access of `size` bytes at `addr` is naturally aligned: a power-of-two size at
+/// an address that is a multiple of it.
+#[inline(always)]
+fn naturally_aligned(addr: u64, size: u64) -> bool { size.is_power_of_two() && addr & (size - 1) == 0 }
+
 /// The sizes a design may need: hierarchy lines and metadata-cache blocks.
 pub fn design_context(cfg: &Config) -> secmem_schemes::designs::DesignContext {
     let mc = &cfg.metadata_cache;
@@ -384,8 +389,7 @@ impl Engine {
                     integrity: None,
                 });
             }
-            let aligned = size.is_power_of_two() && rec.addr & (size - 1) == 0;
-            if !aligned {
+            if !naturally_aligned(rec.addr, size) {
                 return Err(RecordError {
                     index,
                     message: format!(
@@ -475,7 +479,7 @@ impl Engine {
         self.check_within(rec, index, u64::MAX, false)?;
         if matches!(rec.op, Op::Read | Op::Write) {
             let size = u64::from(rec.size_bytes);
-            if size > 64 || !size.is_power_of_two() || rec.addr & (size - 1) != 0 {
+            if size > 64 || !naturally_aligned(rec.addr, size) {
                 self.unaligned_accesses += 1;
             }
         }

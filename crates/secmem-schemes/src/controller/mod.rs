@@ -1131,7 +1131,7 @@ impl SecureMc {
     // ---------------------------------------------------------------- data paths
 
     // One read path and one write path serve the baseline and every design: `read_line` /
-    // `write_line` take the line's own counter from the counter view, `read_line_under` /
+    // `write_line` take the line's own counter from the counter view, `McOps::read_line_under` /
     // `write_line_under` the counter a design chose; both end in `read_tail` / `write_tail`.
     // Latency is recorded by the caller of the design's hook (`Design::serve_read` /
     // `serve_write`), once per core-level request.
@@ -1573,40 +1573,6 @@ impl SecureMc {
         if self.func.is_some() {
             self.set_payload(MetaKind::Counter, self.layout.counter_addr(page) >> LINE_SHIFT, bytes);
         }
-    }
-
-    /// Reads data `line` and, in functional mode, decrypts and verifies it under counter
-    /// (`major`, `minor`), whose counter block was available at `ctr_at`. Same timing and
-    /// counts as `read_line` (which fetches the counter itself).
-    /// `class` is `Data`, or `Reencrypt` for a read of a line a minor overflow re-encrypts:
-    /// that is counted as the baseline's re-encryption is (a re-encryption read and AES op,
-    /// not a data read, decryption and MAC check).
-    pub fn read_line_under(&mut self, line: u64, major: u64, minor: u8, class: TrafficClass, ctr_at: Cycle, now: Cycle) -> Result<(Cycle, Option<[u8; 64]>), IntegrityError> {
-        let reencrypt = class == TrafficClass::Reencrypt;
-        if !reencrypt {
-            self.stats.data_reads += 1;
-        }
-        let data_at = self.device_read(line << LINE_SHIFT, class, now);
-        self.read_tail(line, Some((major, minor)), reencrypt, data_at, ctr_at, now)
-    }
-
-    /// Encrypts `plain` (functional mode) for `line` under counter (`major`, `minor`), MACs it
-    /// and writes it as traffic `class`; the line's counter block (already updated by the
-    /// caller) was available at `ctr_at`. With eager update the tree path of the line's page is
-    /// recomputed, with strict persistence its metadata is written through. Returns when the
-    /// write is persistent.
-    #[allow(clippy::too_many_arguments)]
-    pub fn write_line_under(
-        &mut self,
-        line: u64,
-        plain: Option<&[u8; 64]>,
-        major: u64,
-        minor: u8,
-        class: TrafficClass,
-        ctr_at: Cycle,
-        now: Cycle,
-    ) -> Result<Cycle, IntegrityError> {
-        self.write_tail(line, plain, Some((major, minor)), class, ctr_at, now)
     }
 
     /// After a design changed `page`'s counter block without writing data (a page command):

@@ -24,13 +24,13 @@
 //! Latency is not among them: the engine records each core-level read's and write's latency
 //! once, around the design's hook, whatever the design did inside it.
 
-use crate::config::TreeUpdate;
 use crate::controller::functional::{Functional, IntegrityError};
 use crate::controller::recovery::{RecoveryError, RecoveryReport};
 use crate::controller::{McParams, McStats, MetaBlock, MetaKind, PortId, SecureMc};
 use ref_cast::RefCast;
 use secmem_core::cache::{Replacement, SetAssocCache};
 use secmem_core::counters::CounterBlock;
+use secmem_core::addr::LINE_SHIFT;
 use secmem_core::tree::SecureLayout;
 use secmem_core::Cycle;
 use secmem_media::{MemRequest, TrafficClass};
@@ -80,9 +80,6 @@ impl McOps {
     /// The controller's statistics so far (read only; designs keep their own in
     /// [`Design::extra_stats`](crate::designs::Design::extra_stats)).
     pub fn stats(&self) -> &McStats { &self.0.stats }
-
-    /// The tree update in force (`tree.update`).
-    pub fn tree_update(&self) -> TreeUpdate { self.0.p.update }
 
     // ------------------------------------------------------------ counters
 
@@ -147,15 +144,25 @@ impl McOps {
     }
 
     /// The baseline's read path for `line` under counter (`major`, `minor`) the design chose,
-    /// its counter block usable at `ctr_at`. `class`: `Data`, or `Reencrypt` for a read a
-    /// re-encryption makes.
+    /// its counter block usable at `ctr_at`: same timing and counts as `read_line` (which
+    /// fetches the counter itself). `class` is `Data`, or `Reencrypt` for a read of a line a
+    /// minor overflow re-encrypts, counted as the baseline's re-encryption is (a
+    /// re-encryption read and AES op, not a data read, decryption and MAC check).
     #[inline]
     pub fn read_line_under(&mut self, line: u64, major: u64, minor: u8, class: TrafficClass, ctr_at: Cycle, now: Cycle) -> Result<(Cycle, Option<[u8; 64]>), IntegrityError> {
-        self.0.read_line_under(line, major, minor, class, ctr_at, now)
+        let mc = &mut self.0;
+        let reencrypt = class == TrafficClass::Reencrypt;
+        if !reencrypt {
+            mc.stats.data_reads += 1;
+        }
+        let data_at = mc.device_read(line << LINE_SHIFT, class, now);
+        mc.read_tail(line, Some((major, minor)), reencrypt, data_at, ctr_at, now)
     }
 
     /// The baseline's write path for `line` under counter (`major`, `minor`) the design chose
-    /// and stored; `class` is the traffic it counts as (`Data`, `Reencrypt`, `Design`).
+    /// and stored, its counter block usable at `ctr_at`: encrypt (functional mode), MAC,
+    /// write as traffic `class` (`Data`, `Reencrypt`, `Design`), tree update, and with strict
+    /// persistence the metadata written through. Returns when the write is persistent.
     #[allow(clippy::too_many_arguments)]
     #[inline]
     pub fn write_line_under(
@@ -168,7 +175,7 @@ impl McOps {
         ctr_at: Cycle,
         now: Cycle,
     ) -> Result<Cycle, IntegrityError> {
-        self.0.write_line_under(line, plain, major, minor, class, ctr_at, now)
+        self.0.write_tail(line, plain, Some((major, minor)), class, ctr_at, now)
     }
 
     // ------------------------------------------------------------ device

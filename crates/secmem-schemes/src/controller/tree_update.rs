@@ -35,12 +35,6 @@ pub trait TreeUpdateStrategy: Send {
     /// into its parent then (lazy update's rule). A strategy that keeps every path current
     /// at [`counter_changed`](Self::counter_changed) answers false.
     fn absorbs_on_write_back(&self) -> bool;
-
-    /// A copy, state included (battery-backed crash copies clone the controller's state).
-    fn clone_box(&self) -> Box<dyn TreeUpdateStrategy>;
-
-    /// Strategy-specific counters for the report (flat name -> value).
-    fn extra_stats(&self) -> Vec<(&'static str, f64)> { Vec::new() }
 }
 
 /// The strategy in force in a controller.
@@ -51,16 +45,6 @@ pub(crate) enum Updater {
     /// handed the controller); a nested call would find it missing, and none can happen:
     /// the operations a strategy calls never change a counter block.
     Own(Option<Box<dyn TreeUpdateStrategy>>),
-}
-
-impl Clone for Updater {
-    fn clone(&self) -> Self {
-        match self {
-            Updater::Lazy => Updater::Lazy,
-            Updater::Eager => Updater::Eager,
-            Updater::Own(s) => Updater::Own(s.as_ref().map(|s| s.clone_box())),
-        }
-    }
 }
 
 impl Updater {
