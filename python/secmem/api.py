@@ -298,13 +298,24 @@ def trace_capture(
     output: str,
     max_records: Optional[int] = None,
     progress: Optional[bool] = None,
+    data: bool = False,
+    data_interval: int = 65536,
+    skip_records: int = 0,
 ) -> Dict[str, Any]:
     """Runs `command` under valgrind lackey and writes the loads and stores it makes as a
     secmem binary trace at `output`, marked virtual (`secmem run` translates its addresses).
     Lackey's text streams through a pipe into the converter: no text trace is written to
-    disk. Stops after `max_records` records when given (the program is then stopped).
+    disk. Drops the first `skip_records` records (a program's start is mostly the dynamic
+    loader) and stops after `max_records` records when given (the program is then stopped).
     `progress` (default: stderr is a terminal) shows the records captured so far.
-    Returns {"records", "seconds", "exit_status"}."""
+
+    With `data`, every store also carries the 64 B line the program wrote: every
+    `data_interval` records the program is paused and the lines stored to since the last
+    pause are read from its memory (docs/trace-format.md, "Traces that carry data", says
+    what this resolution misses). Linux only.
+
+    Returns {"records", "seconds", "exit_status"}, and with `data` also "writes",
+    "writes_with_data", "writes_without_data" and "pauses"."""
     import shutil
     import time
 
@@ -313,6 +324,12 @@ def trace_capture(
         raise SecmemError("trace capture: no command given (secmem trace capture -o FILE -- CMD ARGS...)")
     if max_records is not None and max_records <= 0:
         raise SecmemError(f"trace capture: --max-records must be at least 1, got {max_records}")
+    if skip_records < 0:
+        raise SecmemError(f"trace capture: --skip-records must be at least 0, got {skip_records}")
+    if data and data_interval <= 0:
+        raise SecmemError(f"trace capture: --data-interval must be at least 1 record, got {data_interval}")
+    if data and not hasattr(_native, "trace_capture_data_fd"):
+        raise SecmemError("trace capture --data reads the program's memory through /proc and needs Linux")
     valgrind = shutil.which("valgrind")
     if valgrind is None:
         raise SecmemError(
@@ -340,7 +357,15 @@ def trace_capture(
     os.close(write_fd)  # valgrind holds the only write end: EOF when it exits
     try:
         # Owns and closes `read_fd`, also on an error.
-        records = _call(_native.trace_capture_fd, read_fd, output, f"lackey output of {program}", max_records, progress)
+        name = f"lackey output of {program}"
+        if data:
+            counts = json.loads(
+                _call(_native.trace_capture_data_fd, read_fd, proc.pid, output, name, max_records, data_interval, progress, skip_records)
+            )
+            records = counts["records"]
+        else:
+            counts = {}
+            records = _call(_native.trace_capture_fd, read_fd, output, name, max_records, progress, skip_records)
     except BaseException:
         proc.kill()
         proc.wait()
@@ -355,7 +380,7 @@ def trace_capture(
         except OSError:
             pass
         raise SecmemError(f"trace capture: {' '.join(command)} exited with status {status} under valgrind; no trace written")
-    return {"records": records, "seconds": time.monotonic() - start, "exit_status": status}
+    return {**counts, "records": records, "seconds": time.monotonic() - start, "exit_status": status}
 
 
 def crash(

@@ -236,8 +236,15 @@ def cmd_trace_capture(a) -> int:
     cmd = list(a.command)
     if cmd and cmd[0] == "--":
         cmd = cmd[1:]
-    out = api.trace_capture(cmd, a.output, max_records=a.max_records)
+    out = api.trace_capture(
+        cmd, a.output, max_records=a.max_records, data=a.data, data_interval=a.data_interval, skip_records=a.skip_records,
+    )
     print(f"captured {out['records']} records of {' '.join(cmd)} to {a.output} in {out['seconds']:.1f} s")
+    if a.data:
+        print(
+            f"{out['writes_with_data']} of {out['writes']} writes carry their line "
+            f"({out['writes_without_data']} could not be read; {out['pauses']} pauses)"
+        )
     return 0
 
 
@@ -561,10 +568,23 @@ def parser() -> argparse.ArgumentParser:
     p = tr.add_parser(
         "capture", help="run a program under valgrind lackey and write its loads and stores as a binary trace",
         description="Runs CMD under valgrind --tool=lackey --trace-mem=yes and streams its output into a secmem "
-        "binary trace marked virtual (secmem run translates its addresses). Needs valgrind.",
+        "binary trace marked virtual (secmem run translates its addresses). With --data, stores carry the "
+        "lines the program wrote. Needs valgrind.",
     )
     p.add_argument("-o", "--output", type=_path_arg, required=True)
     p.add_argument("--max-records", type=int, default=None, help="stop after this many records (the program is stopped)")
+    p.add_argument(
+        "--skip-records", type=int, default=0, metavar="N",
+        help="drop the first N records (a program's start is mostly the dynamic loader) before keeping any",
+    )
+    p.add_argument(
+        "--data", action="store_true",
+        help="give every store the 64 B line the program wrote, read from its memory at pauses (Linux)",
+    )
+    p.add_argument(
+        "--data-interval", type=int, default=65536, metavar="N",
+        help="with --data: records between two pauses that read the program's memory (default 65536)",
+    )
     p.add_argument("command", nargs=argparse.REMAINDER, help="-- CMD ARGS...")
     p.set_defaults(fn=cmd_trace_capture)
     p = tr.add_parser("info", help="summarise a trace")

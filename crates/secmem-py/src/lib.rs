@@ -125,6 +125,14 @@ fn trace_info(py: Python<'_>, path: &str, format: Option<&str>) -> PyResult<Stri
     // Whether `secmem run` translates the trace (translation.addresses = "auto").
     let mut v: serde_json::Value = serde_json::from_str(&info.to_json()).expect("TraceInfo::to_json is JSON");
     v["addresses"] = serde_json::json!(if virtual_addresses { "virtual" } else { "physical" });
+    v["format"] = serde_json::json!(stream.format.name());
+    v["compression"] = serde_json::json!(secmem_trace::compression(Path::new(path)).map_err(err)?.to_string());
+    // The share of distinct contents among the lines writes carry: low when lines repeat.
+    v["distinct_data_share"] = if info.records_with_data > 0 {
+        serde_json::json!(info.distinct_data_contents as f64 / info.records_with_data as f64)
+    } else {
+        serde_json::Value::Null
+    };
     Ok(v.to_string())
 }
 
@@ -134,8 +142,8 @@ fn trace_info(py: Python<'_>, path: &str, format: Option<&str>) -> PyResult<Stri
 /// count. With `progress`, a line on stderr every 2^20 records.
 #[cfg(unix)]
 #[pyfunction]
-#[pyo3(signature = (fd, output, name, max_records=None, progress=false))]
-fn trace_capture_fd(py: Python<'_>, fd: i32, output: &str, name: &str, max_records: Option<u64>, progress: bool) -> PyResult<u64> {
+#[pyo3(signature = (fd, output, name, max_records=None, progress=false, skip_records=0))]
+fn trace_capture_fd(py: Python<'_>, fd: i32, output: &str, name: &str, max_records: Option<u64>, progress: bool, skip_records: u64) -> PyResult<u64> {
     use std::io::Write;
     use std::os::fd::FromRawFd;
     // SAFETY: the caller hands over a descriptor it opened and no longer uses; the File owns it.
@@ -147,11 +155,41 @@ fn trace_capture_fd(py: Python<'_>, fd: i32, output: &str, name: &str, max_recor
             let _ = write!(std::io::stderr(), "\rcaptured {:.1} M records ({rate:.2} M/s)", n as f64 / 1e6);
         }
     };
-    let r = py.allow_threads(|| secmem_trace::capture_lackey(std::io::BufReader::with_capacity(1 << 20, pipe), name.to_string(), Path::new(output), max_records, &mut show));
+    let r = py.allow_threads(|| secmem_trace::capture_lackey(std::io::BufReader::with_capacity(1 << 20, pipe), name.to_string(), Path::new(output), secmem_trace::CaptureWindow { skip: skip_records, max: max_records }, &mut show));
     if progress {
         let _ = write!(std::io::stderr(), "\r\x1b[K");
     }
     r.map_err(err)
+}
+
+/// As [`trace_capture_fd`], for the valgrind process `pid`, whose stores are given the lines
+/// they wrote, read from its memory every `interval_records` records (see
+/// `secmem_trace::capture`). Returns the capture's counts as JSON.
+#[cfg(target_os = "linux")]
+#[pyfunction]
+#[pyo3(signature = (fd, pid, output, name, max_records=None, interval_records=secmem_trace::capture::DEFAULT_INTERVAL_RECORDS, progress=false, skip_records=0))]
+fn trace_capture_data_fd(py: Python<'_>, fd: i32, pid: i32, output: &str, name: &str, max_records: Option<u64>, interval_records: u64, progress: bool, skip_records: u64) -> PyResult<String> {
+    use std::io::Write;
+    use std::os::fd::FromRawFd;
+    // SAFETY: the caller hands over a descriptor it opened and no longer uses; the File owns it.
+    let pipe = unsafe { std::fs::File::from_raw_fd(fd) };
+    let start = std::time::Instant::now();
+    let mut show = |n: u64| {
+        if progress {
+            let rate = n as f64 / start.elapsed().as_secs_f64().max(1e-9) / 1e6;
+            let _ = write!(std::io::stderr(), "\rcaptured {:.1} M records with data ({rate:.2} M/s)", n as f64 / 1e6);
+        }
+    };
+    let r = py.allow_threads(|| secmem_trace::capture::capture_lackey_data(pipe, pid, name.to_string(), Path::new(output), secmem_trace::CaptureWindow { skip: skip_records, max: max_records }, interval_records, &mut show));
+    if progress {
+        let _ = write!(std::io::stderr(), "\r\x1b[K");
+    }
+    let c = r.map_err(err)?;
+    Ok(serde_json::json!({
+        "records": c.records, "writes": c.writes, "writes_with_data": c.writes_with_data,
+        "writes_without_data": c.writes_without_data, "pauses": c.pauses,
+    })
+    .to_string())
 }
 
 /// Writes a copy-on-write workload (forkbench, redis, noncopy, writeamp, churn) as an OS-level (v2)
@@ -375,6 +413,8 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(vault_attack, m)?)?;
     #[cfg(unix)]
     m.add_function(wrap_pyfunction!(trace_capture_fd, m)?)?;
+    #[cfg(target_os = "linux")]
+    m.add_function(wrap_pyfunction!(trace_capture_data_fd, m)?)?;
     m.add_function(wrap_pyfunction!(bench_scenarios, m)?)?;
     m.add_function(wrap_pyfunction!(bench_run, m)?)?;
     m.add_function(wrap_pyfunction!(cow_workload, m)?)?;

@@ -131,6 +131,24 @@ pub const SCENARIOS: &[Scenario] = &[
         overrides: &[TEN_M, "workload.pattern=sequential", "workload.footprint_bytes=8589934592", "run.trace_level=\"memory\""],
     },
     Scenario {
+        name: "champsim-read-xz",
+        description: "reading a ChampSim trace: 10 M load/store records from about 25 M seeded 64-byte input_instr records, xz-compressed as in the DPC-3 corpus (decompression included; requests_per_s = records read/s)",
+        preset: "default",
+        overrides: &[],
+    },
+    Scenario {
+        name: "champsim-read",
+        description: "champsim-read-xz's trace stored uncompressed: the ChampSim reader's own speed, without xz decoding (requests_per_s = records read/s)",
+        preset: "default",
+        overrides: &[],
+    },
+    Scenario {
+        name: "data-trace-read",
+        description: "reading a data-carrying binary trace: 10 M records, 40% writes whose compact payloads mix zeros, small integers, repeated pointers and unique lines (requests_per_s = records read/s)",
+        preset: "default",
+        overrides: &[],
+    },
+    Scenario {
         name: "horus-drain-base-lu",
         description: "eADR drain of the Horus Table I hierarchy (295,936 worst-case dirty lines) under Base-LU, counting mode (requests_per_s = drained lines/s; wall_time_s is the figure, target < 2 s)",
         preset: "horus",
@@ -171,6 +189,9 @@ pub fn run_scenario(name: &str, scale: f64) -> Result<BenchResult, SimError> {
     if s.name == "horus-drain-base-lu" {
         return horus_drain(scale);
     }
+    if matches!(s.name, "champsim-read-xz" | "champsim-read" | "data-trace-read") {
+        return trace_read(s.name, ((10_000_000.0 * scale) as u64).max(1));
+    }
     let mut overrides: Vec<String> = s.overrides.iter().map(|x| x.to_string()).collect();
     overrides.push("run.progress=false".into());
     if s.name == "lelantus-forkbench-2m" {
@@ -208,6 +229,82 @@ fn horus_drain(scale: f64) -> Result<BenchResult, SimError> {
     let wall = start.elapsed().as_secs_f64();
     let lines = out.stats.flushed_lines;
     Ok(BenchResult::of(lines, wall))
+}
+
+/// Writes a seeded trace for a reading scenario (untimed), then times reading `records`
+/// records of it back through `secmem_trace::open`, format and compression detected.
+fn trace_read(name: &str, records: u64) -> Result<BenchResult, SimError> {
+    use rand::{Rng, SeedableRng};
+    use secmem_trace::{champsim, compress, Compression, Format, Record};
+    let io = |e: std::io::Error| SimError::Config(secmem_core::ConfigError::new("bench", format!("cannot write the bench trace: {e}")));
+    let dir = std::env::temp_dir();
+    let tag = format!("secmem-bench-{}-{name}", std::process::id());
+    let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(1);
+    let path = if name.starts_with("champsim-read") {
+        // About 40% of instructions touch memory, as in SPEC's ChampSim traces: loads to a
+        // 64 MB heap, stores near the stack. Compressed at xz preset 0 to keep the untimed
+        // set-up short; decoding speed hardly depends on the preset.
+        let (how, ext) = if name.ends_with("-xz") { (Compression::Xz, ".xz") } else { (Compression::None, "") };
+        let path = dir.join(format!("{tag}.champsimtrace{ext}"));
+        let file = std::io::BufWriter::new(std::fs::File::create(&path).map_err(io)?);
+        let mut out = compress::Compressor::new(file, how, 0);
+        let (mut made, mut ip) = (0u64, 0x40_0000u64);
+        while made < records {
+            ip += 4;
+            let (mut src, mut dst) = ([0u64; 4], [0u64; 2]);
+            let x: f64 = rng.gen();
+            if x < 0.30 {
+                src[0] = 0x5555_0000_0000 + (rng.gen_range(0..1u64 << 26) & !7);
+                made += 1;
+            } else if x < 0.40 {
+                dst[0] = 0x7ffd_0000_0000 + (rng.gen_range(0..1u64 << 16) & !7);
+                made += 1;
+            }
+            std::io::Write::write_all(&mut out, &champsim::encode_instr(ip, false, false, dst, src)).map_err(io)?;
+        }
+        out.finish().map_err(io)?;
+        path
+    } else {
+        let pointers: Vec<[u8; 64]> = (0..1000).map(|_| {
+            let mut l = [0u8; 64];
+            for w in l.chunks_exact_mut(8) {
+                w.copy_from_slice(&(0x5555_0000_0000u64 + rng.gen_range(0..1u64 << 26)).to_le_bytes());
+            }
+            l
+        }).collect();
+        let recs = (0..records).map(move |i| {
+            let addr = rng.gen_range(0..1u64 << 30) & !63;
+            if rng.gen_bool(0.6) {
+                return Record::read(addr, 3);
+            }
+            let mut l = [0u8; 64];
+            match rng.gen_range(0..5) {
+                0 | 1 => {}
+                2 => l[..8].copy_from_slice(&(i % 64).to_le_bytes()),
+                3 => l = pointers[rng.gen_range(0..pointers.len())],
+                _ => rng.fill(&mut l[..]),
+            }
+            Record::write_data(addr, 3, l)
+        });
+        let bin = dir.join(format!("{tag}.bin"));
+        secmem_trace::write(&bin, Format::Binary, recs)?;
+        bin
+    };
+    let start = Instant::now();
+    let result = (|| -> Result<(u64, u64), SimError> {
+        let (mut n, mut sink) = (0u64, 0u64);
+        for r in secmem_trace::open(&path)?.take(records as usize) {
+            let r = r?;
+            sink ^= r.addr ^ r.data.map_or(0, |d| d[7] as u64);
+            n += 1;
+        }
+        Ok((n, sink))
+    })();
+    let wall = start.elapsed().as_secs_f64();
+    let _ = std::fs::remove_file(&path);
+    let (n, sink) = result?;
+    std::hint::black_box(sink);
+    Ok(BenchResult::of(n, wall))
 }
 
 /// Pads for `lines` 64 B lines, generated 64 lines per batched AES call (the way the
@@ -250,6 +347,14 @@ fn forkbench_2m(cfg: &Config, scale: f64) -> Result<BenchResult, SimError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_trace_reading_scenarios_read_every_record_they_wrote() {
+        for name in ["champsim-read-xz", "champsim-read", "data-trace-read"] {
+            let r = run_scenario(name, 0.002).unwrap();
+            assert_eq!(r.records, 20_000, "{name}");
+        }
+    }
 
     #[test]
     fn llc_level_requests_are_the_records_at_memory_level() {

@@ -5,6 +5,7 @@
 //! record (16 B): op u8 | flags u8 | size_bytes u16 LE | inst_gap u32 LE | addr u64 LE
 //!                [+ 16 B OS extension for v2 op codes 8-15: pid u32 | pid2 u32 | length u64]
 //!                [+ 64 B data payload when record flag bit 0 is set]
+//!                [+ 3-65 B compact data payload when record flag bit 1 is set]
 //! ```
 //!
 //! [`BinaryReader`] reads both versions; as an iterator it yields physical [`Record`]s, and
@@ -16,6 +17,7 @@ use std::io::{self, BufRead, BufReader, BufWriter, Read, Write};
 
 use crate::error::{ErrorKind, Position, TraceError, MEMORY_NAME};
 use crate::event::{Event, EventOp, PageSize, TraceKind, MAX_PID};
+use crate::payload::{PayloadDecoder, PayloadEncoder};
 use crate::{Op, Record};
 
 /// The 8-byte magic at the start of every secmem binary trace.
@@ -35,10 +37,16 @@ pub const HEADER_FLAG_OS: u16 = 2;
 /// Header flag bit 2: the records' addresses are virtual (a program's), for the simulator to
 /// translate; not with [`HEADER_FLAG_OS`].
 pub const HEADER_FLAG_VIRTUAL: u16 = 4;
+/// Header flag bit 3: data payloads may be compact (record flag bit 1, see [`crate::payload`]).
+/// Writers set it with bit 0, so a reader that predates compact payloads refuses the file at
+/// its header rather than at the first compact record.
+pub const HEADER_FLAG_COMPACT_DATA: u16 = 8;
 /// Size of the OS extension that follows the fixed part of op codes 8-15 (version 2).
 pub const OS_EXTENSION_BYTES: usize = 16;
 /// Record flag bit 0: a 64-byte data payload follows the fixed part.
 pub const RECORD_FLAG_DATA: u8 = 1;
+/// Record flag bit 1: a compact data payload follows the fixed part (see [`crate::payload`]).
+pub const RECORD_FLAG_DATA_COMPACT: u8 = 2;
 
 const READ_BUFFER: usize = 1 << 20;
 const WRITE_BUFFER: usize = 1 << 20;
@@ -84,7 +92,7 @@ fn encode_fixed(rec: &Record) -> [u8; RECORD_BYTES] {
     let mut b = [0u8; RECORD_BYTES];
     b[0] = rec.op as u8;
     b[1] = if rec.data.is_some() {
-        RECORD_FLAG_DATA
+        RECORD_FLAG_DATA_COMPACT
     } else {
         0
     };
@@ -126,6 +134,8 @@ pub struct BinaryWriter<W: Write> {
     records: u64,
     allow_data: bool,
     kind: TraceKind,
+    payloads: PayloadEncoder,
+    scratch: Vec<u8>,
 }
 
 impl<W: Write> BinaryWriter<W> {
@@ -172,10 +182,12 @@ impl<W: Write> BinaryWriter<W> {
             records: 0,
             allow_data,
             kind,
+            payloads: PayloadEncoder::new(),
+            scratch: Vec::with_capacity(1 + DATA_BYTES),
         };
         let header = BinaryHeader {
             version: kind.version,
-            flags: if allow_data { HEADER_FLAG_DATA } else { 0 }
+            flags: if allow_data { HEADER_FLAG_DATA | HEADER_FLAG_COMPACT_DATA } else { 0 }
                 | if kind.os_level { HEADER_FLAG_OS } else { 0 }
                 | if kind.virtual_addresses { HEADER_FLAG_VIRTUAL } else { 0 },
         };
@@ -212,12 +224,13 @@ impl<W: Write> BinaryWriter<W> {
                 ));
             }
             let fixed = encode_fixed(rec);
+            self.payloads.encode(data, &mut self.scratch);
             let r = self
                 .out
                 .write_all(&fixed)
-                .and_then(|_| self.out.write_all(data));
+                .and_then(|_| self.out.write_all(&self.scratch));
             r.map_err(|e| TraceError::io(self.name.clone(), Position::Offset(self.offset), e))?;
-            self.offset += (RECORD_BYTES + DATA_BYTES) as u64;
+            self.offset += (RECORD_BYTES + self.scratch.len()) as u64;
         } else {
             self.out
                 .write_all(&encode_fixed(rec))
@@ -268,8 +281,9 @@ impl<W: Write> BinaryWriter<W> {
                     if !self.allow_data {
                         return bad(self, "carries data but the writer was created without data".into());
                     }
-                    b[1] = RECORD_FLAG_DATA;
-                    payload = Some(*d);
+                    b[1] = RECORD_FLAG_DATA_COMPACT;
+                    self.payloads.encode(d, &mut self.scratch);
+                    payload = Some(());
                 }
             }
             Event::Alloc {
@@ -287,12 +301,12 @@ impl<W: Write> BinaryWriter<W> {
         } else {
             RECORD_BYTES
         };
-        let r = self.out.write_all(&b[..len]).and_then(|_| match &payload {
-            Some(d) => self.out.write_all(d),
+        let r = self.out.write_all(&b[..len]).and_then(|_| match payload {
+            Some(()) => self.out.write_all(&self.scratch),
             None => Ok(()),
         });
         r.map_err(|e| TraceError::io(self.name.clone(), Position::Offset(self.offset), e))?;
-        self.offset += (len + if payload.is_some() { DATA_BYTES } else { 0 }) as u64;
+        self.offset += (len + if payload.is_some() { self.scratch.len() } else { 0 }) as u64;
         self.records += 1;
         Ok(())
     }
@@ -331,6 +345,7 @@ pub struct BinaryReader<R: Read> {
     header: BinaryHeader,
     offset: u64,
     done: bool,
+    payloads: PayloadDecoder,
 }
 
 impl<R: Read> BinaryReader<R> {
@@ -374,9 +389,9 @@ impl<R: Read> BinaryReader<R> {
         }
         let flags = u16::from_le_bytes([h[10], h[11]]);
         let known = if version == 1 {
-            HEADER_FLAG_DATA | HEADER_FLAG_VIRTUAL
+            HEADER_FLAG_DATA | HEADER_FLAG_VIRTUAL | HEADER_FLAG_COMPACT_DATA
         } else {
-            HEADER_FLAG_DATA | HEADER_FLAG_OS | HEADER_FLAG_VIRTUAL
+            HEADER_FLAG_DATA | HEADER_FLAG_OS | HEADER_FLAG_VIRTUAL | HEADER_FLAG_COMPACT_DATA
         };
         if flags & !known != 0 {
             return Err(TraceError::at_offset(
@@ -409,6 +424,7 @@ impl<R: Read> BinaryReader<R> {
             header: BinaryHeader { version, flags },
             offset: HEADER_BYTES as u64,
             done: false,
+            payloads: PayloadDecoder::new(),
         })
     }
 
@@ -586,7 +602,7 @@ impl<R: Read> BinaryReader<R> {
             );
         }
         let flags = b[1];
-        if flags & !RECORD_FLAG_DATA != 0 {
+        if flags & !(RECORD_FLAG_DATA | RECORD_FLAG_DATA_COMPACT) != 0 || flags == RECORD_FLAG_DATA | RECORD_FLAG_DATA_COMPACT {
             return self.fail(
                 at + 1,
                 ErrorKind::ReservedBits,
@@ -666,7 +682,7 @@ impl<R: Read> BinaryReader<R> {
         } else {
             None
         };
-        let data = if flags & RECORD_FLAG_DATA != 0 {
+        let (data, payload_bytes) = if flags != 0 {
             if !matches!(op, EventOp::Write | EventOp::Store) {
                 return self.fail(
                     at + 1,
@@ -681,24 +697,47 @@ impl<R: Read> BinaryReader<R> {
                     "record carries data but the header says records carry no data".to_string(),
                 );
             }
-            let mut d = [0u8; DATA_BYTES];
             let pat = at + len as u64;
-            let n = match self.fill(&mut d) {
-                Ok(n) => n,
-                Err(e) => return self.fail_io(pat, e),
-            };
-            if n < DATA_BYTES {
-                return self.fail(
-                    pat,
-                    ErrorKind::Truncated,
-                    format!("truncated data payload (needs {DATA_BYTES} bytes, {n} left)"),
-                );
+            if flags == RECORD_FLAG_DATA_COMPACT {
+                if self.header.flags & HEADER_FLAG_COMPACT_DATA == 0 {
+                    return self.fail(
+                        at + 1,
+                        ErrorKind::InvalidRecord,
+                        "record carries a compact payload but the header does not announce them (header flag bit 3)".to_string(),
+                    );
+                }
+                let mut dec = std::mem::replace(&mut self.payloads, PayloadDecoder::new());
+                let mut used = 0usize;
+                let got = dec.decode(&mut |buf| {
+                    let n = self.fill(buf)?;
+                    used += n;
+                    Ok(n)
+                });
+                self.payloads = dec;
+                match got {
+                    Err(e) => return self.fail_io(pat, e),
+                    Ok(Err((off, kind, msg))) => return self.fail(pat + off, kind, msg),
+                    Ok(Ok(d)) => (Some(d), used),
+                }
+            } else {
+                let mut d = [0u8; DATA_BYTES];
+                let n = match self.fill(&mut d) {
+                    Ok(n) => n,
+                    Err(e) => return self.fail_io(pat, e),
+                };
+                if n < DATA_BYTES {
+                    return self.fail(
+                        pat,
+                        ErrorKind::Truncated,
+                        format!("truncated data payload (needs {DATA_BYTES} bytes, {n} left)"),
+                    );
+                }
+                (Some(d), DATA_BYTES)
             }
-            Some(d)
         } else {
-            None
+            (None, 0)
         };
-        self.offset += (len + if data.is_some() { DATA_BYTES } else { 0 }) as u64;
+        self.offset += (len + payload_bytes) as u64;
         let phys = |op| {
             Event::Phys(Record {
                 op,
@@ -843,8 +882,8 @@ mod tests {
     fn every_op_round_trips_with_and_without_data() {
         let recs = every_op();
         let bytes = encode(&recs);
-        // 16 header + 6 * 16 fixed + one payload.
-        assert_eq!(bytes.len(), 16 + 6 * 16 + 64);
+        // 16 header + 6 * 16 fixed + one payload (a line of distinct bytes: tag + 64 raw).
+        assert_eq!(bytes.len(), 16 + 6 * 16 + 65);
         assert_eq!(decode(&bytes).unwrap(), recs);
     }
 
@@ -858,7 +897,7 @@ mod tests {
             data: None,
         }]);
         assert_eq!(&bytes[..8], b"SECMTRC\0");
-        assert_eq!(&bytes[8..16], &[1, 0, 1, 0, 0, 0, 0, 0]);
+        assert_eq!(&bytes[8..16], &[1, 0, 9, 0, 0, 0, 0, 0]);
         assert_eq!(
             &bytes[16..],
             &[3, 0, 0x0b, 0x0a, 0x44, 0x33, 0x22, 0x11, 8, 7, 6, 5, 4, 3, 2, 1]
@@ -953,10 +992,14 @@ mod tests {
     #[test]
     fn nonzero_reserved_record_flag_bits_are_rejected() {
         let mut bytes = encode(&[Record::read(0, 0)]);
-        bytes[17] = 0x02;
+        bytes[17] = 0x04;
         let e = decode(&bytes).unwrap_err();
         assert_eq!((e.kind(), e.offset()), (ErrorKind::ReservedBits, Some(17)));
-        assert!(e.message().contains("0x02"));
+        assert!(e.message().contains("0x04"));
+        // Raw and compact at once is not a payload either.
+        let mut w = encode(&[Record::write_data(0, 0, [0; 64])]);
+        w[17] = 0x03;
+        assert_eq!(decode(&w).unwrap_err().kind(), ErrorKind::ReservedBits);
     }
 
     #[test]
@@ -980,7 +1023,7 @@ mod tests {
         assert_eq!(e.kind(), ErrorKind::Truncated);
         assert_eq!(
             e.to_string(),
-            "t.bin: byte offset 32: truncated data payload (needs 64 bytes, 10 left)"
+            "t.bin: byte offset 33: truncated compact payload: a raw line needs 64 bytes, 10 left"
         );
     }
 
@@ -1163,21 +1206,44 @@ mod tests {
 
     #[test]
     fn byte_counts_and_reader_offsets_follow_each_record_size() {
-        // A v1 record is 16 B (+64 B of data), an OS record 32 B.
+        // A v1 record is 16 B (+65 B for a line of distinct bytes, sent raw), an OS record 32 B.
         let mut w = BinaryWriter::with_kind(Vec::new(), "t.bin", true, TraceKind::V2_OS).unwrap();
         w.write(&Record { data: Some(data(1)), ..Record::write(0x40, 0) }).unwrap();
-        assert_eq!(w.bytes_written(), 16 + 80);
+        assert_eq!(w.bytes_written(), 16 + 81);
         w.write_event(&Event::Load { pid: 1, vaddr: 0x1000, size_bytes: 64, inst_gap: 2 }).unwrap();
-        assert_eq!(w.bytes_written(), 16 + 80 + 32);
+        assert_eq!(w.bytes_written(), 16 + 81 + 32);
         let bytes = w.finish().unwrap();
-        assert_eq!(bytes.len(), 16 + 80 + 32);
+        assert_eq!(bytes.len(), 16 + 81 + 32);
         let two = encode(&[Record::read(0, 0), Record { data: Some(data(2)), ..Record::write(64, 0) }]);
         let mut r = BinaryReader::new(&two[..]).unwrap();
         assert_eq!(r.offset(), 16);
         r.next().unwrap().unwrap();
         assert_eq!(r.offset(), 32);
         r.next().unwrap().unwrap();
-        assert_eq!(r.offset(), 112);
+        assert_eq!(r.offset(), 113);
+    }
+
+    #[test]
+    fn a_raw_payload_record_still_reads_and_compact_ones_need_the_header_flag() {
+        // Raw payloads (record flag bit 0, 64 B) are how data was stored before compact ones.
+        let mut bytes = BinaryHeader { version: 1, flags: HEADER_FLAG_DATA }.encode().to_vec();
+        bytes.extend_from_slice(&encode_fixed(&Record::write(64, 3)));
+        bytes[HEADER_BYTES + 1] = RECORD_FLAG_DATA;
+        bytes.extend_from_slice(&data(5));
+        assert_eq!(decode(&bytes).unwrap(), vec![Record::write_data(64, 3, data(5))]);
+        // A compact payload in a file whose header does not announce them is refused.
+        bytes[HEADER_BYTES + 1] = RECORD_FLAG_DATA_COMPACT;
+        let e = decode(&bytes).unwrap_err();
+        assert_eq!(e.offset(), Some(17));
+        assert!(e.message().contains("header flag bit 3"), "{e}");
+    }
+
+    #[test]
+    fn repeated_lines_shrink_to_references_and_round_trip() {
+        let recs: Vec<Record> = (0..1000u64).map(|i| Record::write_data(i * 64, 0, data((i % 4) as u8))).collect();
+        let bytes = encode(&recs);
+        assert_eq!(bytes.len(), 16 + 1000 * 16 + 4 * 65 + 996 * 3);
+        assert_eq!(decode(&bytes).unwrap(), recs);
     }
 
     /// One OS-level record after a v2 OS header; `poke` edits its 32 bytes.

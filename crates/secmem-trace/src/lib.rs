@@ -7,6 +7,8 @@
 //! * [`event`]: version 2's OS-level records (process-tagged virtual loads and stores,
 //!   alloc, free, fork, exit), read with [`open_events`] and written with [`write_events`];
 //! * [`foreign`]: readers for Ramulator, DRAMSim3 and valgrind lackey traces;
+//! * [`champsim`]: ChampSim's 64-byte `input_instr` traces;
+//! * [`compress`]: gzip and xz files, read through their decompressor in any format;
 //! * [`generate`]: seeded synthetic workloads (sequential, random, stride, zipf).
 //!
 //! [`open`] auto-detects a file's format, [`open_as`] takes it explicitly, [`write()`] writes
@@ -14,11 +16,16 @@
 //! file and the line or byte offset.
 
 pub mod binary;
+#[cfg(target_os = "linux")]
+pub mod capture;
+pub mod champsim;
+pub mod compress;
 pub mod error;
 pub mod event;
 pub mod foreign;
 pub mod generate;
 mod lines;
+pub mod payload;
 pub mod text;
 
 use std::collections::HashSet;
@@ -30,6 +37,8 @@ use std::path::Path;
 use std::str::FromStr;
 
 pub use binary::{BinaryHeader, BinaryReader, BinaryWriter};
+pub use champsim::ChampsimReader;
+pub use compress::Compression;
 pub use error::{ErrorKind, Position, TraceError};
 pub use event::{Event, EventOp, PageSize, TraceKind};
 pub use foreign::{Dramsim3Reader, LackeyReader, RamulatorReader};
@@ -135,15 +144,17 @@ pub enum Format {
     Ramulator,
     Dramsim3,
     Lackey,
+    Champsim,
 }
 
 impl Format {
-    pub const ALL: [Format; 5] = [
+    pub const ALL: [Format; 6] = [
         Format::Binary,
         Format::Text,
         Format::Ramulator,
         Format::Dramsim3,
         Format::Lackey,
+        Format::Champsim,
     ];
 
     /// The lower-case name accepted by `FromStr`.
@@ -154,6 +165,7 @@ impl Format {
             Format::Ramulator => "ramulator",
             Format::Dramsim3 => "dramsim3",
             Format::Lackey => "lackey",
+            Format::Champsim => "champsim",
         }
     }
 
@@ -179,8 +191,9 @@ impl FromStr for Format {
             "ramulator" => Ok(Format::Ramulator),
             "dramsim3" | "dramsim" => Ok(Format::Dramsim3),
             "lackey" => Ok(Format::Lackey),
+            "champsim" => Ok(Format::Champsim),
             _ => Err(format!(
-                "unknown trace format '{s}' (expected one of: binary, text, ramulator, dramsim3, lackey)"
+                "unknown trace format '{s}' (expected one of: binary, text, ramulator, dramsim3, lackey, champsim)"
             )),
         }
     }
@@ -277,11 +290,55 @@ fn open_file(path: &Path) -> Result<File, TraceError> {
     File::open(path).map_err(|e| TraceError::io(path_name(path), Position::File, e))
 }
 
-/// Detects the format of the trace at `path` (see [`detect_bytes`]).
-pub fn detect(path: &Path) -> Result<Format, TraceError> {
+/// A trace file opened for reading: decompressed when it is gzip or xz (see [`compress`]),
+/// with its first (decompressed) bytes kept for format detection.
+struct Source {
+    name: String,
+    /// Up to `SNIFF_BYTES` leading bytes of the trace (also at the start of `reader`).
+    head: Vec<u8>,
+    reader: Box<dyn Read + Send>,
+    /// Whether the name says ChampSim (`*.champsimtrace`, before any `.xz`/`.gz`).
+    champsim_name: bool,
+}
+
+fn open_source(path: &Path) -> Result<Source, TraceError> {
     let name = path_name(path);
-    let head = read_head(&mut open_file(path)?, &name)?;
-    detect_head(&head, &name)
+    let mut f = open_file(path)?;
+    let raw = read_head(&mut f, &name)?;
+    let (head, reader): (Vec<u8>, Box<dyn Read + Send>) = match compress::sniff(&raw) {
+        Compression::None => (raw.clone(), Box::new(Cursor::new(raw).chain(f))),
+        _ => {
+            let (mut r, _) = compress::decompressed(&raw, Cursor::new(raw.clone()).chain(f));
+            let head = read_head(&mut r, &name)?;
+            (head.clone(), Box::new(Cursor::new(head).chain(r)))
+        }
+    };
+    let file_name = path.file_name().map(|n| n.to_string_lossy().to_ascii_lowercase()).unwrap_or_default();
+    let stem = [".xz", ".gz", ".gzip"].iter().find_map(|ext| file_name.strip_suffix(ext)).unwrap_or(&file_name);
+    let champsim_name = stem.ends_with(".champsimtrace") || stem.ends_with(".champsim");
+    Ok(Source { name, head, reader, champsim_name })
+}
+
+impl Source {
+    /// The format: ChampSim by name (its records have no magic), otherwise by content.
+    fn detect(&self) -> Result<Format, TraceError> {
+        if self.champsim_name && detect_bytes(&self.head).is_none() {
+            return Ok(Format::Champsim);
+        }
+        detect_head(&self.head, &self.name)
+    }
+}
+
+/// Detects the format of the trace at `path` (see [`detect_bytes`]; a gzip or xz file is
+/// looked at decompressed, and a `*.champsimtrace[.xz|.gz]` file is ChampSim).
+pub fn detect(path: &Path) -> Result<Format, TraceError> {
+    open_source(path)?.detect()
+}
+
+/// The compression of the file at `path`, from its magic bytes.
+pub fn compression(path: &Path) -> Result<Compression, TraceError> {
+    let name = path_name(path);
+    Ok(compress::sniff(&read_head(&mut open_file(path)?, &name)?))
 }
 
 fn detect_head(head: &[u8], name: &str) -> Result<Format, TraceError> {
@@ -297,23 +354,23 @@ fn detect_head(head: &[u8], name: &str) -> Result<Format, TraceError> {
             name,
             ErrorKind::Format,
             "cannot detect the trace format (expected a secmem binary or text trace, or a \
-             Ramulator, DRAMSim3 or lackey trace; give the format explicitly)",
+             Ramulator, DRAMSim3 or lackey trace, or a ChampSim trace named *.champsimtrace; \
+             give the format explicitly)",
         )
     })
 }
 
-/// Opens a trace, detecting its format (see [`detect_bytes`]).
+/// Opens a trace, detecting its format (see [`detect`]); gzip and xz files are decompressed.
 pub fn open(path: &Path) -> Result<RecordIter, TraceError> {
-    let name = path_name(path);
-    let mut f = open_file(path)?;
-    let head = read_head(&mut f, &name)?;
-    let format = detect_head(&head, &name)?;
-    reader_for(Cursor::new(head).chain(f), name, format)
+    let src = open_source(path)?;
+    let format = src.detect()?;
+    reader_for(src.reader, src.name, format)
 }
 
-/// Opens a trace in the given format.
+/// Opens a trace in the given format; gzip and xz files are decompressed.
 pub fn open_as(path: &Path, format: Format) -> Result<RecordIter, TraceError> {
-    reader_for(open_file(path)?, path_name(path), format)
+    let src = open_source(path)?;
+    reader_for(src.reader, src.name, format)
 }
 
 /// A boxed reader of `format` over any byte source; errors name `name`.
@@ -328,6 +385,7 @@ pub fn reader_for<R: Read + Send + 'static>(
         Format::Ramulator => Box::new(RamulatorReader::with_name(inner, name)),
         Format::Dramsim3 => Box::new(Dramsim3Reader::with_name(inner, name)),
         Format::Lackey => Box::new(LackeyReader::with_name(inner, name)),
+        Format::Champsim => Box::new(ChampsimReader::with_name(inner, name)),
     })
 }
 
@@ -342,19 +400,18 @@ pub struct EventStream {
     pub events: EventIter,
 }
 
-/// Opens a trace as [`Event`]s, detecting its format. Foreign and version-1 traces yield only
-/// [`Event::Phys`].
+/// Opens a trace as [`Event`]s, detecting its format (gzip and xz files are decompressed).
+/// Foreign and version-1 traces yield only [`Event::Phys`].
 pub fn open_events(path: &Path) -> Result<EventStream, TraceError> {
-    let name = path_name(path);
-    let mut f = open_file(path)?;
-    let head = read_head(&mut f, &name)?;
-    let format = detect_head(&head, &name)?;
-    events_reader_for(Cursor::new(head).chain(f), name, format)
+    let src = open_source(path)?;
+    let format = src.detect()?;
+    events_reader_for(src.reader, src.name, format)
 }
 
 /// Opens a trace as [`Event`]s in the given format.
 pub fn open_events_as(path: &Path, format: Format) -> Result<EventStream, TraceError> {
-    events_reader_for(open_file(path)?, path_name(path), format)
+    let src = open_source(path)?;
+    events_reader_for(src.reader, src.name, format)
 }
 
 /// What the header of the trace at `path` says (format detected); version 0 for foreign
@@ -380,11 +437,11 @@ pub fn events_reader_for<R: Read + Send + 'static>(
         }
         _ => {
             let it = reader_for(inner, name, format)?;
-            // Lackey traces are a program's loads and stores: virtual addresses.
+            // Lackey and ChampSim traces are a program's loads and stores: virtual addresses.
             let foreign = TraceKind {
                 version: 0,
                 os_level: false,
-                virtual_addresses: format == Format::Lackey,
+                virtual_addresses: matches!(format, Format::Lackey | Format::Champsim),
             };
             (foreign, Box::new(it.map(|r| r.map(Event::Phys))))
         }
@@ -440,22 +497,35 @@ pub fn write_events(
     done
 }
 
+/// Which records of a program a capture keeps: it drops the first `skip` (a program's start
+/// is mostly the dynamic loader and its libraries' initialisation) and stops after `max`.
+#[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
+pub struct CaptureWindow {
+    pub skip: u64,
+    pub max: Option<u64>,
+}
+
 /// Converts a running program's lackey output (`valgrind --tool=lackey --trace-mem=yes`, read
 /// from `lackey` as valgrind writes it, so no text trace is kept on disk) into a secmem
-/// binary trace at `output`, marked virtual (a program's addresses). Stops after
-/// `max_records` records when given. `progress(records)` is called every 2^20 records.
-/// Returns the record count; on an error the output is not written.
+/// binary trace at `output`, marked virtual (a program's addresses), keeping the records of
+/// `window`. `progress(records)` is called every 2^20 records kept. Returns the record
+/// count; on an error (also one in a skipped record) the output is not written.
 pub fn capture_lackey<R: Read + Send + 'static>(
     lackey: R,
     name: String,
     output: &Path,
-    max_records: Option<u64>,
+    window: CaptureWindow,
     progress: &mut dyn FnMut(u64),
 ) -> Result<u64, TraceError> {
     let records = reader_for(lackey, name, Format::Lackey)?;
-    let limit = usize::try_from(max_records.unwrap_or(u64::MAX)).unwrap_or(usize::MAX);
-    let mut n = 0u64;
-    let events = records.take(limit).map(|r| {
+    let limit = usize::try_from(window.max.unwrap_or(u64::MAX)).unwrap_or(usize::MAX);
+    let (mut n, mut skipped) = (0u64, 0u64);
+    let kept = records.filter(|r| {
+        let drop = r.is_ok() && skipped < window.skip;
+        skipped += drop as u64;
+        !drop
+    });
+    let events = kept.take(limit).map(|r| {
         n += 1;
         if n.is_multiple_of(1 << 20) {
             progress(n);
@@ -584,6 +654,9 @@ pub struct TraceInfo {
     pub fences: u64,
     pub flushes: u64,
     pub records_with_data: u64,
+    /// Distinct 64 B contents among the payloads (`records_with_data` when every payload
+    /// differs; a low share means most written lines repeat). At most [`DISTINCT_LINE_CAP`].
+    pub distinct_data_contents: u64,
     /// Distinct 64 B lines touched by reads, writes and flushes (a record spanning several
     /// lines touches all of them). At most [`DISTINCT_LINE_CAP`].
     pub distinct_lines: u64,
@@ -652,7 +725,7 @@ impl TraceInfo {
             .map_or_else(String::new, |o| format!(",\"os\":{}", o.to_json()));
         format!(
             "{{\"records\":{},\"reads\":{},\"writes\":{},\"fences\":{},\"flushes\":{},\
-             \"records_with_data\":{},\"distinct_lines\":{},\"distinct_lines_capped\":{},\
+             \"records_with_data\":{},\"distinct_data_contents\":{},\"distinct_lines\":{},\"distinct_lines_capped\":{},\
              \"min_addr\":{},\"max_addr\":{},\"total_instructions\":{},\"footprint_bytes\":{}{os}}}",
             self.records,
             self.reads,
@@ -660,6 +733,7 @@ impl TraceInfo {
             self.fences,
             self.flushes,
             self.records_with_data,
+            self.distinct_data_contents,
             self.distinct_lines,
             self.distinct_lines_capped,
             opt(self.min_addr),
@@ -692,6 +766,22 @@ impl Hasher for LineHasher {
     fn write_u64(&mut self, n: u64) {
         self.0 = n;
     }
+}
+
+/// A 128-bit fingerprint of a line's content (two independent 64-bit mixes): distinct
+/// contents are counted without keeping 64 B each; among the at most [`DISTINCT_LINE_CAP`]
+/// contents counted a collision is vanishingly unlikely.
+fn content_fingerprint(d: &[u8; 64]) -> u128 {
+    let (mut a, mut b) = (0x243f_6a88_85a3_08d3u64, 0x1319_8a2e_0370_7344u64);
+    for w in d.chunks_exact(8) {
+        let w = u64::from_le_bytes(w.try_into().expect("8 bytes"));
+        a = (a ^ w).wrapping_mul(0x9e37_79b9_7f4a_7c15).rotate_left(29);
+        b = (b.rotate_left(23) ^ w).wrapping_mul(0xc2b2_ae3d_27d4_eb4f);
+    }
+    let mut h = LineHasher(a);
+    let a = h.finish();
+    h.0 = b ^ a;
+    (u128::from(a) << 64) | u128::from(h.finish())
 }
 
 /// Summarises a trace, stopping at its first error.
@@ -727,6 +817,14 @@ where
     let mut os = OsInfo::default();
     let mut pids: HashSet<u32> = HashSet::new();
     let mut lines: HashSet<u64, BuildHasherDefault<LineHasher>> = HashSet::default();
+    let mut contents: HashSet<u128> = HashSet::new();
+    let mut note_content = |d: &Option<[u8; 64]>| {
+        if let Some(d) = d {
+            if (contents.len() as u64) < cap {
+                contents.insert(content_fingerprint(d));
+            }
+        }
+    };
     for ev in events {
         let ev = ev?;
         t.records += 1;
@@ -745,6 +843,7 @@ where
             Event::Store { data, .. } => {
                 os.stores += 1;
                 t.records_with_data += data.is_some() as u64;
+                note_content(&data);
                 continue;
             }
             Event::Alloc { length, page, .. } => {
@@ -780,6 +879,7 @@ where
         };
         if r.data.is_some() {
             t.records_with_data += 1;
+            note_content(&r.data);
         }
         match r.op {
             Op::Read => t.reads += 1,
@@ -803,6 +903,7 @@ where
         }
     }
     t.distinct_lines = lines.len() as u64;
+    t.distinct_data_contents = contents.len() as u64;
     t.footprint_bytes = t.distinct_lines * 64;
     if os_level {
         os.processes = pids.len() as u64;
@@ -1002,6 +1103,70 @@ mod tests {
         assert!(leftovers.is_empty(), "{leftovers:?}");
     }
 
+    fn compressed(bytes: &[u8], xz: bool) -> Vec<u8> {
+        use std::io::Write;
+        if xz {
+            let mut e = liblzma::write::XzEncoder::new(Vec::new(), 6);
+            e.write_all(bytes).unwrap();
+            e.finish().unwrap()
+        } else {
+            let mut e = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
+            e.write_all(bytes).unwrap();
+            e.finish().unwrap()
+        }
+    }
+
+    #[test]
+    fn a_gzip_or_xz_trace_of_any_format_opens_as_its_contents() {
+        let bin = TempPath::new("bin");
+        write(&bin.0, Format::Binary, sample()).unwrap();
+        let text = "0x1000 R\n0x2000 W\n";
+        for xz in [false, true] {
+            let zbin = TempPath::with("bin.z", &compressed(&std::fs::read(&bin.0).unwrap(), xz));
+            assert_eq!(detect(&zbin.0).unwrap(), Format::Binary);
+            assert_eq!(compression(&zbin.0).unwrap(), if xz { Compression::Xz } else { Compression::Gzip });
+            let back: Vec<Record> = open(&zbin.0).unwrap().map(Result::unwrap).collect();
+            assert_eq!(back, sample());
+            let zram = TempPath::with("trace.gz", &compressed(text.as_bytes(), xz));
+            assert_eq!(detect(&zram.0).unwrap(), Format::Ramulator);
+            assert_eq!(open(&zram.0).unwrap().count(), 2);
+        }
+    }
+
+    #[test]
+    fn a_champsim_trace_is_known_by_its_name_and_its_addresses_are_virtual() {
+        let instrs = [
+            champsim::encode_instr(0x40, false, false, [0; 2], [0x7ffd_0000_1000, 0, 0, 0]),
+            champsim::encode_instr(0x44, false, false, [0x7ffd_0000_2000, 0], [0; 4]),
+        ]
+        .concat();
+        let p = TempPath::with("champsimtrace.xz", &compressed(&instrs, true));
+        assert_eq!(detect(&p.0).unwrap(), Format::Champsim);
+        let stream = open_events(&p.0).unwrap();
+        assert!(stream.kind.virtual_addresses);
+        assert_eq!(stream.events.count(), 2);
+        // Without the name it is not guessed: bytes alone do not say ChampSim.
+        let anon = TempPath::with("xz", &compressed(&instrs, true));
+        assert!(detect(&anon.0).unwrap_err().to_string().contains("*.champsimtrace"));
+        assert_eq!(open_as(&anon.0, Format::Champsim).unwrap().count(), 2);
+    }
+
+    #[test]
+    fn a_truncated_compressed_trace_is_an_error_naming_the_file() {
+        let bin = TempPath::new("bin");
+        let many: Vec<Record> = (0..50_000u64).map(|i| Record::read(i * 4096 % (1 << 30), (i % 7) as u32)).collect();
+        write(&bin.0, Format::Binary, many).unwrap();
+        for xz in [false, true] {
+            let mut z = compressed(&std::fs::read(&bin.0).unwrap(), xz);
+            z.truncate(z.len() * 2 / 3);
+            let p = TempPath::with("bin.z", &z);
+            let e = open(&p.0).unwrap().find_map(Result::err).expect("an error, not a short trace");
+            assert_eq!(e.file(), p.0.display().to_string());
+            assert!(e.to_string().contains("corrupt or truncated"), "{e}");
+            assert!(e.offset().is_some(), "{e}");
+        }
+    }
+
     #[test]
     fn format_names_parse_and_unknown_names_list_the_known_ones() {
         for f in Format::ALL {
@@ -1010,7 +1175,7 @@ mod tests {
         assert_eq!("BIN".parse::<Format>().unwrap(), Format::Binary);
         assert_eq!(
             "csv".parse::<Format>().unwrap_err(),
-            "unknown trace format 'csv' (expected one of: binary, text, ramulator, dramsim3, lackey)"
+            "unknown trace format 'csv' (expected one of: binary, text, ramulator, dramsim3, lackey, champsim)"
         );
     }
 
@@ -1039,6 +1204,7 @@ mod tests {
                 fences: 1,
                 flushes: 1,
                 records_with_data: 1,
+                distinct_data_contents: 1,
                 distinct_lines: 4,
                 distinct_lines_capped: false,
                 min_addr: Some(0x1000),
@@ -1051,9 +1217,16 @@ mod tests {
         assert_eq!(
             t.to_json(),
             "{\"records\":6,\"reads\":2,\"writes\":2,\"fences\":1,\"flushes\":1,\"records_with_data\":1,\
-             \"distinct_lines\":4,\"distinct_lines_capped\":false,\"min_addr\":4096,\"max_addr\":4284,\
+             \"distinct_data_contents\":1,\"distinct_lines\":4,\"distinct_lines_capped\":false,\"min_addr\":4096,\"max_addr\":4284,\
              \"total_instructions\":12,\"footprint_bytes\":256}"
         );
+    }
+
+    #[test]
+    fn info_counts_distinct_payload_contents_among_repeated_ones() {
+        let recs = (0..100u64).map(|i| Ok(Record::write_data(i * 64, 0, [(i % 7) as u8; 64])));
+        let t = info(recs).unwrap();
+        assert_eq!((t.records_with_data, t.distinct_data_contents), (100, 7));
     }
 
     #[test]

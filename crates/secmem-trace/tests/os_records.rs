@@ -69,8 +69,8 @@ fn binary_v2_layout_is_as_documented() {
         Event::Alloc { pid: 3, vaddr: 0x0102030405060708, length: 0x200000, page: PageSize::Huge },
         Event::RoiBegin,
     ]);
-    // Header: version 2, flags = data (bit 0) | OS-level (bit 1).
-    assert_eq!(&bytes[..16], b"SECMTRC\0\x02\x00\x03\x00\x00\x00\x00\x00");
+    // Header: version 2, flags = data (bit 0) | OS-level (bit 1) | compact payloads (bit 3).
+    assert_eq!(&bytes[..16], b"SECMTRC\0\x02\x00\x0b\x00\x00\x00\x00\x00");
     // FORK: op 12, 32 bytes, parent at 16, child at 20.
     assert_eq!(&bytes[16..48], &[12, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1, 0, 0, 0, 2, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0]);
     // ALLOC: op 10, page shift 21 in the size field, vaddr at 8, pid at 16, length at 24.
@@ -223,10 +223,10 @@ fn malformed_binary_os_records_name_the_offset() {
     b.extend_from_slice(&[0; 64]);
     let e = read_bin(&b).unwrap_err();
     assert_eq!((e.kind(), e.offset()), (ErrorKind::InvalidRecord, Some(17)));
-    // Truncated data payload of a ST record: its offset is after the 32-byte record.
+    // Truncated data payload of a ST record: after the 32-byte record and the payload's tag.
     let b = bin(&[Event::Store { pid: 0, vaddr: 0, size_bytes: 64, inst_gap: 0, data: Some(data(1)) }]);
     let e = read_bin(&b[..b.len() - 4]).unwrap_err();
-    assert_eq!(e.to_string(), "t.bin: byte offset 48: truncated data payload (needs 64 bytes, 60 left)");
+    assert_eq!(e.to_string(), "t.bin: byte offset 49: truncated compact payload: a raw line needs 64 bytes, 60 left");
     // Reserved header flag bits of v2.
     let mut b = base.clone();
     b[10] |= 4;
