@@ -383,6 +383,18 @@ def trace_capture(
     return {**counts, "records": records, "seconds": time.monotonic() - start, "exit_status": status}
 
 
+def io(
+    preset: Optional[str] = None,
+    config: Optional[str] = None,
+    params=None,
+) -> Dict[str, Any]:
+    """An I/O run: the ``[io]`` workload (fio patterns) on the ``[ssd]`` NVMe drive beside the
+    secure memory, every DMA transfer through the memory controller (docs/ssd.md). Returns
+    ``{"io": {runtime, IOPS, throughput, latency}, "ssd": {drive counters, WAF}, "memory",
+    "meta"}``."""
+    return json.loads(_call(_native.io_run, preset, _path(config, "config"), _overrides(params)))
+
+
 def crash(
     preset: Optional[str] = None,
     trace: Optional[str] = None,

@@ -257,6 +257,12 @@ def cmd_trace_info(a) -> int:
 FUNCTIONAL = ("run.functional=true",)
 
 
+def cmd_io(a) -> int:
+    out = api.io(preset=a.preset, config=a.config, params=a.param)
+    _print_and_save(a, out)
+    return 0
+
+
 def cmd_crash(a) -> int:
     out = api.crash(preset=a.preset, trace=a.trace, config=a.config, params=a.param, points=a.points, seed=a.seed)
     _print_and_save(a, out, FUNCTIONAL)
@@ -591,6 +597,19 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("file", type=_path_arg)
     p.add_argument("--format", default=None)
     p.set_defaults(fn=cmd_trace_info)
+
+    p = sub.add_parser(
+        "io", help="storage I/O: fio patterns on an NVMe SSD beside the secure memory",
+        description="Runs the [io] workload (io.pattern seq-read|seq-write|seq-rw|rand-read|rand-write|rand-rw, "
+        "io.threads, io.queue_depth, io.block_bytes, io.ios) on the [ssd] drive, with the NVMe host path on the "
+        "cores and every DMA transfer through the memory controller; prints runtime, IOPS, throughput, latency "
+        "percentiles, the drive's counters and the memory traffic (docs/ssd.md).",
+    )
+    p.add_argument("--preset")
+    p.add_argument("--config", type=_path_arg)
+    _add_params(p)
+    _add_out(p)
+    p.set_defaults(fn=cmd_io)
 
     p = sub.add_parser("crash", help="crash injection with verified recovery (functional mode)")
     p.add_argument("--preset", help="preset name; `strict` is the recoverable baseline")

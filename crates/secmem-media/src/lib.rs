@@ -13,6 +13,7 @@ use serde::Serialize;
 
 pub mod simple;
 pub mod pcm;
+pub mod ssd;
 pub mod untimed;
 
 /// What a request is for. Devices count traffic per class so that reports can split memory

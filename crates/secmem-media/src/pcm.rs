@@ -1299,7 +1299,7 @@ impl PcmMedia {
     #[cold]
     #[inline(never)]
     fn access_lines(&mut self, req: MemRequest) -> Cycle {
-        assert!(req.size_bytes > 0 && req.size_bytes % LINE_BYTES == 0, "PCM requests are whole 64 B lines, got {} B", req.size_bytes);
+        assert!(req.size_bytes > 0 && req.size_bytes.is_multiple_of(LINE_BYTES), "PCM requests are whole 64 B lines, got {} B", req.size_bytes);
         let mut done = req.issue;
         for i in 0..u64::from(req.size_bytes / LINE_BYTES) {
             let addr = req.addr + i * u64::from(LINE_BYTES);

@@ -219,6 +219,16 @@ fn cow_trace(
     py.allow_threads(|| secmem_sim::cow_workloads::write_trace(&spec, Path::new(out), format, with_data)).map_err(err)
 }
 
+/// An I/O run (`[io]` workload on the `[ssd]` drive beside the secure memory): JSON with
+/// `io`, `ssd`, `memory` and `meta`.
+#[pyfunction]
+#[pyo3(signature = (preset=None, config=None, overrides=vec![]))]
+fn io_run(py: Python<'_>, preset: Option<&str>, config: Option<&str>, overrides: Vec<String>) -> PyResult<String> {
+    let cfg = load(preset, config, overrides)?;
+    let out = py.allow_threads(|| secmem_sim::io::run_io(&cfg)).map_err(err)?;
+    Ok(out.to_string())
+}
+
 /// Crash injection: JSON {"points", "recovered", "mismatches", ...}.
 #[pyfunction]
 #[pyo3(signature = (preset=None, config=None, overrides=vec![], trace=None, points=2000, seed=1))]
@@ -413,6 +423,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(vault_attack, m)?)?;
     #[cfg(unix)]
     m.add_function(wrap_pyfunction!(trace_capture_fd, m)?)?;
+    m.add_function(wrap_pyfunction!(io_run, m)?)?;
     #[cfg(target_os = "linux")]
     m.add_function(wrap_pyfunction!(trace_capture_data_fd, m)?)?;
     m.add_function(wrap_pyfunction!(bench_scenarios, m)?)?;

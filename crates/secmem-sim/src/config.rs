@@ -106,6 +106,8 @@ config_section! {
         persist: crate::persist::PersistConfig = crate::persist::PersistConfig::default() => "Persist barriers (flush + fence) inserted into traces that have none, by a rule";
         os: crate::os::OsConfig = crate::os::OsConfig::default() => "The OS memory model (copy-on-write workloads, OS-level traces)";
         drain: crate::harness::drain::DrainConfig = crate::harness::drain::DrainConfig::default() => "eADR power-loss drains (Horus): pacing, energy and battery model, worst-case content";
+        ssd: secmem_media::ssd::SsdConfig = secmem_media::ssd::SsdConfig::default() => "The NVMe SSD beside the memory (secmem io): flash geometry and timing, FTL, write buffer";
+        io: crate::io::IoConfig = crate::io::IoConfig::default() => "The I/O workload (fio patterns) and the host's I/O path (secmem io)";
     }
 }
 

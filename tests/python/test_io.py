@@ -1,0 +1,33 @@
+"""`secmem io`: storage I/O on the NVMe SSD beside the secure memory."""
+
+import json
+
+
+def test_io_reports_iops_latency_the_drive_and_the_dma_traffic(cli, tmp_path):
+    out = tmp_path / "io"
+    res = cli(
+        "io", "--preset", "horus", "-p", "io.pattern=rand-rw", "-p", "io.ios=4000", "-p", "io.queue_depth=4",
+        "-p", "io.space_gib=1", "--out", out, check=True,
+    )
+    r = json.loads(res.stdout)
+    assert r["io"]["reads"] + r["io"]["writes"] == 4000 and r["io"]["reads"] > 0 and r["io"]["writes"] > 0
+    assert r["io"]["iops"] > 0 and r["io"]["latency_us"]["p99"] >= r["io"]["latency_us"]["p50"] > 10
+    assert r["ssd"]["host_page_writes"] == r["io"]["writes"]
+    # Every 4 KB I/O moves 64 lines through the memory controller.
+    assert r["memory"]["dma_lines"] == 4000 * 64 and r["memory"]["writes"] > 0
+    saved = json.loads((out / "result.json").read_text())
+    assert saved["result"] == r and saved["config"]["io"]["pattern"] == "rand-rw"
+    assert "[ssd]" in (out / "config.toml").read_text()
+
+
+def test_bad_io_settings_are_errors_naming_the_field(cli):
+    for param, field in [
+        ("io.queue_depth=0", "io.queue_depth"),
+        ("io.block_bytes=1000", "io.block_bytes"),
+        ("io.space_gib=1024", "io.space_gib"),
+        ("ssd.page_kib=3", "ssd.page_kib"),
+        ("io.pattern=sideways", "io.pattern"),
+    ]:
+        res = cli("io", "--preset", "horus", "-p", param, "-p", "io.ios=10")
+        assert res.returncode != 0 and field in res.stderr, (param, res.stderr)
+        assert "Traceback" not in res.stderr
