@@ -383,7 +383,7 @@ def trace_capture(
     return {**counts, "records": records, "seconds": time.monotonic() - start, "exit_status": status}
 
 
-def io(
+def run_io(
     preset: Optional[str] = None,
     config: Optional[str] = None,
     params=None,

@@ -258,7 +258,7 @@ FUNCTIONAL = ("run.functional=true",)
 
 
 def cmd_io(a) -> int:
-    out = api.io(preset=a.preset, config=a.config, params=a.param)
+    out = api.run_io(preset=a.preset, config=a.config, params=a.param)
     _print_and_save(a, out)
     return 0
 

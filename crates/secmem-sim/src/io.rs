@@ -64,6 +64,7 @@ config_section! {
         dma_through_memory: bool = true => "DMA transfers, queue entries and their timing go through the secure memory controller (false: they take no time and make no traffic)";
         buffer_base_mib: u64 = 1024 => "Physical address of the host's queues and I/O buffers, MiB";
         precondition: bool = true => "Write the I/O space once before the run (untimed), so reads find data as in a laid-out fio file";
+        trace: String = String::new() => "An I/O trace to replay instead of the pattern: a fio iolog (v2 or v3) or an MQSim ASCII trace; each file gets io.space_gib of the drive; its I/Os share threads x queue_depth slots (empty: the pattern)";
     }
 }
 
@@ -98,7 +99,7 @@ impl IoConfig {
 }
 
 #[derive(Copy, Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
-enum Step { Submit, Fetch, DmaIn, Flash, DmaOut, Complete, Interrupt }
+enum Step { Arrive, Submit, Fetch, DmaIn, Flash, DmaOut, Complete, Interrupt }
 
 /// One I/O in flight.
 #[derive(Copy, Clone)]
@@ -107,6 +108,9 @@ struct Io {
     slot: u32,
     write: bool,
     offset: u64,
+    bytes: u32,
+    /// The trace request it serves (trace replay only).
+    request: usize,
     /// When its thread began submitting it.
     started: u64,
     /// Its entry's index in the thread's queues (wraps at 64 entries a page).
@@ -182,13 +186,27 @@ pub fn run_io(cfg: &Config) -> Result<Value, SimError> {
     let cyc = |us: f64| (us * freq as f64).round() as u64;
     let (submit, complete, pcie) = (cyc(io.submit_us), cyc(io.complete_us), cyc(io.pcie_latency_ns / 1000.0));
     let base_line = (io.buffer_base_mib << 20) >> 6;
-    let lines_per_io = u64::from(io.block_bytes).div_ceil(64);
+    // A trace replaces the pattern: its I/Os arrive at their times (or at once) and wait for
+    // a free slot of any thread.
+    let trace = if io.trace.is_empty() {
+        None
+    } else {
+        let t = crate::io_trace::read(std::path::Path::new(&io.trace), io.space_gib << 30, cfg.ssd.capacity_gib << 30)
+            .map_err(|e| cfgerr(ConfigError::new("io.trace", e)))?;
+        Some(t)
+    };
+    let max_bytes = trace.as_ref().map_or(io.block_bytes, |t| t.requests.iter().map(|r| r.bytes).max().unwrap_or(512));
+    ensure((io.buffer_base_mib << 20) + u64::from(io.threads) * (8192 + u64::from(io.queue_depth) * u64::from(max_bytes)) <= cfg.data_bytes(), "io.buffer_base_mib", || {
+        "the queues and the trace's largest I/O buffers do not fit in data memory".to_string()
+    })
+    .map_err(cfgerr)?;
+    let slot_lines = u64::from(max_bytes).div_ceil(64);
     let threads = io.threads as usize;
     // Thread t's submission queue is page 2t past the base, its completion queue page 2t+1,
     // and the buffer of its slot s follows the queues.
     let sq_line = |t: u32, entry: u64| base_line + u64::from(t) * 128 + entry % 64;
     let cq_line = |t: u32, entry: u64| base_line + u64::from(t) * 128 + 64 + (entry / 4) % 64;
-    let buffer_line = |t: u32, s: u32| base_line + threads as u64 * 128 + (u64::from(t) * u64::from(io.queue_depth) + u64::from(s)) * lines_per_io;
+    let buffer_line = |t: u32, s: u32| base_line + threads as u64 * 128 + (u64::from(t) * u64::from(io.queue_depth) + u64::from(s)) * slot_lines;
     let mut streams = Streams::new(io);
     let mut core_free = vec![0u64; threads];
     let mut entries = vec![0u64; threads];
@@ -201,10 +219,20 @@ pub fn run_io(cfg: &Config) -> Result<Value, SimError> {
     };
     for t in 0..io.threads {
         for s in 0..io.queue_depth {
-            ios.push(Io { thread: t, slot: s, write: false, offset: 0, started: 0, entry: 0 });
-            push(&mut events, 0, Step::Submit, ios.len() - 1);
+            ios.push(Io { thread: t, slot: s, write: false, offset: 0, bytes: io.block_bytes, request: 0, started: 0, entry: 0 });
+            if trace.is_none() {
+                push(&mut events, 0, Step::Submit, ios.len() - 1);
+            }
         }
     }
+    // Trace replay: every request arrives (event id = its index), then takes a free slot or
+    // waits in arrival order.
+    let requests: &[crate::io_trace::IoRequest] = trace.as_ref().map_or(&[], |t| &t.requests);
+    for (i, r) in requests.iter().enumerate() {
+        push(&mut events, r.arrival_ns.map_or(0, |ns| cyc(ns as f64 / 1000.0)), Step::Arrive, i);
+    }
+    let mut free_slots: Vec<usize> = (0..ios.len()).rev().collect();
+    let mut waiting: std::collections::VecDeque<usize> = std::collections::VecDeque::new();
     let mut latency = Histogram::default();
     let (mut reads, mut writes, mut dma_lines, mut last_done) = (0u64, 0u64, 0u64, 0u64);
     let mut cpu_busy = 0u64;
@@ -225,15 +253,40 @@ pub fn run_io(cfg: &Config) -> Result<Value, SimError> {
         }};
     }
     while let Some(Reverse((now, _, step, id))) = events.pop() {
+        let (step, id) = if step == Step::Arrive {
+            // A trace's request takes a free slot, or waits in arrival order for one.
+            match free_slots.pop() {
+                Some(slot) => {
+                    ios[slot].request = id;
+                    (Step::Submit, slot)
+                }
+                None => {
+                    waiting.push_back(id);
+                    continue;
+                }
+            }
+        } else {
+            (step, id)
+        };
         let mut o = ios[id];
         let t = o.thread as usize;
         match step {
+            Step::Arrive => unreachable!("turned into a submission above"),
             Step::Submit => {
-                let Some((write, offset)) = streams.next(t) else { continue };
+                let next = if trace.is_some() {
+                    let r = &requests[o.request];
+                    Some((r.write, r.offset, r.bytes))
+                } else {
+                    streams.next(t).map(|(w, off)| (w, off, io.block_bytes))
+                };
+                let Some((write, offset, bytes)) = next else { continue };
+                o.bytes = bytes;
                 let start = now.max(core_free[t]);
                 core_free[t] = start + submit;
                 cpu_busy += submit;
-                o = Io { write, offset, started: now, entry: entries[t], ..o };
+                // A trace's I/O counts its wait for a slot from its arrival time.
+                let started = trace.as_ref().and_then(|_| requests[o.request].arrival_ns).map_or(now, |ns| cyc(ns as f64 / 1000.0).min(now));
+                o = Io { write, offset, started, entry: entries[t], ..o };
                 entries[t] += 1;
                 let written = mem!(sq_line(o.thread, o.entry), true, start + submit);
                 let _ = written; // the doorbell follows the store; the store's persistence is not awaited
@@ -245,24 +298,26 @@ pub fn run_io(cfg: &Config) -> Result<Value, SimError> {
             }
             Step::DmaIn => {
                 let mut done = now;
-                for k in 0..lines_per_io {
+                let lines = u64::from(o.bytes).div_ceil(64);
+                for k in 0..lines {
                     done = done.max(mem!(buffer_line(o.thread, o.slot) + k, false, now));
                 }
-                dma_lines += lines_per_io;
+                dma_lines += lines;
                 push(&mut events, done, Step::Flash, id);
             }
             Step::Flash => {
                 let kind = if o.write { AccessKind::Write } else { AccessKind::Read };
-                let req = MemRequest { addr: o.offset, size_bytes: io.block_bytes, kind, class: TrafficClass::Data, issue: Cycle(now) };
+                let req = MemRequest { addr: o.offset, size_bytes: o.bytes, kind, class: TrafficClass::Data, issue: Cycle(now) };
                 let done = engine.mc.port_access(port, req).0;
                 push(&mut events, done, if o.write { Step::Complete } else { Step::DmaOut }, id);
             }
             Step::DmaOut => {
                 let mut done = now;
-                for k in 0..lines_per_io {
+                let lines = u64::from(o.bytes).div_ceil(64);
+                for k in 0..lines {
                     done = done.max(mem!(buffer_line(o.thread, o.slot) + k, true, now));
                 }
-                dma_lines += lines_per_io;
+                dma_lines += lines;
                 push(&mut events, done, Step::Complete, id);
             }
             Step::Complete => {
@@ -279,7 +334,14 @@ pub fn run_io(cfg: &Config) -> Result<Value, SimError> {
                 latency.record(done - o.started);
                 if o.write { writes += 1 } else { reads += 1 }
                 last_done = last_done.max(done);
-                push(&mut events, done, Step::Submit, id);
+                if trace.is_none() {
+                    push(&mut events, done, Step::Submit, id);
+                } else if let Some(next) = waiting.pop_front() {
+                    o.request = next;
+                    push(&mut events, done, Step::Submit, id);
+                } else {
+                    free_slots.push(id);
+                }
             }
         }
         ios[id] = o;
@@ -302,7 +364,8 @@ pub fn run_io(cfg: &Config) -> Result<Value, SimError> {
     let (_, media) = engine.mc.snapshot();
     Ok(json!({
         "io": {
-            "pattern": io.pattern.as_str(), "threads": io.threads, "queue_depth": io.queue_depth, "block_bytes": io.block_bytes,
+            "pattern": trace.as_ref().map_or(io.pattern.as_str(), |t| t.format),
+            "trace_flushes_and_trims": trace.as_ref().map_or(0, |t| t.flushes_and_trims), "threads": io.threads, "queue_depth": io.queue_depth, "block_bytes": io.block_bytes,
             "ios": n, "reads": reads, "writes": writes,
             "runtime_us": runtime_us,
             "iops": if runtime_us > 0.0 { n as f64 / runtime_us * 1e6 } else { 0.0 },
@@ -382,11 +445,40 @@ mod tests {
     }
 
     #[test]
+    fn a_real_fio_iolog_replays_at_its_recorded_times() {
+        let log = concat!(env!("CARGO_MANIFEST_DIR"), "/../../tests/fixtures/io/fio-randrw.v3.iolog");
+        let r = run_io(&cfg(&[&format!("io.trace=\"{log}\"")])).unwrap();
+        let (reads, writes) = (r["io"]["reads"].as_u64().unwrap(), r["io"]["writes"].as_u64().unwrap());
+        assert_eq!(reads + writes, 2000);
+        assert!((1300..1500).contains(&reads), "fio's 70% reads: {reads}");
+        assert_eq!(r["io"]["pattern"], "fio-iolog-v3");
+        // Open loop: the last I/O arrives at 132,836 us, so the run lasts at least that long,
+        // and an idle drive serves each one in tens of microseconds.
+        let runtime = r["io"]["runtime_us"].as_f64().unwrap();
+        assert!((132_836.0..133_000.0).contains(&runtime), "{runtime}");
+        assert!(r["io"]["latency_us"]["p99"].as_f64().unwrap() < 50.0, "{}", r["io"]["latency_us"]);
+    }
+
+    #[test]
+    fn trace_ios_beyond_the_slots_wait_and_count_their_wait() {
+        // 64 reads arriving together on one slot: each waits for the ones before it.
+        let dir = std::env::temp_dir().join(format!("secmem-io-burst-{}.trace", std::process::id()));
+        let text: String = (0..64).map(|i| format!("0 0 {} 8 1\n", i * 8)).collect();
+        std::fs::write(&dir, text).unwrap();
+        let r = run_io(&cfg(&[&format!("io.trace=\"{}\"", dir.display()), "io.threads=1", "io.queue_depth=1"])).unwrap();
+        let _ = std::fs::remove_file(&dir);
+        let lat = &r["io"]["latency_us"];
+        assert!(lat["max"].as_f64().unwrap() > 60.0 * 15.5, "{lat}");
+        assert_eq!(r["io"]["pattern"], "mqsim");
+    }
+
+    #[test]
     fn bad_io_settings_name_the_field() {
         let bad = |extra: &[&str]| run_io(&cfg(extra)).unwrap_err().to_string();
         assert!(bad(&["io.queue_depth=0"]).contains("io.queue_depth"));
         assert!(bad(&["io.block_bytes=1000"]).contains("io.block_bytes"));
         assert!(bad(&["io.space_gib=32"]).contains("past the end of the drive"));
         assert!(bad(&["run.functional=true"]).contains("run.functional"));
+        assert!(bad(&["io.trace=\"/no/such/iolog\""]).contains("io.trace"));
     }
 }
