@@ -124,14 +124,15 @@ struct Plane {
 }
 
 /// Names of the drive's counters in [`MediaStats::device`], in order.
-const COUNTERS: [&str; 15] = [
+const COUNTERS: [&str; 17] = [
     "host_page_reads", "host_page_writes", "buffer_read_hits", "unwritten_reads", "partial_page_reads",
     "flash_reads", "flash_programs", "erases", "gc_runs", "gc_pages_moved",
     "map_cache_hits", "map_cache_misses", "map_reads", "map_programs", "write_buffer_stall_cycles",
+    "channel_busy_cycles", "plane_busy_cycles",
 ];
 #[derive(Copy, Clone)]
 #[repr(usize)]
-enum C { HostReads, HostWrites, BufferHits, Unwritten, PartialReads, FlashReads, FlashPrograms, Erases, GcRuns, GcMoved, MapHits, MapMisses, MapReads, MapPrograms, BufferStall }
+enum C { HostReads, HostWrites, BufferHits, Unwritten, PartialReads, FlashReads, FlashPrograms, Erases, GcRuns, GcMoved, MapHits, MapMisses, MapReads, MapPrograms, BufferStall, ChannelBusy, PlaneBusy }
 
 /// The SSD (see the module documentation).
 pub struct SsdMedia {
@@ -221,6 +222,8 @@ impl SsdMedia {
         let t = (start + self.read_cycles).max(self.channel_busy_until[ch]);
         self.channel_busy_until[ch] = t + self.transfer_cycles;
         self.bump(C::FlashReads, 1);
+        self.bump(C::PlaneBusy, self.read_cycles);
+        self.bump(C::ChannelBusy, self.transfer_cycles);
         t + self.transfer_cycles
     }
 
@@ -233,6 +236,8 @@ impl SsdMedia {
         let start = (t + self.transfer_cycles).max(p.busy_until);
         p.busy_until = start + self.program_cycles;
         self.bump(C::FlashPrograms, 1);
+        self.bump(C::PlaneBusy, self.program_cycles);
+        self.bump(C::ChannelBusy, self.transfer_cycles);
         start + self.program_cycles
     }
 
@@ -344,6 +349,8 @@ impl SsdMedia {
         t += self.erase_cycles;
         self.bump(C::Erases, 1);
         self.planes[plane].erased.push(victim);
+        let started = at.max(self.planes[plane].busy_until);
+        self.bump(C::PlaneBusy, t - started + moving.len() as u64 * self.program_cycles);
         self.planes[plane].busy_until = t;
         for lpn in moving {
             self.bump(C::GcMoved, 1);
@@ -449,6 +456,9 @@ impl SsdMedia {
         let host = self.stats.device[C::HostWrites as usize].1;
         if host == 0 { 0.0 } else { self.stats.device[C::FlashPrograms as usize].1 as f64 / host as f64 }
     }
+
+    /// Channels and planes, for utilisation (busy cycles over units x time).
+    pub fn units(&self) -> (u64, u64) { (self.channel_busy_until.len() as u64, self.planes.len() as u64) }
 
     /// Logical pages that hold data (the sparse map's size).
     pub fn mapped_pages(&self) -> u64 { self.map.len() as u64 }

@@ -144,22 +144,10 @@ fn trace_info(py: Python<'_>, path: &str, format: Option<&str>) -> PyResult<Stri
 #[pyfunction]
 #[pyo3(signature = (fd, output, name, max_records=None, progress=false, skip_records=0))]
 fn trace_capture_fd(py: Python<'_>, fd: i32, output: &str, name: &str, max_records: Option<u64>, progress: bool, skip_records: u64) -> PyResult<u64> {
-    use std::io::Write;
-    use std::os::fd::FromRawFd;
-    // SAFETY: the caller hands over a descriptor it opened and no longer uses; the File owns it.
-    let pipe = unsafe { std::fs::File::from_raw_fd(fd) };
-    let start = std::time::Instant::now();
-    let mut show = |n: u64| {
-        if progress {
-            let rate = n as f64 / start.elapsed().as_secs_f64().max(1e-9) / 1e6;
-            let _ = write!(std::io::stderr(), "\rcaptured {:.1} M records ({rate:.2} M/s)", n as f64 / 1e6);
-        }
-    };
-    let r = py.allow_threads(|| secmem_trace::capture_lackey(std::io::BufReader::with_capacity(1 << 20, pipe), name.to_string(), Path::new(output), secmem_trace::CaptureWindow { skip: skip_records, max: max_records }, &mut show));
-    if progress {
-        let _ = write!(std::io::stderr(), "\r\x1b[K");
-    }
-    r.map_err(err)
+    let window = secmem_trace::CaptureWindow { skip: skip_records, max: max_records };
+    capture_from_fd(py, fd, progress, "", |pipe, show| {
+        secmem_trace::capture_lackey(std::io::BufReader::with_capacity(1 << 20, pipe), name.to_string(), Path::new(output), window, show)
+    })
 }
 
 /// As [`trace_capture_fd`], for the valgrind process `pid`, whose stores are given the lines
@@ -168,7 +156,30 @@ fn trace_capture_fd(py: Python<'_>, fd: i32, output: &str, name: &str, max_recor
 #[cfg(target_os = "linux")]
 #[pyfunction]
 #[pyo3(signature = (fd, pid, output, name, max_records=None, interval_records=secmem_trace::capture::DEFAULT_INTERVAL_RECORDS, progress=false, skip_records=0))]
+#[allow(clippy::too_many_arguments)]
 fn trace_capture_data_fd(py: Python<'_>, fd: i32, pid: i32, output: &str, name: &str, max_records: Option<u64>, interval_records: u64, progress: bool, skip_records: u64) -> PyResult<String> {
+    let window = secmem_trace::CaptureWindow { skip: skip_records, max: max_records };
+    let c = capture_from_fd(py, fd, progress, " with data", |pipe, show| {
+        secmem_trace::capture::capture_lackey_data(pipe, pid, name.to_string(), Path::new(output), window, interval_records, show)
+    })?;
+    Ok(serde_json::json!({
+        "records": c.records, "writes": c.writes, "writes_with_data": c.writes_with_data,
+        "writes_without_data": c.writes_without_data, "pauses": c.pauses,
+    })
+    .to_string())
+}
+
+/// Runs a capture over the pipe `fd` (the read end of valgrind's `--log-fd`; owned and closed
+/// here) without the GIL, with a progress line on stderr when `progress` ("captured N M
+/// records{what} (R M/s)").
+#[cfg(unix)]
+fn capture_from_fd<T: Send>(
+    py: Python<'_>,
+    fd: i32,
+    progress: bool,
+    what: &str,
+    capture: impl FnOnce(std::fs::File, &mut dyn FnMut(u64)) -> Result<T, secmem_trace::TraceError> + Send,
+) -> PyResult<T> {
     use std::io::Write;
     use std::os::fd::FromRawFd;
     // SAFETY: the caller hands over a descriptor it opened and no longer uses; the File owns it.
@@ -177,19 +188,14 @@ fn trace_capture_data_fd(py: Python<'_>, fd: i32, pid: i32, output: &str, name: 
     let mut show = |n: u64| {
         if progress {
             let rate = n as f64 / start.elapsed().as_secs_f64().max(1e-9) / 1e6;
-            let _ = write!(std::io::stderr(), "\rcaptured {:.1} M records with data ({rate:.2} M/s)", n as f64 / 1e6);
+            let _ = write!(std::io::stderr(), "\rcaptured {:.1} M records{what} ({rate:.2} M/s)", n as f64 / 1e6);
         }
     };
-    let r = py.allow_threads(|| secmem_trace::capture::capture_lackey_data(pipe, pid, name.to_string(), Path::new(output), secmem_trace::CaptureWindow { skip: skip_records, max: max_records }, interval_records, &mut show));
+    let r = py.allow_threads(|| capture(pipe, &mut show));
     if progress {
         let _ = write!(std::io::stderr(), "\r\x1b[K");
     }
-    let c = r.map_err(err)?;
-    Ok(serde_json::json!({
-        "records": c.records, "writes": c.writes, "writes_with_data": c.writes_with_data,
-        "writes_without_data": c.writes_without_data, "pauses": c.pauses,
-    })
-    .to_string())
+    r.map_err(err)
 }
 
 /// Writes a copy-on-write workload (forkbench, redis, noncopy, writeamp, churn) as an OS-level (v2)

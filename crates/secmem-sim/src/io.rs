@@ -252,6 +252,18 @@ pub fn run_io(cfg: &Config) -> Result<Value, SimError> {
             }
         }};
     }
+    // The drive's DMA of an I/O's buffer, every line issued at once; done when the last is.
+    macro_rules! dma {
+        ($o:expr, $write:expr, $at:expr) => {{
+            let mut done = $at;
+            let lines = u64::from($o.bytes).div_ceil(64);
+            for k in 0..lines {
+                done = done.max(mem!(buffer_line($o.thread, $o.slot) + k, $write, $at));
+            }
+            dma_lines += lines;
+            done
+        }};
+    }
     while let Some(Reverse((now, _, step, id))) = events.pop() {
         let (step, id) = if step == Step::Arrive {
             // A trace's request takes a free slot, or waits in arrival order for one.
@@ -297,12 +309,7 @@ pub fn run_io(cfg: &Config) -> Result<Value, SimError> {
                 push(&mut events, done, if o.write { Step::DmaIn } else { Step::Flash }, id);
             }
             Step::DmaIn => {
-                let mut done = now;
-                let lines = u64::from(o.bytes).div_ceil(64);
-                for k in 0..lines {
-                    done = done.max(mem!(buffer_line(o.thread, o.slot) + k, false, now));
-                }
-                dma_lines += lines;
+                let done = dma!(o, false, now);
                 push(&mut events, done, Step::Flash, id);
             }
             Step::Flash => {
@@ -312,12 +319,7 @@ pub fn run_io(cfg: &Config) -> Result<Value, SimError> {
                 push(&mut events, done, if o.write { Step::Complete } else { Step::DmaOut }, id);
             }
             Step::DmaOut => {
-                let mut done = now;
-                let lines = u64::from(o.bytes).div_ceil(64);
-                for k in 0..lines {
-                    done = done.max(mem!(buffer_line(o.thread, o.slot) + k, true, now));
-                }
-                dma_lines += lines;
+                let done = dma!(o, true, now);
                 push(&mut events, done, Step::Complete, id);
             }
             Step::Complete => {
@@ -359,6 +361,11 @@ pub fn run_io(cfg: &Config) -> Result<Value, SimError> {
     let counter = |name: &str| ssd_stats.device_counter(name).unwrap_or(0);
     let host_writes = counter("host_page_writes");
     ssd_json.insert("write_amplification".into(), json!(if host_writes > 0 { counter("flash_programs") as f64 / host_writes as f64 } else { 0.0 }));
+    // Busy time over the run, per channel and per plane (the flash back end's parallelism in use).
+    let units = |busy: &str, n: u64| if last_done > 0 { counter(busy) as f64 / (n as f64 * last_done as f64) } else { 0.0 };
+    ssd_json.insert("channel_utilisation".into(), json!(units("channel_busy_cycles", u64::from(cfg.ssd.channels))));
+    let planes = u64::from(cfg.ssd.channels) * u64::from(cfg.ssd.dies_per_channel) * u64::from(cfg.ssd.planes_per_die);
+    ssd_json.insert("plane_utilisation".into(), json!(units("plane_busy_cycles", planes)));
     let map_lookups = counter("map_cache_hits") + counter("map_cache_misses");
     ssd_json.insert("map_cache_hit_rate".into(), json!(if map_lookups > 0 { counter("map_cache_hits") as f64 / map_lookups as f64 } else { 0.0 }));
     let (_, media) = engine.mc.snapshot();
@@ -414,8 +421,19 @@ mod tests {
         let off = run_io(&cfg(&["io.dma_through_memory=false"])).unwrap();
         let on = run_io(&cfg(&[])).unwrap();
         // Each 4 KB read: 64 line writes of data, a command fetch, a completion write and read.
-        assert_eq!(on["memory"]["writes"].as_u64().unwrap() >= 2000 * 65, true, "{}", on["memory"]);
+        assert!(on["memory"]["writes"].as_u64().unwrap() >= 2000 * 65, "{}", on["memory"]);
         assert!(on["io"]["latency_us"]["mean"].as_f64() > off["io"]["latency_us"]["mean"].as_f64());
+    }
+
+    #[test]
+    fn utilisation_is_the_flash_busy_time_over_the_run() {
+        // One thread at queue depth 1: one plane read (3 us) and one transfer (5.12 us) per
+        // 15.5 us I/O, spread over 8 channels and 128 planes.
+        let r = run_io(&cfg(&["io.threads=1", "io.dma_through_memory=false", "io.ios=5000"])).unwrap();
+        let ch = r["ssd"]["channel_utilisation"].as_f64().unwrap();
+        let pl = r["ssd"]["plane_utilisation"].as_f64().unwrap();
+        assert!((ch - 5.12 / 15.5 / 8.0).abs() < 0.01, "{ch}");
+        assert!((pl - 3.0 / 15.5 / 128.0).abs() < 0.001, "{pl}");
     }
 
     #[test]

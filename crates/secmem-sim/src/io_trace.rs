@@ -73,10 +73,10 @@ pub fn read(path: &Path, region_bytes: u64, drive_bytes: u64) -> Result<IoTrace,
         let toks: Vec<&str> = t.split_whitespace().collect();
         let num = |s: &str, what: &str| s.parse::<u64>().map_err(|_| format!("{at}: bad {what} '{s}' (expected a whole number)"));
         let check = |offset: u64, bytes: u64, region: u64| -> Result<IoRequest, String> {
-            if bytes == 0 || bytes % 512 != 0 || bytes > 1 << 24 {
+            if bytes == 0 || !bytes.is_multiple_of(512) || bytes > 1 << 24 {
                 return Err(format!("{at}: length {bytes} is not a whole number of 512-byte blocks (up to 16 MiB)"));
             }
-            if offset % 512 != 0 {
+            if !offset.is_multiple_of(512) {
                 return Err(format!("{at}: offset {offset} is not 512-byte aligned"));
             }
             if offset + bytes > region_bytes || (region + 1) * region_bytes > drive_bytes {

@@ -242,6 +242,9 @@ pub struct Region {
     pub size_bytes: u64,
 }
 
+/// Builds a design's own tree update strategy (see [`DesignEntry::tree_update`]).
+pub type TreeUpdateFactory = fn(&DesignContext, &DesignsConfig) -> Box<dyn TreeUpdateStrategy>;
+
 /// Everything generic code may ask of a design without building it. Each design's file
 /// defines its entry (or entries, for variants); [`REGISTRY`] lists them.
 pub struct DesignEntry {
@@ -271,7 +274,7 @@ pub struct DesignEntry {
     pub drain_schemes: &'static [DrainScheme],
     /// The design's own tree update strategy, installed in every controller built for it in
     /// place of `tree.update`'s (None: `tree.update` decides, lazy or eager).
-    pub tree_update: Option<fn(&DesignContext, &DesignsConfig) -> Box<dyn TreeUpdateStrategy>>,
+    pub tree_update: Option<TreeUpdateFactory>,
     /// Builds the design, with the designs' own config sections.
     pub build: fn(&DesignContext, &DesignsConfig) -> Box<dyn Design>,
 }

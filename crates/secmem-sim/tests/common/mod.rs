@@ -3,7 +3,9 @@
 use secmem_sim::Config;
 
 /// A temporary directory, created empty and removed when dropped (also when the test fails).
+#[allow(dead_code)] // not every test that includes `common` makes one
 pub struct TmpDir(pub std::path::PathBuf);
+#[allow(dead_code)]
 impl TmpDir {
     pub fn new(name: &str) -> TmpDir {
         let d = std::env::temp_dir().join(format!("secmem-{name}-{}", std::process::id()));
