@@ -395,6 +395,14 @@ def run_io(
     return json.loads(_call(_native.io_run, preset, _path(config, "config"), _overrides(params)))
 
 
+def io_calibrate(sectors: int = 200_000) -> Dict[str, float]:
+    """Measures this host's software cryptography per 512 B sector, as the storage baselines
+    run it: dm-crypt's AES-XTS and dm-integrity's HMAC-SHA256 (RustCrypto; the median of five
+    rounds over ``sectors`` sectors). ``secmem io-calibrate`` prints it as config."""
+    _uint("sectors", sectors, minimum=1)
+    return json.loads(_call(_native.io_calibrate, sectors))
+
+
 def crash(
     preset: Optional[str] = None,
     trace: Optional[str] = None,

@@ -31,3 +31,15 @@ def test_bad_io_settings_are_errors_naming_the_field(cli):
         res = cli("io", "--preset", "horus", "-p", param, "-p", "io.ios=10")
         assert res.returncode != 0 and field in res.stderr, (param, res.stderr)
         assert "Traceback" not in res.stderr
+
+
+def test_io_calibrate_prints_a_config_that_enc_runs_with(cli, tmp_path):
+    res = cli("io-calibrate", "--sectors", "2000", check=True)
+    assert "[io]" in res.stdout and "aes_xts_ns_per_sector = " in res.stdout
+    host = tmp_path / "host.toml"
+    host.write_text(res.stdout)
+    common = ["-p", "io.ios=2000", "-p", "io.space_gib=1", "-p", "io.pattern=rand-read"]
+    enc = json.loads(cli("io", "--preset", "horus", "--config", host, "-p", "io.stack=enc", *common, check=True).stdout)
+    plain = json.loads(cli("io", "--preset", "horus", "--config", host, *common, check=True).stdout)
+    assert enc["io"]["stack"] == "enc" and enc["io"]["crypto_cpu_us"] > 0 and plain["io"]["crypto_cpu_us"] == 0
+    assert enc["io"]["runtime_us"] > plain["io"]["runtime_us"]

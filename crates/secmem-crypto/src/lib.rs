@@ -62,6 +62,7 @@
 //! assert!(reuse.record(keys.key_id(), 0, line, major, minor).is_err());
 //! ```
 
+pub mod host_rates;
 pub mod keys;
 pub mod mac;
 pub mod pad;

@@ -235,6 +235,15 @@ fn io_run(py: Python<'_>, preset: Option<&str>, config: Option<&str>, overrides:
     Ok(out.to_string())
 }
 
+/// This host's rates of the software storage baselines' cryptography (AES-XTS and
+/// HMAC-SHA256, ns per 512 B sector, median of five rounds over `sectors` sectors): JSON.
+#[pyfunction]
+#[pyo3(signature = (sectors=200_000))]
+fn io_calibrate(py: Python<'_>, sectors: usize) -> String {
+    let r = py.allow_threads(|| secmem_sim::io::host_rates(sectors));
+    serde_json::json!({"aes_xts_ns_per_sector": r.aes_xts_ns_per_sector, "hmac_sha256_ns_per_sector": r.hmac_sha256_ns_per_sector}).to_string()
+}
+
 /// Crash injection: JSON {"points", "recovered", "mismatches", ...}.
 #[pyfunction]
 #[pyo3(signature = (preset=None, config=None, overrides=vec![], trace=None, points=2000, seed=1))]
@@ -430,6 +439,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     #[cfg(unix)]
     m.add_function(wrap_pyfunction!(trace_capture_fd, m)?)?;
     m.add_function(wrap_pyfunction!(io_run, m)?)?;
+    m.add_function(wrap_pyfunction!(io_calibrate, m)?)?;
     #[cfg(target_os = "linux")]
     m.add_function(wrap_pyfunction!(trace_capture_data_fd, m)?)?;
     m.add_function(wrap_pyfunction!(bench_scenarios, m)?)?;

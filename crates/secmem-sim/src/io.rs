@@ -47,6 +47,14 @@ config_enum! {
     }
 }
 
+config_enum! {
+    /// The host's storage stack between the application and the drive.
+    pub enum IoStack {
+        Insecure => "insecure": "no storage security: the block layer and NVMe driver only",
+        Enc => "enc": "dm-crypt (aes-xts-plain64): each 512 B sector encrypted before a write is submitted and decrypted after a read completes, in software on the thread's core (io.aes_xts_ns_per_sector)"
+    }
+}
+
 config_section! {
     /// The I/O workload and the host's I/O path (`secmem io`).
     pub struct IoConfig {
@@ -64,6 +72,8 @@ config_section! {
         dma_through_memory: bool = true => "DMA transfers, queue entries and their timing go through the secure memory controller (false: they take no time and make no traffic)";
         buffer_base_mib: u64 = 1024 => "Physical address of the host's queues and I/O buffers, MiB";
         precondition: bool = true => "Write the I/O space once before the run (untimed), so reads find data as in a laid-out fio file";
+        stack: IoStack = IoStack::Insecure => "Storage stack: insecure, or enc (dm-crypt)";
+        aes_xts_ns_per_sector: f64 = 120.0 => "Core time of dm-crypt's AES-XTS per 512 B sector, ns (measured on this project's machine, RustCrypto with AES-NI: secmem io-calibrate prints your machine's)";
         trace: String = String::new() => "An I/O trace to replay instead of the pattern: a fio iolog (v2 or v3) or an MQSim ASCII trace; each file gets io.space_gib of the drive; its I/Os share threads x queue_depth slots (empty: the pattern)";
     }
 }
@@ -81,7 +91,7 @@ impl IoConfig {
         ensure(u64::from(self.block_bytes) * u64::from(self.threads) <= self.space_gib << 30, "io.block_bytes", || "each thread needs at least one block of the I/O space".into())?;
         ensure(self.ios >= 1 && self.ios <= 1 << 40, "io.ios", || format!("must be 1..=2^40, got {}", self.ios))?;
         ensure(self.read_percent <= 100, "io.read_percent", || format!("must be 0..=100, got {}", self.read_percent))?;
-        for (name, v) in [("io.submit_us", self.submit_us), ("io.complete_us", self.complete_us), ("io.pcie_latency_ns", self.pcie_latency_ns)] {
+        for (name, v) in [("io.submit_us", self.submit_us), ("io.complete_us", self.complete_us), ("io.pcie_latency_ns", self.pcie_latency_ns), ("io.aes_xts_ns_per_sector", self.aes_xts_ns_per_sector)] {
             ensure(v.is_finite() && (0.0..=1e6).contains(&v), name, || format!("must be a number in 0..=1e6, got {}", number(v)))?;
         }
         let need = (self.buffer_base_mib << 20) + self.host_bytes();
@@ -166,6 +176,10 @@ impl Streams {
     }
 }
 
+/// This host's rates of the storage baselines' software cryptography (see
+/// `secmem_crypto::host_rates`), for `secmem io-calibrate`.
+pub fn host_rates(sectors: usize) -> secmem_crypto::host_rates::HostRates { secmem_crypto::host_rates::measure(sectors) }
+
 /// Runs the `[io]` workload on the `[ssd]` drive beside `cfg`'s secure memory; the report.
 pub fn run_io(cfg: &Config) -> Result<Value, SimError> {
     let io = &cfg.io;
@@ -185,6 +199,12 @@ pub fn run_io(cfg: &Config) -> Result<Value, SimError> {
     let wall = std::time::Instant::now();
     let cyc = |us: f64| (us * freq as f64).round() as u64;
     let (submit, complete, pcie) = (cyc(io.submit_us), cyc(io.complete_us), cyc(io.pcie_latency_ns / 1000.0));
+    // dm-crypt's software cipher: each sector of an I/O, on the core that submits or completes it.
+    let crypt = |bytes: u32| match io.stack {
+        IoStack::Insecure => 0,
+        IoStack::Enc => cyc(io.aes_xts_ns_per_sector * f64::from(bytes / 512) / 1000.0),
+    };
+    let mut crypto_busy = 0u64;
     let base_line = (io.buffer_base_mib << 20) >> 6;
     // A trace replaces the pattern: its I/Os arrive at their times (or at once) and wait for
     // a free slot of any thread.
@@ -293,9 +313,12 @@ pub fn run_io(cfg: &Config) -> Result<Value, SimError> {
                 };
                 let Some((write, offset, bytes)) = next else { continue };
                 o.bytes = bytes;
-                let start = now.max(core_free[t]);
+                // A write is encrypted before the driver sees it.
+                let cipher = if write { crypt(bytes) } else { 0 };
+                crypto_busy += cipher;
+                let start = now.max(core_free[t]) + cipher;
                 core_free[t] = start + submit;
-                cpu_busy += submit;
+                cpu_busy += submit + cipher;
                 // A trace's I/O counts its wait for a slot from its arrival time.
                 let started = trace.as_ref().and_then(|_| requests[o.request].arrival_ns).map_or(now, |ns| cyc(ns as f64 / 1000.0).min(now));
                 o = Io { write, offset, started, entry: entries[t], ..o };
@@ -327,12 +350,15 @@ pub fn run_io(cfg: &Config) -> Result<Value, SimError> {
                 push(&mut events, done.max(now) + pcie, Step::Interrupt, id);
             }
             Step::Interrupt => {
+                // A read is decrypted after the completion, before the application has it.
+                let cipher = if o.write { 0 } else { crypt(o.bytes) };
+                crypto_busy += cipher;
                 let start = now.max(core_free[t]);
-                core_free[t] = start + complete;
-                cpu_busy += complete;
+                core_free[t] = start + complete + cipher;
+                cpu_busy += complete + cipher;
                 // The handler reads the completion entry.
                 let _ = mem!(cq_line(o.thread, o.entry), false, start);
-                let done = start + complete;
+                let done = start + complete + cipher;
                 latency.record(done - o.started);
                 if o.write { writes += 1 } else { reads += 1 }
                 last_done = last_done.max(done);
@@ -379,6 +405,8 @@ pub fn run_io(cfg: &Config) -> Result<Value, SimError> {
             "throughput_mb_per_s": if runtime_us > 0.0 { (n * u64::from(io.block_bytes)) as f64 / runtime_us } else { 0.0 },
             "latency_us": {"mean": lat.mean / freq as f64, "p50": us(lat.p50), "p99": us(lat.p99), "p999": us(lat.p999), "max": us(lat.max)},
             "cpu_busy_us": us(cpu_busy),
+            "stack": io.stack.as_str(),
+            "crypto_cpu_us": us(crypto_busy),
         },
         "ssd": Value::Object(ssd_json),
         "memory": {
@@ -423,6 +451,24 @@ mod tests {
         // Each 4 KB read: 64 line writes of data, a command fetch, a completion write and read.
         assert!(on["memory"]["writes"].as_u64().unwrap() >= 2000 * 65, "{}", on["memory"]);
         assert!(on["io"]["latency_us"]["mean"].as_f64() > off["io"]["latency_us"]["mean"].as_f64());
+    }
+
+    #[test]
+    fn dm_crypt_costs_each_sector_its_cipher_time_on_the_core() {
+        let base = ["io.threads=1", "io.pattern=rand-rw", "io.dma_through_memory=false", "io.aes_xts_ns_per_sector=250"];
+        let plain = run_io(&cfg(&base)).unwrap();
+        let enc = run_io(&cfg(&[&base[..], &["io.stack=enc"]].concat())).unwrap();
+        assert_eq!(plain["io"]["reads"], enc["io"]["reads"], "the same I/Os");
+        // 2000 I/Os of 8 sectors at 250 ns: 4 ms of cipher, on the critical path at QD 1.
+        assert!((enc["io"]["crypto_cpu_us"].as_f64().unwrap() - 4000.0).abs() < 1e-6);
+        assert_eq!(plain["io"]["crypto_cpu_us"], 0.0);
+        // Reads alone at queue depth 1 wait for nothing else: the run is longer by exactly that.
+        let reads = |stack: &str| {
+            let r = run_io(&cfg(&["io.threads=1", "io.dma_through_memory=false", "io.aes_xts_ns_per_sector=250", stack])).unwrap();
+            r["io"]["runtime_us"].as_f64().unwrap()
+        };
+        let extra = reads("io.stack=enc") - reads("io.stack=insecure");
+        assert!((extra - 4000.0).abs() < 1.0, "{extra}");
     }
 
     #[test]
