@@ -65,7 +65,8 @@ config_section! {
 
 impl SsdConfig {
     pub fn page_bytes(&self) -> u64 { u64::from(self.page_kib) * 1024 }
-    fn planes(&self) -> u64 { u64::from(self.channels) * u64::from(self.dies_per_channel) * u64::from(self.planes_per_die) }
+    /// Planes in the drive (channels x dies x planes per die).
+    pub fn planes(&self) -> u64 { u64::from(self.channels) * u64::from(self.dies_per_channel) * u64::from(self.planes_per_die) }
     /// Blocks per plane: the logical capacity plus overprovisioning, rounded up.
     pub fn blocks_per_plane(&self) -> u64 {
         let physical = (self.capacity_gib << 30) as f64 * (1.0 + self.overprovisioning);
@@ -98,6 +99,14 @@ impl SsdConfig {
             format!("must be at least 1 and leave blocks to write (blocks per plane: {})", self.blocks_per_plane())
         })
     }
+}
+
+/// Write amplification of a drive's counters: flash programs (host, garbage collection,
+/// translation pages) per host page write; 0 before any write.
+pub fn write_amplification(stats: &MediaStats) -> f64 {
+    let count = |name: &str| stats.device_counter(name).unwrap_or(0);
+    let host = count("host_page_writes");
+    if host == 0 { 0.0 } else { count("flash_programs") as f64 / host as f64 }
 }
 
 /// A page no logical page maps to (free or invalid).
@@ -162,7 +171,6 @@ pub struct SsdMedia {
     buffer_slots: usize,
     /// Pages still in the buffer: logical page -> cycle its program completes.
     buffered: FxHashMap<u64, u64>,
-    last_done: u64,
     capacity_bytes: u64,
     stats: MediaStats,
 }
@@ -197,7 +205,6 @@ impl SsdMedia {
             buffer: BinaryHeap::new(),
             buffer_slots: ((cfg.write_buffer_mib << 20) / page_bytes).max(1) as usize,
             buffered: FxHashMap::default(),
-            last_done: 0,
             capacity_bytes: cfg.capacity_gib << 30,
             stats: MediaStats { device: COUNTERS.iter().map(|&n| (n, 0)).collect(), ..MediaStats::default() },
             cfg: cfg.clone(),
@@ -283,9 +290,7 @@ impl SsdMedia {
             rounds += 1;
         }
         if self.planes[plane].active.is_none() {
-            let b = self.take_free_block(plane).expect("garbage collection leaves a free block (validated overprovisioning)");
-            self.planes[plane].active = Some((b, 0));
-            self.planes[plane].blocks.insert(b, Block { lpns: vec![NO_PAGE; self.cfg.pages_per_block as usize], valid: 0 });
+            self.open_block(plane, "garbage collection leaves a free block (validated overprovisioning)");
         }
         let ppb = self.cfg.pages_per_block;
         let p = &mut self.planes[plane];
@@ -341,36 +346,50 @@ impl SsdMedia {
         let moving: Vec<u64> = blk.lpns.iter().copied().filter(|&l| l != NO_PAGE).collect();
         // The erase first frees the victim for the copies' destination when no other block
         // is free: the valid pages wait in the plane's register and the controller's buffer.
-        let mut t = at.max(self.planes[plane].busy_until);
-        for _ in &moving {
-            t += self.read_cycles;
-            self.bump(C::FlashReads, 1);
-        }
-        t += self.erase_cycles;
+        let n = moving.len() as u64;
+        let busy = n * (self.read_cycles + self.program_cycles) + self.erase_cycles;
+        self.bump(C::FlashReads, n);
         self.bump(C::Erases, 1);
+        self.bump(C::GcMoved, n);
+        self.bump(C::FlashPrograms, n);
+        self.bump(C::PlaneBusy, busy);
         self.planes[plane].erased.push(victim);
-        let started = at.max(self.planes[plane].busy_until);
-        self.bump(C::PlaneBusy, t - started + moving.len() as u64 * self.program_cycles);
-        self.planes[plane].busy_until = t;
         for lpn in moving {
-            self.bump(C::GcMoved, 1);
-            let (ppn, _) = self.allocate_no_gc(plane, lpn);
+            let ppn = self.allocate_no_gc(plane, lpn);
             self.map.insert(lpn, ppn);
-            let p = &mut self.planes[plane];
-            p.busy_until += self.program_cycles;
-            self.stats.device[C::FlashPrograms as usize].1 += 1;
         }
-        self.planes[plane].busy_until
+        let done = at.max(self.planes[plane].busy_until) + busy;
+        self.planes[plane].busy_until = done;
+        done
     }
 
-    /// As [`allocate`](Self::allocate), without collecting (the copies of a collection).
-    fn allocate_no_gc(&mut self, plane: usize, lpn: u64) -> (u64, u64) {
+    /// Makes a free block of `plane` the one being written (`why` says why one must be free).
+    fn open_block(&mut self, plane: usize, why: &str) {
+        let b = self.take_free_block(plane).expect(why);
+        self.planes[plane].active = Some((b, 0));
+        self.planes[plane].blocks.insert(b, Block { lpns: vec![NO_PAGE; self.cfg.pages_per_block as usize], valid: 0 });
+    }
+
+    /// As [`allocate`](Self::allocate), without collecting (the copies of a collection): a
+    /// block already open is never collected for.
+    fn allocate_no_gc(&mut self, plane: usize, lpn: u64) -> u64 {
         if self.planes[plane].active.is_none() {
-            let b = self.take_free_block(plane).expect("the erased victim is free");
-            self.planes[plane].active = Some((b, 0));
-            self.planes[plane].blocks.insert(b, Block { lpns: vec![NO_PAGE; self.cfg.pages_per_block as usize], valid: 0 });
+            self.open_block(plane, "the erased victim is free");
         }
-        self.allocate(plane, lpn, 0)
+        self.allocate(plane, lpn, 0).0
+    }
+
+    /// Gives logical page `lpn` the next physical page, on the next plane in striping order
+    /// (its old page, if any, becomes invalid); returns (plane, cycle the plane can start).
+    fn place(&mut self, lpn: u64, at: u64) -> (usize, u64) {
+        if let Some(old) = self.map.get(&lpn).copied() {
+            self.invalidate(old);
+        }
+        let plane = self.next_plane;
+        self.next_plane = (self.next_plane + 1) % self.planes.len();
+        let (ppn, ready) = self.allocate(plane, lpn, at);
+        self.map.insert(lpn, ppn);
+        (plane, ready)
     }
 
     fn read_page(&mut self, lpn: u64, at: u64) -> u64 {
@@ -417,13 +436,7 @@ impl SsdMedia {
                 data_ready = data_ready.max(self.flash_read(plane, accept));
             }
         }
-        if let Some(ppn) = old {
-            self.invalidate(ppn);
-        }
-        let plane = self.next_plane;
-        self.next_plane = (self.next_plane + 1) % self.planes.len();
-        let (ppn, ready) = self.allocate(plane, lpn, data_ready);
-        self.map.insert(lpn, ppn);
+        let (plane, ready) = self.place(lpn, data_ready);
         let done = self.flash_program(plane, ready);
         self.buffer.push(Reverse(done));
         self.buffered.insert(lpn, done);
@@ -439,26 +452,14 @@ impl SsdMedia {
     pub fn precondition(&mut self, bytes: u64) {
         let saved = self.stats.clone();
         for lpn in 0..bytes.min(self.capacity_bytes).div_ceil(self.page_bytes) {
-            let plane = self.next_plane;
-            self.next_plane = (self.next_plane + 1) % self.planes.len();
-            if let Some(old) = self.map.get(&lpn).copied() {
-                self.invalidate(old);
-            }
-            let (ppn, _) = self.allocate(plane, lpn, 0);
-            self.map.insert(lpn, ppn);
+            self.place(lpn, 0);
             self.tpages_written.insert(lpn / self.entries_per_map_page);
         }
         self.stats = saved;
     }
 
-    /// Write amplification so far: flash programs (host, GC, translation) per host page write.
-    pub fn write_amplification(&self) -> f64 {
-        let host = self.stats.device[C::HostWrites as usize].1;
-        if host == 0 { 0.0 } else { self.stats.device[C::FlashPrograms as usize].1 as f64 / host as f64 }
-    }
-
-    /// Channels and planes, for utilisation (busy cycles over units x time).
-    pub fn units(&self) -> (u64, u64) { (self.channel_busy_until.len() as u64, self.planes.len() as u64) }
+    /// Write amplification so far (see [`write_amplification`]).
+    pub fn write_amplification(&self) -> f64 { write_amplification(&self.stats) }
 
     /// Logical pages that hold data (the sparse map's size).
     pub fn mapped_pages(&self) -> u64 { self.map.len() as u64 }
@@ -485,7 +486,6 @@ impl MemoryPort for SsdMedia {
             AccessKind::Read => self.read_overhead_cycles,
             AccessKind::Write => self.write_overhead_cycles,
         };
-        self.last_done = self.last_done.max(done);
         Cycle(done)
     }
 

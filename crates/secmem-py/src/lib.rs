@@ -120,13 +120,13 @@ fn trace_info(py: Python<'_>, path: &str, format: Option<&str>) -> PyResult<Stri
         None => secmem_trace::open_events(Path::new(path)),
     }
     .map_err(err)?;
-    let (os_level, virtual_addresses) = (stream.kind.os_level, stream.kind.virtual_addresses);
+    let (os_level, virtual_addresses, format, compression) = (stream.kind.os_level, stream.kind.virtual_addresses, stream.format, stream.compression);
     let info = py.allow_threads(|| secmem_trace::info_events(stream.events, os_level)).map_err(err)?;
     // Whether `secmem run` translates the trace (translation.addresses = "auto").
     let mut v: serde_json::Value = serde_json::from_str(&info.to_json()).expect("TraceInfo::to_json is JSON");
     v["addresses"] = serde_json::json!(if virtual_addresses { "virtual" } else { "physical" });
-    v["format"] = serde_json::json!(stream.format.name());
-    v["compression"] = serde_json::json!(secmem_trace::compression(Path::new(path)).map_err(err)?.to_string());
+    v["format"] = serde_json::json!(format.name());
+    v["compression"] = serde_json::json!(compression.to_string());
     // The share of distinct contents among the lines writes carry: low when lines repeat.
     v["distinct_data_share"] = if info.records_with_data > 0 {
         serde_json::json!(info.distinct_data_contents as f64 / info.records_with_data as f64)

@@ -79,7 +79,7 @@ config_section! {
 }
 
 impl IoConfig {
-    pub fn validate(&self, ssd_capacity_gib: u64, memory_bytes: u64) -> Result<(), ConfigError> {
+    pub fn validate(&self, ssd_capacity_gib: u64) -> Result<(), ConfigError> {
         ensure(self.threads >= 1 && self.threads <= 1024, "io.threads", || format!("must be 1..=1024, got {}", self.threads))?;
         ensure(self.queue_depth >= 1 && self.queue_depth <= 65536, "io.queue_depth", || format!("must be 1..=65536 (an NVMe queue), got {}", self.queue_depth))?;
         ensure(self.block_bytes >= 512 && self.block_bytes.is_multiple_of(512) && self.block_bytes <= 1 << 24, "io.block_bytes", || {
@@ -94,17 +94,18 @@ impl IoConfig {
         for (name, v) in [("io.submit_us", self.submit_us), ("io.complete_us", self.complete_us), ("io.pcie_latency_ns", self.pcie_latency_ns), ("io.aes_xts_ns_per_sector", self.aes_xts_ns_per_sector)] {
             ensure(v.is_finite() && (0.0..=1e6).contains(&v), name, || format!("must be a number in 0..=1e6, got {}", number(v)))?;
         }
-        let need = (self.buffer_base_mib << 20) + self.host_bytes();
-        ensure(need <= memory_bytes, "io.buffer_base_mib", || {
-            format!("the queues and buffers end at byte {need}, beyond the {memory_bytes} bytes of data memory")
-        })
+        Ok(())
     }
 
-    /// Host memory the queues and buffers take: a 4 KB submission and completion queue page
-    /// per thread, and one buffer per outstanding I/O.
-    fn host_bytes(&self) -> u64 {
+    /// Checks that the queues and buffers fit in data memory: a 4 KB submission and
+    /// completion queue page per thread, and a buffer of `io_bytes` (the largest I/O) per
+    /// outstanding I/O.
+    fn check_host_memory(&self, io_bytes: u32, memory_bytes: u64) -> Result<(), ConfigError> {
         let t = u64::from(self.threads);
-        t * 8192 + t * u64::from(self.queue_depth) * u64::from(self.block_bytes)
+        let need = (self.buffer_base_mib << 20) + t * 8192 + t * u64::from(self.queue_depth) * u64::from(io_bytes);
+        ensure(need <= memory_bytes, "io.buffer_base_mib", || {
+            format!("the queues and buffers ({io_bytes}-byte I/Os) end at byte {need}, beyond the {memory_bytes} bytes of data memory")
+        })
     }
 }
 
@@ -189,7 +190,7 @@ pub fn run_io(cfg: &Config) -> Result<Value, SimError> {
     }
     cfg.ssd.validate("ssd").map_err(cfgerr)?;
     let mut engine = Engine::new(cfg).map_err(cfgerr)?;
-    io.validate(cfg.ssd.capacity_gib, cfg.data_bytes()).map_err(cfgerr)?;
+    io.validate(cfg.ssd.capacity_gib).map_err(cfgerr)?;
     let freq = cfg.core.freq_mhz;
     let mut ssd = SsdMedia::new(&cfg.ssd, freq);
     if io.precondition {
@@ -216,10 +217,7 @@ pub fn run_io(cfg: &Config) -> Result<Value, SimError> {
         Some(t)
     };
     let max_bytes = trace.as_ref().map_or(io.block_bytes, |t| t.requests.iter().map(|r| r.bytes).max().unwrap_or(512));
-    ensure((io.buffer_base_mib << 20) + u64::from(io.threads) * (8192 + u64::from(io.queue_depth) * u64::from(max_bytes)) <= cfg.data_bytes(), "io.buffer_base_mib", || {
-        "the queues and the trace's largest I/O buffers do not fit in data memory".to_string()
-    })
-    .map_err(cfgerr)?;
+    io.check_host_memory(max_bytes, cfg.data_bytes()).map_err(cfgerr)?;
     let slot_lines = u64::from(max_bytes).div_ceil(64);
     let threads = io.threads as usize;
     // Thread t's submission queue is page 2t past the base, its completion queue page 2t+1,
@@ -248,13 +246,14 @@ pub fn run_io(cfg: &Config) -> Result<Value, SimError> {
     // Trace replay: every request arrives (event id = its index), then takes a free slot or
     // waits in arrival order.
     let requests: &[crate::io_trace::IoRequest] = trace.as_ref().map_or(&[], |t| &t.requests);
+    let arrival = |r: &crate::io_trace::IoRequest| r.arrival_ns.map(|ns| cyc(ns as f64 / 1000.0));
     for (i, r) in requests.iter().enumerate() {
-        push(&mut events, r.arrival_ns.map_or(0, |ns| cyc(ns as f64 / 1000.0)), Step::Arrive, i);
+        push(&mut events, arrival(r).unwrap_or(0), Step::Arrive, i);
     }
     let mut free_slots: Vec<usize> = (0..ios.len()).rev().collect();
     let mut waiting: std::collections::VecDeque<usize> = std::collections::VecDeque::new();
     let mut latency = Histogram::default();
-    let (mut reads, mut writes, mut dma_lines, mut last_done) = (0u64, 0u64, 0u64, 0u64);
+    let (mut reads, mut writes, mut dma_lines, mut last_done, mut bytes_moved) = (0u64, 0u64, 0u64, 0u64, 0u64);
     let mut cpu_busy = 0u64;
     let dma = io.dma_through_memory;
     // A memory access of the I/O path; with dma_through_memory = false it is free.
@@ -320,11 +319,11 @@ pub fn run_io(cfg: &Config) -> Result<Value, SimError> {
                 core_free[t] = start + submit;
                 cpu_busy += submit + cipher;
                 // A trace's I/O counts its wait for a slot from its arrival time.
-                let started = trace.as_ref().and_then(|_| requests[o.request].arrival_ns).map_or(now, |ns| cyc(ns as f64 / 1000.0).min(now));
+                let started = trace.as_ref().and_then(|_| arrival(&requests[o.request])).map_or(now, |a| a.min(now));
                 o = Io { write, offset, started, entry: entries[t], ..o };
                 entries[t] += 1;
-                let written = mem!(sq_line(o.thread, o.entry), true, start + submit);
-                let _ = written; // the doorbell follows the store; the store's persistence is not awaited
+                // The doorbell follows the store; the store's persistence is not awaited.
+                let _ = mem!(sq_line(o.thread, o.entry), true, start + submit);
                 push(&mut events, start + submit + pcie, Step::Fetch, id);
             }
             Step::Fetch => {
@@ -347,7 +346,7 @@ pub fn run_io(cfg: &Config) -> Result<Value, SimError> {
             }
             Step::Complete => {
                 let done = mem!(cq_line(o.thread, o.entry), true, now);
-                push(&mut events, done.max(now) + pcie, Step::Interrupt, id);
+                push(&mut events, done + pcie, Step::Interrupt, id);
             }
             Step::Interrupt => {
                 // A read is decrypted after the completion, before the application has it.
@@ -361,6 +360,7 @@ pub fn run_io(cfg: &Config) -> Result<Value, SimError> {
                 let done = start + complete + cipher;
                 latency.record(done - o.started);
                 if o.write { writes += 1 } else { reads += 1 }
+                bytes_moved += u64::from(o.bytes);
                 last_done = last_done.max(done);
                 if trace.is_none() {
                     push(&mut events, done, Step::Submit, id);
@@ -385,13 +385,11 @@ pub fn run_io(cfg: &Config) -> Result<Value, SimError> {
         ssd_json.insert((*name).to_string(), json!(v));
     }
     let counter = |name: &str| ssd_stats.device_counter(name).unwrap_or(0);
-    let host_writes = counter("host_page_writes");
-    ssd_json.insert("write_amplification".into(), json!(if host_writes > 0 { counter("flash_programs") as f64 / host_writes as f64 } else { 0.0 }));
+    ssd_json.insert("write_amplification".into(), json!(secmem_media::ssd::write_amplification(&ssd_stats)));
     // Busy time over the run, per channel and per plane (the flash back end's parallelism in use).
     let units = |busy: &str, n: u64| if last_done > 0 { counter(busy) as f64 / (n as f64 * last_done as f64) } else { 0.0 };
     ssd_json.insert("channel_utilisation".into(), json!(units("channel_busy_cycles", u64::from(cfg.ssd.channels))));
-    let planes = u64::from(cfg.ssd.channels) * u64::from(cfg.ssd.dies_per_channel) * u64::from(cfg.ssd.planes_per_die);
-    ssd_json.insert("plane_utilisation".into(), json!(units("plane_busy_cycles", planes)));
+    ssd_json.insert("plane_utilisation".into(), json!(units("plane_busy_cycles", cfg.ssd.planes())));
     let map_lookups = counter("map_cache_hits") + counter("map_cache_misses");
     ssd_json.insert("map_cache_hit_rate".into(), json!(if map_lookups > 0 { counter("map_cache_hits") as f64 / map_lookups as f64 } else { 0.0 }));
     let (_, media) = engine.mc.snapshot();
@@ -402,7 +400,7 @@ pub fn run_io(cfg: &Config) -> Result<Value, SimError> {
             "ios": n, "reads": reads, "writes": writes,
             "runtime_us": runtime_us,
             "iops": if runtime_us > 0.0 { n as f64 / runtime_us * 1e6 } else { 0.0 },
-            "throughput_mb_per_s": if runtime_us > 0.0 { (n * u64::from(io.block_bytes)) as f64 / runtime_us } else { 0.0 },
+            "throughput_mb_per_s": if runtime_us > 0.0 { bytes_moved as f64 / runtime_us } else { 0.0 },
             "latency_us": {"mean": lat.mean / freq as f64, "p50": us(lat.p50), "p99": us(lat.p99), "p999": us(lat.p999), "max": us(lat.max)},
             "cpu_busy_us": us(cpu_busy),
             "stack": io.stack.as_str(),
@@ -524,6 +522,17 @@ mod tests {
     }
 
     #[test]
+    fn throughput_counts_the_bytes_each_io_moved() {
+        // An 8 KB and a 512 B read: 8.5 KB moved, whatever io.block_bytes says.
+        let p = std::env::temp_dir().join(format!("secmem-io-sizes-{}.trace", std::process::id()));
+        std::fs::write(&p, "0 0 0 16 1\n0 0 64 1 1\n").unwrap();
+        let r = run_io(&cfg(&[&format!("io.trace=\"{}\"", p.display())])).unwrap();
+        let _ = std::fs::remove_file(&p);
+        let (mb_s, us) = (r["io"]["throughput_mb_per_s"].as_f64().unwrap(), r["io"]["runtime_us"].as_f64().unwrap());
+        assert!((mb_s * us - 8704.0).abs() < 1e-6, "{mb_s} MB/s over {us} us");
+    }
+
+    #[test]
     fn trace_ios_beyond_the_slots_wait_and_count_their_wait() {
         // 64 reads arriving together on one slot: each waits for the ones before it.
         let dir = std::env::temp_dir().join(format!("secmem-io-burst-{}.trace", std::process::id()));
@@ -544,5 +553,6 @@ mod tests {
         assert!(bad(&["io.space_gib=32"]).contains("past the end of the drive"));
         assert!(bad(&["run.functional=true"]).contains("run.functional"));
         assert!(bad(&["io.trace=\"/no/such/iolog\""]).contains("io.trace"));
+        assert!(bad(&["io.buffer_base_mib=40000"]).contains("io.buffer_base_mib"));
     }
 }

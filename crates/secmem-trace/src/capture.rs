@@ -30,7 +30,7 @@ use std::time::{Duration, Instant};
 
 use crate::error::{ErrorKind, Position, TraceError};
 use crate::event::{Event, TraceKind};
-use crate::foreign::{Dialect, Lackey, Parsed};
+use crate::foreign::{parse_significant, Lackey, Parsed};
 use crate::{write_events, CaptureWindow, Format, Op, Record};
 
 /// What a data capture produced.
@@ -160,12 +160,8 @@ impl LackeyLines {
             let line = &self.partial[start..end];
             start = end + 1;
             let t = std::str::from_utf8(line)
-                .map_err(|_| TraceError::at_line(self.name.clone(), self.line_no, ErrorKind::Syntax, "line is not valid UTF-8"))?
-                .trim();
-            if t.is_empty() || t.starts_with('#') {
-                continue;
-            }
-            match self.dialect.parse_line(t) {
+                .map_err(|_| TraceError::at_line(self.name.clone(), self.line_no, ErrorKind::Syntax, "line is not valid UTF-8"))?;
+            match parse_significant(&mut self.dialect, t) {
                 Ok(Parsed::Nothing) => {}
                 Ok(Parsed::One(r)) => split_into_lines(r, out),
                 Ok(Parsed::Two(a, b)) => {
@@ -227,6 +223,16 @@ impl Intervals {
         TraceError::io(self.lines.name.clone(), Position::Line(self.lines.line_no + 1), e)
     }
 
+    /// Parses the first `n` bytes of `chunk` into pending records, dropping those still
+    /// before the window.
+    fn take_in(&mut self, n: usize) -> Result<(), TraceError> {
+        self.lines.feed(&self.chunk[..n], &mut self.pending)?;
+        let drop = (self.pending.len() as u64).min(self.skip);
+        self.pending.drain(..drop as usize);
+        self.skip -= drop;
+        Ok(())
+    }
+
     /// Reads lackey text until an interval is complete (or the output ends), pauses the
     /// program, gives the interval's stores their lines, and makes the records ready.
     fn next_interval(&mut self) -> Result<(), TraceError> {
@@ -242,12 +248,7 @@ impl Intervals {
                 }
                 break true;
             }
-            self.lines.feed(&self.chunk[..n], &mut self.pending)?;
-            if self.skip > 0 {
-                let k = (self.pending.len() as u64).min(self.skip);
-                self.pending.drain(..k as usize);
-                self.skip -= k;
-            }
+            self.take_in(n)?;
             let have = self.pending.len() as u64;
             if have >= self.interval_records || self.stats.records + have >= self.limit {
                 break false;
@@ -263,11 +264,8 @@ impl Intervals {
                 if let Err(e) = self.pipe.read_exact(&mut self.chunk[..k]) {
                     return Err(self.io_err(e));
                 }
-                self.lines.feed(&self.chunk[..k], &mut self.pending)?;
+                self.take_in(k)?;
                 left -= k;
-                let drop = (self.pending.len() as u64).min(self.skip);
-                self.pending.drain(..drop as usize);
-                self.skip -= drop;
             }
         }
         let take = (self.pending.len() as u64).min(self.limit - self.stats.records) as usize;

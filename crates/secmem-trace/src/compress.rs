@@ -128,17 +128,15 @@ mod tests {
     use super::*;
     use std::io::Write;
 
-    fn gzip(bytes: &[u8]) -> Vec<u8> {
-        let mut e = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
+    fn compressed(bytes: &[u8], how: Compression) -> Vec<u8> {
+        let mut e = Compressor::new(Vec::new(), how, 6);
         e.write_all(bytes).unwrap();
         e.finish().unwrap()
     }
 
-    fn xz(bytes: &[u8]) -> Vec<u8> {
-        let mut e = liblzma::write::XzEncoder::new(Vec::new(), 6);
-        e.write_all(bytes).unwrap();
-        e.finish().unwrap()
-    }
+    fn gzip(bytes: &[u8]) -> Vec<u8> { compressed(bytes, Compression::Gzip) }
+
+    fn xz(bytes: &[u8]) -> Vec<u8> { compressed(bytes, Compression::Xz) }
 
     fn read_all(file: Vec<u8>) -> (io::Result<Vec<u8>>, Compression) {
         let head = file[..file.len().min(16)].to_vec();

@@ -105,11 +105,7 @@ impl<R: Read, D: Dialect> Iterator for ForeignReader<R, D> {
                     return Some(Err(e));
                 }
             };
-            let t = line.trim();
-            if t.is_empty() || t.starts_with('#') {
-                continue;
-            }
-            match self.dialect.parse_line(t) {
+            match parse_significant(&mut self.dialect, line) {
                 Ok(Parsed::Nothing) => continue,
                 Ok(Parsed::One(r)) => return Some(Ok(r)),
                 Ok(Parsed::Two(a, b)) => {
@@ -126,6 +122,16 @@ impl<R: Read, D: Dialect> Iterator for ForeignReader<R, D> {
 }
 
 impl<R: Read, D: Dialect> std::iter::FusedIterator for ForeignReader<R, D> {}
+
+/// Parses one line of a foreign trace: blank lines and lines starting with `#` (after
+/// trimming) are [`Parsed::Nothing`], the rest go to the dialect.
+pub(crate) fn parse_significant<D: Dialect>(dialect: &mut D, line: &str) -> Result<Parsed, (ErrorKind, String)> {
+    let t = line.trim();
+    if t.is_empty() || t.starts_with('#') {
+        return Ok(Parsed::Nothing);
+    }
+    dialect.parse_line(t)
+}
 
 fn syntax(msg: String) -> (ErrorKind, String) {
     (ErrorKind::Syntax, msg)

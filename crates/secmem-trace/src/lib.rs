@@ -297,6 +297,7 @@ struct Source {
     /// Up to `SNIFF_BYTES` leading bytes of the trace (also at the start of `reader`).
     head: Vec<u8>,
     reader: Box<dyn Read + Send>,
+    compression: Compression,
     /// Whether the name says ChampSim (`*.champsimtrace`, before any `.xz`/`.gz`).
     champsim_name: bool,
 }
@@ -305,7 +306,8 @@ fn open_source(path: &Path) -> Result<Source, TraceError> {
     let name = path_name(path);
     let mut f = open_file(path)?;
     let raw = read_head(&mut f, &name)?;
-    let (head, reader): (Vec<u8>, Box<dyn Read + Send>) = match compress::sniff(&raw) {
+    let compression = compress::sniff(&raw);
+    let (head, reader): (Vec<u8>, Box<dyn Read + Send>) = match compression {
         Compression::None => (raw.clone(), Box::new(Cursor::new(raw).chain(f))),
         _ => {
             let (mut r, _) = compress::decompressed(&raw, Cursor::new(raw.clone()).chain(f));
@@ -316,7 +318,7 @@ fn open_source(path: &Path) -> Result<Source, TraceError> {
     let file_name = path.file_name().map(|n| n.to_string_lossy().to_ascii_lowercase()).unwrap_or_default();
     let stem = [".xz", ".gz", ".gzip"].iter().find_map(|ext| file_name.strip_suffix(ext)).unwrap_or(&file_name);
     let champsim_name = stem.ends_with(".champsimtrace") || stem.ends_with(".champsim");
-    Ok(Source { name, head, reader, champsim_name })
+    Ok(Source { name, head, reader, compression, champsim_name })
 }
 
 impl Source {
@@ -397,6 +399,8 @@ pub struct EventStream {
     pub format: Format,
     /// Version and OS-level flag of a secmem trace; version 0 for foreign formats.
     pub kind: TraceKind,
+    /// How the file was compressed (`None` for a stream not opened from a file).
+    pub compression: Compression,
     pub events: EventIter,
 }
 
@@ -405,13 +409,15 @@ pub struct EventStream {
 pub fn open_events(path: &Path) -> Result<EventStream, TraceError> {
     let src = open_source(path)?;
     let format = src.detect()?;
-    events_reader_for(src.reader, src.name, format)
+    let compression = src.compression;
+    Ok(EventStream { compression, ..events_reader_for(src.reader, src.name, format)? })
 }
 
 /// Opens a trace as [`Event`]s in the given format.
 pub fn open_events_as(path: &Path, format: Format) -> Result<EventStream, TraceError> {
     let src = open_source(path)?;
-    events_reader_for(src.reader, src.name, format)
+    let compression = src.compression;
+    Ok(EventStream { compression, ..events_reader_for(src.reader, src.name, format)? })
 }
 
 /// What the header of the trace at `path` says (format detected); version 0 for foreign
@@ -449,6 +455,7 @@ pub fn events_reader_for<R: Read + Send + 'static>(
     Ok(EventStream {
         format,
         kind,
+        compression: Compression::None,
         events,
     })
 }
@@ -1105,15 +1112,9 @@ mod tests {
 
     fn compressed(bytes: &[u8], xz: bool) -> Vec<u8> {
         use std::io::Write;
-        if xz {
-            let mut e = liblzma::write::XzEncoder::new(Vec::new(), 6);
-            e.write_all(bytes).unwrap();
-            e.finish().unwrap()
-        } else {
-            let mut e = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
-            e.write_all(bytes).unwrap();
-            e.finish().unwrap()
-        }
+        let mut e = compress::Compressor::new(Vec::new(), if xz { Compression::Xz } else { Compression::Gzip }, 6);
+        e.write_all(bytes).unwrap();
+        e.finish().unwrap()
     }
 
     #[test]
@@ -1125,6 +1126,7 @@ mod tests {
             let zbin = TempPath::with("bin.z", &compressed(&std::fs::read(&bin.0).unwrap(), xz));
             assert_eq!(detect(&zbin.0).unwrap(), Format::Binary);
             assert_eq!(compression(&zbin.0).unwrap(), if xz { Compression::Xz } else { Compression::Gzip });
+            assert_eq!(open_events(&zbin.0).unwrap().compression, compression(&zbin.0).unwrap());
             let back: Vec<Record> = open(&zbin.0).unwrap().map(Result::unwrap).collect();
             assert_eq!(back, sample());
             let zram = TempPath::with("trace.gz", &compressed(text.as_bytes(), xz));
