@@ -16,7 +16,7 @@
     secmem drain --preset horus --scheme nonsecure|base-lu|base-eu|horus-slm|horus-dlm [-p ...] [--out DIR]
     secmem vault-attack --scheme horus-slm|horus-dlm --per-class N --seed S [--out DIR]
     secmem forkbench --scheme S --page-size 4k|2m --lines-per-page N [-p key=value ...] [--out DIR]
-    secmem reproduce horus|lelantus [--quick] --out DIR
+    secmem reproduce horus|lelantus|dshield [--quick] --out DIR
     secmem designs
     secmem horus drain|vault-attack|reproduce ...      (the same verbs, by design family)
     secmem lelantus forkbench|reproduce ...
@@ -269,7 +269,7 @@ def cmd_io_calibrate(a) -> int:
     print("# (RustCrypto, median of five rounds); use with --config FILE")
     print("[io]")
     print(f"aes_xts_ns_per_sector = {r['aes_xts_ns_per_sector']:.1f}")
-    print(f"# dm-integrity's HMAC-SHA256: {r['hmac_sha256_ns_per_sector']:.1f} ns per sector (for enc-int, not modelled yet)")
+    print(f"hmac_sha256_ns_per_sector = {r['hmac_sha256_ns_per_sector']:.1f}")
     return 0
 
 
@@ -396,6 +396,7 @@ def cmd_forkbench(a) -> int:
 REPRODUCE = {
     "horus": "secmem.reproduce_horus",
     "lelantus": "secmem.reproduce_lelantus",
+    "dshield": "secmem.reproduce_dshield",
 }
 
 

@@ -35,7 +35,7 @@ def test_bad_io_settings_are_errors_naming_the_field(cli):
 
 def test_io_calibrate_prints_a_config_that_enc_runs_with(cli, tmp_path):
     res = cli("io-calibrate", "--sectors", "2000", check=True)
-    assert "[io]" in res.stdout and "aes_xts_ns_per_sector = " in res.stdout
+    assert "[io]" in res.stdout and "aes_xts_ns_per_sector = " in res.stdout and "hmac_sha256_ns_per_sector = " in res.stdout
     host = tmp_path / "host.toml"
     host.write_text(res.stdout)
     common = ["-p", "io.ios=2000", "-p", "io.space_gib=1", "-p", "io.pattern=rand-read"]
@@ -43,3 +43,26 @@ def test_io_calibrate_prints_a_config_that_enc_runs_with(cli, tmp_path):
     plain = json.loads(cli("io", "--preset", "horus", "--config", host, *common, check=True).stdout)
     assert enc["io"]["stack"] == "enc" and enc["io"]["crypto_cpu_us"] > 0 and plain["io"]["crypto_cpu_us"] == 0
     assert enc["io"]["runtime_us"] > plain["io"]["runtime_us"]
+
+
+def test_enc_int_reports_dm_integritys_journal_and_tag_traffic(cli):
+    common = ["-p", "io.ios=20000", "-p", "io.space_gib=1", "-p", "io.pattern=rand-write", "-p", "io.queue_depth=4"]
+    r = json.loads(cli("io", "--preset", "dshield", "-p", "io.stack=enc-int", *common, check=True).stdout)
+    i = r["integrity"]
+    assert i["journal_commits"] > 0 and i["writer_rounds"] > 0 and i["journal_sectors_written"] > i["writeback_sectors"] > 0
+    # The drive took the journal, the data and the tags: more than twice the pages written.
+    assert r["ssd"]["host_page_writes"] > 2 * r["io"]["writes"]
+    assert 0 < r["ssd"]["die_utilisation"] <= 1
+
+
+def test_reproduce_dshield_quick_compares_fig3_with_the_paper(cli, tmp_path):
+    out = tmp_path / "ds"
+    cli("reproduce", "dshield", "--quick", "--out", out, check=True)
+    rows = json.loads((out / "reproduce.json").read_text())
+    means = {r["metric"]: r for r in rows if "mean" in r["metric"]}
+    enc = means["enc runtime / insecure, mean of the six patterns"]
+    enc_int = means["enc-int runtime / insecure, mean of the six patterns"]
+    assert enc["paper"] == 2.4 and enc_int["paper"] == 16.1
+    assert 1.0 <= enc["ours"] < enc_int["ours"]
+    assert len([r for r in rows if r["figure"] == "fig3"]) == 14
+    assert (out / "fig3.png").exists() and "Where and why we differ" in (out / "report.md").read_text()

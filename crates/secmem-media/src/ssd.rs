@@ -133,15 +133,15 @@ struct Plane {
 }
 
 /// Names of the drive's counters in [`MediaStats::device`], in order.
-const COUNTERS: [&str; 17] = [
+const COUNTERS: [&str; 18] = [
     "host_page_reads", "host_page_writes", "buffer_read_hits", "unwritten_reads", "partial_page_reads",
     "flash_reads", "flash_programs", "erases", "gc_runs", "gc_pages_moved",
     "map_cache_hits", "map_cache_misses", "map_reads", "map_programs", "write_buffer_stall_cycles",
-    "channel_busy_cycles", "plane_busy_cycles",
+    "channel_busy_cycles", "plane_busy_cycles", "die_busy_cycles",
 ];
 #[derive(Copy, Clone)]
 #[repr(usize)]
-enum C { HostReads, HostWrites, BufferHits, Unwritten, PartialReads, FlashReads, FlashPrograms, Erases, GcRuns, GcMoved, MapHits, MapMisses, MapReads, MapPrograms, BufferStall, ChannelBusy, PlaneBusy }
+enum C { HostReads, HostWrites, BufferHits, Unwritten, PartialReads, FlashReads, FlashPrograms, Erases, GcRuns, GcMoved, MapHits, MapMisses, MapReads, MapPrograms, BufferStall, ChannelBusy, PlaneBusy, DieBusy }
 
 /// The SSD (see the module documentation).
 pub struct SsdMedia {
@@ -158,6 +158,8 @@ pub struct SsdMedia {
     write_overhead_cycles: u64,
     planes: Vec<Plane>,
     channel_busy_until: Vec<u64>,
+    /// When each die's last plane operation ends (its busy time is the union of its planes').
+    die_busy_until: Vec<u64>,
     /// Logical page -> physical page (plane * pages_per_plane + block * pages_per_block + page).
     map: FxHashMap<u64, u64>,
     map_cache: SetAssocCache,
@@ -197,6 +199,7 @@ impl SsdMedia {
             write_overhead_cycles: cyc(cfg.idle_write_latency_us),
             planes,
             channel_busy_until: vec![0; cfg.channels as usize],
+            die_busy_until: vec![0; (cfg.channels * cfg.dies_per_channel) as usize],
             map: FxHashMap::default(),
             map_cache: SetAssocCache::with_geometry((map_pages / ways as u64).max(1), ways, Replacement::Lru),
             tpages_written: Default::default(),
@@ -220,6 +223,26 @@ impl SsdMedia {
         plane % self.cfg.channels as usize
     }
 
+    /// The die of `plane`: a channel's planes are its dies' in turn (planes 0 and 1 of a
+    /// channel, in that channel's numbering, are its first die's).
+    fn die_of_plane(&self, plane: usize) -> usize {
+        let ch = self.cfg.channels as usize;
+        plane % ch + ch * (plane / ch / self.cfg.planes_per_die as usize)
+    }
+
+    /// Plane `plane` is busy over [from, to): its die is busy over the part of it not yet
+    /// counted (operations are counted as they are scheduled, so an operation scheduled
+    /// earlier in time than one already counted on the die is counted only past it).
+    fn plane_busy(&mut self, plane: usize, from: u64, to: u64) {
+        let d = self.die_of_plane(plane);
+        let start = from.max(self.die_busy_until[d]);
+        if to > start {
+            self.bump(C::DieBusy, to - start);
+        }
+        self.die_busy_until[d] = self.die_busy_until[d].max(to);
+        self.bump(C::PlaneBusy, to - from);
+    }
+
     /// A read of physical page `ppn` issued at `at`: plane for tR, then the channel.
     fn flash_read(&mut self, plane: usize, at: u64) -> u64 {
         let p = &mut self.planes[plane];
@@ -229,7 +252,7 @@ impl SsdMedia {
         let t = (start + self.read_cycles).max(self.channel_busy_until[ch]);
         self.channel_busy_until[ch] = t + self.transfer_cycles;
         self.bump(C::FlashReads, 1);
-        self.bump(C::PlaneBusy, self.read_cycles);
+        self.plane_busy(plane, start, start + self.read_cycles);
         self.bump(C::ChannelBusy, self.transfer_cycles);
         t + self.transfer_cycles
     }
@@ -243,7 +266,7 @@ impl SsdMedia {
         let start = (t + self.transfer_cycles).max(p.busy_until);
         p.busy_until = start + self.program_cycles;
         self.bump(C::FlashPrograms, 1);
-        self.bump(C::PlaneBusy, self.program_cycles);
+        self.plane_busy(plane, start, start + self.program_cycles);
         self.bump(C::ChannelBusy, self.transfer_cycles);
         start + self.program_cycles
     }
@@ -352,13 +375,13 @@ impl SsdMedia {
         self.bump(C::Erases, 1);
         self.bump(C::GcMoved, n);
         self.bump(C::FlashPrograms, n);
-        self.bump(C::PlaneBusy, busy);
         self.planes[plane].erased.push(victim);
         for lpn in moving {
             let ppn = self.allocate_no_gc(plane, lpn);
             self.map.insert(lpn, ppn);
         }
         let done = at.max(self.planes[plane].busy_until) + busy;
+        self.plane_busy(plane, done - busy, done);
         self.planes[plane].busy_until = done;
         done
     }
@@ -576,6 +599,28 @@ mod tests {
         let c = s.access(req(0, 4096, AccessKind::Read, 3 * t0)).0 - 3 * t0;
         assert_eq!((a, b), (10_500, 10_500));
         assert!(c >= 10_500 + 3_000, "the second read of plane 0 waits for the first's tR: {c}");
+    }
+
+    #[test]
+    fn a_die_is_busy_while_any_of_its_planes_is() {
+        let cfg = SsdConfig::default();
+        let mut s = SsdMedia::new(&cfg, MHZ);
+        for i in 0..cfg.planes() {
+            s.access(req(i * 4096, 4096, AccessKind::Write, 0)); // page i on plane i
+        }
+        let busy = |s: &SsdMedia| (counter(s, "die_busy_cycles"), counter(s, "plane_busy_cycles"));
+        let (d0, p0) = busy(&s);
+        // Planes 0 and 8 are channel 0's first die: reads of both at once keep it busy one tR.
+        let t = 10_000_000;
+        s.access(req(0, 4096, AccessKind::Read, t));
+        s.access(req(8 * 4096, 4096, AccessKind::Read, t));
+        let (d1, p1) = busy(&s);
+        assert_eq!((d1 - d0, p1 - p0), (3_000, 6_000));
+        // Planes 0 and 16 are on different dies of channel 0: each die busy one tR.
+        s.access(req(0, 4096, AccessKind::Read, 2 * t));
+        s.access(req(16 * 4096, 4096, AccessKind::Read, 2 * t));
+        let (d2, p2) = busy(&s);
+        assert_eq!((d2 - d1, p2 - p1), (6_000, 6_000));
     }
 
     #[test]

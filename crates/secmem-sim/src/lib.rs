@@ -11,7 +11,6 @@ pub mod engine;
 pub mod harness;
 pub mod hierarchy;
 pub mod io;
-pub mod io_trace;
 pub mod misses_in_flight;
 pub mod os;
 pub mod os_trace;

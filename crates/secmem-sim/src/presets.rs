@@ -16,6 +16,7 @@ pub const PRESETS: &[Preset] = &[
     Preset { name: "strict", source: "recoverable baseline: Horus (MICRO'22) Table I geometry, eager update, strict persistence (Horus II-C, Triad-NVM)", toml: include_str!("../../../configs/presets/strict.toml") },
     Preset { name: "bmf", source: "Bonsai Merkle Forests (MICRO'21) Table 1", toml: include_str!("../../../configs/presets/bmf.toml") },
     Preset { name: "esd", source: "ESD Table I", toml: include_str!("../../../configs/presets/esd.toml") },
+    Preset { name: "dshield", source: "D-Shield (HPCA'23) Table I (NVMe SSD) and Table II (FIO); main memory: the defaults", toml: include_str!("../../../configs/presets/dshield.toml") },
     Preset { name: "lelantus", source: "Lelantus (HPCA'20) Table III", toml: include_str!("../../../configs/presets/lelantus.toml") },
 ];
 

@@ -1,0 +1,210 @@
+//! The host side of NVMe: cores, per-core queue pairs in host memory, and the life of one
+//! command (fetch, DMA, flash, completion entry, MSI, interrupt) as events in time order.
+//! Whoever issued a command (an application I/O, or the storage stack's own work) learns of
+//! its end from [`Host::step`].
+
+use crate::engine::Engine;
+use crate::run::SimError;
+use secmem_core::error::ConfigError;
+use secmem_core::Cycle;
+use secmem_media::{AccessKind, MemRequest, TrafficClass};
+use secmem_schemes::controller::PortId;
+use std::cmp::Reverse;
+use std::collections::BinaryHeap;
+
+/// Who a command works for.
+#[derive(Copy, Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Owner {
+    /// An application I/O (its slot).
+    App(usize),
+    /// A journal commit (dm-integrity).
+    Commit,
+    /// The journal writer's copy of data to its place (dm-integrity).
+    WriterData,
+    /// A metadata buffer read (dm-integrity's dm-bufio).
+    MetaRead(u64),
+    /// A dirty metadata buffer written by the writer's flush.
+    MetaWrite,
+    /// A dirty metadata buffer written when evicted.
+    EvictWrite,
+}
+
+#[derive(Copy, Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Step { Fetch, DmaIn, Flash, DmaOut, Complete, Interrupt }
+
+/// An event: a trace request arriving, an application slot submitting, a command's step, or
+/// the storage stack's timer.
+#[derive(Copy, Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Ev { Arrive(usize), Submit(usize), Cmd(Step, usize), Autocommit }
+
+/// One NVMe command.
+#[derive(Copy, Clone, Debug)]
+pub struct Cmd {
+    pub owner: Owner,
+    pub write: bool,
+    /// Byte offset on the drive.
+    pub offset: u64,
+    pub bytes: u32,
+    /// The host buffer's first line.
+    pub buf_line: u64,
+    /// The core that submits it and takes its interrupt.
+    pub core: u32,
+    entry: u64,
+}
+
+impl Cmd {
+    pub fn new(owner: Owner, write: bool, offset: u64, bytes: u32, buf_line: u64, core: u32) -> Cmd {
+        Cmd { owner, write, offset, bytes, buf_line, core, entry: 0 }
+    }
+}
+
+pub struct Host {
+    pub engine: Engine,
+    port: PortId,
+    /// DMA and queue entries go through the memory controller.
+    dma: bool,
+    events: BinaryHeap<Reverse<(u64, u64, Ev)>>,
+    seq: u64,
+    core_free: Vec<u64>,
+    /// Core time spent, cycles.
+    pub cpu_busy: u64,
+    entries: Vec<u64>,
+    cmds: Vec<Cmd>,
+    free_cmds: Vec<usize>,
+    queue_base_line: u64,
+    submit: u64,
+    complete: u64,
+    pcie: u64,
+    /// Largest command, bytes: larger transfers are split.
+    max_transfer: u64,
+    pub dma_lines: u64,
+    pub commands: u64,
+}
+
+impl Host {
+    #[allow(clippy::too_many_arguments)]
+    pub fn new(engine: Engine, port: PortId, dma: bool, cores: u32, queue_base_line: u64, submit: u64, complete: u64, pcie: u64, max_transfer: u64) -> Host {
+        Host {
+            engine,
+            port,
+            dma,
+            events: BinaryHeap::new(),
+            seq: 0,
+            core_free: vec![0; cores as usize],
+            cpu_busy: 0,
+            entries: vec![0; cores as usize],
+            cmds: Vec::new(),
+            free_cmds: Vec::new(),
+            queue_base_line,
+            submit,
+            complete,
+            pcie,
+            max_transfer,
+            dma_lines: 0,
+            commands: 0,
+        }
+    }
+
+    pub fn push(&mut self, at: u64, ev: Ev) {
+        self.seq += 1;
+        self.events.push(Reverse((at, self.seq, ev)));
+    }
+
+    pub fn pop(&mut self) -> Option<(u64, Ev)> { self.events.pop().map(|Reverse((t, _, ev))| (t, ev)) }
+
+    /// Runs `cycles` of work on `core` from `at` (or when the core is free); when it ends.
+    pub fn run_on(&mut self, core: u32, at: u64, cycles: u64) -> u64 {
+        let c = &mut self.core_free[core as usize];
+        let end = at.max(*c) + cycles;
+        *c = end;
+        self.cpu_busy += cycles;
+        end
+    }
+
+    /// A memory access of the I/O path; when it is done (at once without the memory side).
+    pub fn mem(&mut self, line: u64, write: bool, at: u64) -> Result<u64, SimError> {
+        if !self.dma {
+            return Ok(at);
+        }
+        let e = &mut self.engine;
+        let r = if write { e.design.serve_write(&mut e.mc, line, None, Cycle(at)).map(|c| c.0) } else { e.design.serve_read(&mut e.mc, line, Cycle(at)).map(|(c, _)| c.0) };
+        r.map_err(|e| SimError::Config(ConfigError::new("", format!("memory access of the I/O path failed: {e}"))))
+    }
+
+    // A core's submission queue is page 2c past the base, its completion queue page 2c+1.
+    fn sq_line(&self, core: u32, entry: u64) -> u64 { self.queue_base_line + u64::from(core) * 128 + entry % 64 }
+    fn cq_line(&self, core: u32, entry: u64) -> u64 { self.queue_base_line + u64::from(core) * 128 + 64 + (entry / 4) % 64 }
+
+    /// Submits `cmd` on its core from `at`: the driver's work, the 64 B command written into
+    /// the core's submission queue, the doorbell.
+    pub fn issue(&mut self, mut cmd: Cmd, at: u64) -> Result<(), SimError> {
+        let end = self.run_on(cmd.core, at, self.submit);
+        cmd.entry = self.entries[cmd.core as usize];
+        self.entries[cmd.core as usize] += 1;
+        // The doorbell follows the store; the store's persistence is not awaited.
+        let _ = self.mem(self.sq_line(cmd.core, cmd.entry), true, end)?;
+        let id = match self.free_cmds.pop() {
+            Some(id) => {
+                self.cmds[id] = cmd;
+                id
+            }
+            None => {
+                self.cmds.push(cmd);
+                self.cmds.len() - 1
+            }
+        };
+        self.commands += 1;
+        self.push(end + self.pcie, Ev::Cmd(Step::Fetch, id));
+        Ok(())
+    }
+
+    /// Submits a transfer of `bytes` as commands of at most the largest transfer each; how many.
+    pub fn issue_split(&mut self, owner: Owner, write: bool, offset: u64, bytes: u64, buf_line: u64, core: u32, at: u64) -> Result<u32, SimError> {
+        let mut n = 0;
+        let mut done = 0u64;
+        while done < bytes {
+            let chunk = (bytes - done).min(self.max_transfer);
+            self.issue(Cmd::new(owner, write, offset + done, chunk as u32, buf_line + done / 64, core), at)?;
+            done += chunk;
+            n += 1;
+        }
+        Ok(n)
+    }
+
+    /// The drive's DMA of a command's buffer, every line issued at once; done when the last is.
+    fn dma(&mut self, c: Cmd, to_memory: bool, at: u64) -> Result<u64, SimError> {
+        let lines = u64::from(c.bytes).div_ceil(64);
+        let mut done = at;
+        for k in 0..lines {
+            done = done.max(self.mem(c.buf_line + k, to_memory, at)?);
+        }
+        self.dma_lines += lines;
+        Ok(done)
+    }
+
+    /// Runs one step of command `id` at `now`; at the interrupt's end, the command (now
+    /// retired) and the time its core finished handling it.
+    pub fn step(&mut self, step: Step, id: usize, now: u64) -> Result<Option<(Cmd, u64)>, SimError> {
+        let c = self.cmds[id];
+        let (next, at) = match step {
+            Step::Fetch => (if c.write { Step::DmaIn } else { Step::Flash }, self.mem(self.sq_line(c.core, c.entry), false, now)?),
+            Step::DmaIn => (Step::Flash, self.dma(c, false, now)?),
+            Step::Flash => {
+                let kind = if c.write { AccessKind::Write } else { AccessKind::Read };
+                let req = MemRequest { addr: c.offset, size_bytes: c.bytes, kind, class: TrafficClass::Data, issue: Cycle(now) };
+                (if c.write { Step::Complete } else { Step::DmaOut }, self.engine.mc.port_access(self.port, req).0)
+            }
+            Step::DmaOut => (Step::Complete, self.dma(c, true, now)?),
+            Step::Complete => (Step::Interrupt, self.mem(self.cq_line(c.core, c.entry), true, now)? + self.pcie),
+            Step::Interrupt => {
+                // The handler reads the completion entry.
+                let end = self.run_on(c.core, now, self.complete);
+                let _ = self.mem(self.cq_line(c.core, c.entry), false, end - self.complete)?;
+                self.free_cmds.push(id);
+                return Ok(Some((c, end)));
+            }
+        };
+        self.push(at, Ev::Cmd(next, id));
+        Ok(None)
+    }
+}

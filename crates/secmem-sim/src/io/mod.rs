@@ -1,0 +1,738 @@
+//! Storage I/O beside the secure memory: fio-style workloads on an NVMe SSD
+//! (`secmem_media::ssd`) attached to the secure memory controller as a further port, with the
+//! host's I/O path on the simulated cores and every DMA transfer carried through the memory
+//! controller (`secmem io`).
+//!
+//! One I/O, as the NVMe protocol runs it (each step an event, all events in time order):
+//!
+//! 1. **submit** — the thread's core runs the block layer and driver (`io.submit_us`), writes
+//!    the 64 B command into its submission queue in host memory (a memory write) and rings
+//!    the doorbell (`io.pcie_latency_ns` to the drive);
+//! 2. **fetch** — the drive reads the command from the submission queue (a memory read);
+//! 3. **DMA in** (writes) — the drive reads the data buffer from host memory, a line at a time;
+//! 4. **flash** — the drive serves the block (`secmem_media::ssd`: buffer, FTL, planes);
+//! 5. **DMA out** (reads) — the drive writes the data into the host buffer, a line at a time;
+//! 6. **complete** — the drive writes the completion-queue entry (a memory write) and sends
+//!    an MSI (`io.pcie_latency_ns`);
+//! 7. **interrupt** — the core handles the interrupt and completes the I/O (`io.complete_us`);
+//!    the thread submits its next I/O.
+//!
+//! With `io.dma_through_memory = false` the memory steps take no time and cause no traffic
+//! (the SSD and the host path alone). The I/O space is preconditioned (written once,
+//! sequentially) before the run unless `io.precondition = false`, as fio reads of a laid-out
+//! file are.
+
+pub mod dm_integrity;
+mod enc_int;
+mod host;
+pub mod strace;
+pub mod trace;
+
+use crate::config::Config;
+use crate::engine::Engine;
+use crate::run::SimError;
+use rand::{Rng, SeedableRng};
+use secmem_core::error::{ensure, number, ConfigError};
+use secmem_core::stats::Histogram;
+use secmem_core::{config_enum, config_section};
+use host::{Ev, Host, Owner};
+use secmem_media::ssd::SsdMedia;
+use serde_json::{json, Value};
+
+config_enum! {
+    /// fio's access patterns (`rw=`).
+    pub enum IoPattern {
+        SeqRead => "seq-read": "sequential reads (fio rw=read, D-Shield's Seq-R)",
+        SeqWrite => "seq-write": "sequential writes (rw=write, Seq-W)",
+        SeqRw => "seq-rw": "sequential, reads and writes mixed by io.read_percent (rw=rw, Seq-RW)",
+        RandRead => "rand-read": "uniform random reads (rw=randread, Rand-R)",
+        RandWrite => "rand-write": "uniform random writes (rw=randwrite, Rand-W)",
+        RandRw => "rand-rw": "uniform random, reads and writes mixed by io.read_percent (rw=randrw, Rand-RW)"
+    }
+}
+
+config_enum! {
+    /// The host's storage stack between the application and the drive.
+    pub enum IoStack {
+        Insecure => "insecure": "no storage security: the block layer and NVMe driver only",
+        Enc => "enc": "dm-crypt (aes-xts-plain64): each 512 B sector encrypted before a write is submitted and decrypted after a read completes, in software on the thread's core (io.aes_xts_ns_per_sector)",
+        EncInt => "enc-int": "dm-crypt over dm-integrity in journal mode: each sector also gets an HMAC-SHA256 tag on the core (io.hmac_sha256_ns_per_sector); writes go through the journal and are copied to their place, tags live in interleaved metadata read and written through a buffer cache, from dm-integrity's on-disk format"
+    }
+}
+
+/// dm-integrity's HMAC-SHA256 per 512 B sector on this project's machine (`secmem io-calibrate`).
+const HMAC_NS: f64 = 560.0;
+
+config_section! {
+    /// The I/O workload and the host's I/O path (`secmem io`).
+    pub struct IoConfig {
+        pattern: IoPattern = IoPattern::RandRead => "Access pattern, as fio's rw=";
+        threads: u32 = 4 => "Submitting threads, one per core (fio numjobs; D-Shield Table II: 4)";
+        block_bytes: u32 = 4096 => "Bytes per I/O, a multiple of 512 (fio bs; Table II: 4 KB)";
+        queue_depth: u32 = 1 => "I/Os each thread keeps outstanding (fio iodepth)";
+        space_gib: u64 = 8 => "I/O space at the start of the drive, GiB (Table II: 8 GB); sequential threads each take an equal slice of it";
+        ios: u64 = 131072 => "I/Os in all, spread evenly over the threads (Table II: 128K to 512K transactions)";
+        read_percent: u32 = 50 => "Share of reads in the mixed patterns, % (fio rwmixread)";
+        seed: u64 = 1 => "Seed of the random offsets and of the read/write mix";
+        submit_us: f64 = 1.5 => "Core time to submit one I/O through the block layer and NVMe driver, us (the order measured for Linux's interrupt-driven NVMe path; not from the paper)";
+        complete_us: f64 = 2.5 => "Core time to handle one completion interrupt and finish the I/O, us (as submit_us)";
+        pcie_latency_ns: f64 = 500.0 => "One-way PCIe latency of a doorbell or an MSI, ns";
+        dma_through_memory: bool = true => "DMA transfers, queue entries and their timing go through the secure memory controller (false: they take no time and make no traffic)";
+        buffer_base_mib: u64 = 1024 => "Physical address of the host's queues and I/O buffers, MiB";
+        precondition: bool = true => "Write the I/O space once before the run (untimed), so reads find data as in a laid-out fio file";
+        stack: IoStack = IoStack::Insecure => "Storage stack: insecure, enc (dm-crypt) or enc-int (dm-crypt and dm-integrity)";
+        aes_xts_ns_per_sector: f64 = 120.0 => "Core time of dm-crypt's AES-XTS per 512 B sector, ns (measured on this project's machine, RustCrypto with AES-NI: secmem io-calibrate prints your machine's)";
+        hmac_sha256_ns_per_sector: f64 = HMAC_NS => "Core time of dm-integrity's HMAC-SHA256 tag per 512 B sector, ns (measured as aes_xts_ns_per_sector)";
+        integrity_tag_bytes: u32 = 32 => "dm-integrity tag per 512 B sector, bytes (HMAC-SHA256: 32); sets the journal entry and the tag space";
+        integrity_journal_watermark: u32 = 50 => "dm-integrity's journal_watermark, %: at or below this share of free journal entries each write queues a commit and a commit the writer";
+        integrity_commit_ms: f64 = 10000.0 => "dm-integrity's commit_time, ms: uncommitted journal sections are committed at the latest this long after a write";
+        integrity_buffer_cache_mib: u64 = 0 => "dm-bufio's cache of dm-integrity metadata buffers (64 KiB each), MiB (0: dm-bufio's default, 2% of the host's memory, memory.capacity_gib)";
+        max_transfer_kib: u32 = 128 => "Largest command the block layer sends the drive (max_sectors_kb), KiB; larger transfers are split";
+        trace: String = String::new() => "An I/O trace to replay instead of the pattern: a fio iolog (v2 or v3) or an MQSim ASCII trace; each file gets io.space_gib of the drive; its I/Os share threads x queue_depth slots (empty: the pattern)";
+    }
+}
+
+impl IoConfig {
+    pub fn validate(&self, ssd_capacity_gib: u64) -> Result<(), ConfigError> {
+        ensure(self.threads >= 1 && self.threads <= 1024, "io.threads", || format!("must be 1..=1024, got {}", self.threads))?;
+        ensure(self.queue_depth >= 1 && self.queue_depth <= 65536, "io.queue_depth", || format!("must be 1..=65536 (an NVMe queue), got {}", self.queue_depth))?;
+        ensure(self.block_bytes >= 512 && self.block_bytes.is_multiple_of(512) && self.block_bytes <= 1 << 24, "io.block_bytes", || {
+            format!("must be a multiple of 512 bytes (a logical block), at most 16 MiB, got {}", self.block_bytes)
+        })?;
+        ensure(self.space_gib >= 1 && self.space_gib <= ssd_capacity_gib, "io.space_gib", || {
+            format!("must be 1..={ssd_capacity_gib} (ssd.capacity_gib): an I/O past the end of the drive, got {}", self.space_gib)
+        })?;
+        ensure(u64::from(self.block_bytes) * u64::from(self.threads) <= self.space_gib << 30, "io.block_bytes", || "each thread needs at least one block of the I/O space".into())?;
+        ensure(self.ios >= 1 && self.ios <= 1 << 40, "io.ios", || format!("must be 1..=2^40, got {}", self.ios))?;
+        ensure(self.read_percent <= 100, "io.read_percent", || format!("must be 0..=100, got {}", self.read_percent))?;
+        ensure(self.max_transfer_kib >= 4 && self.max_transfer_kib.is_power_of_two() && self.max_transfer_kib <= 1 << 14, "io.max_transfer_kib", || {
+            format!("must be a power of two in 4..=16384, got {}", self.max_transfer_kib)
+        })?;
+        ensure((1..=100).contains(&self.integrity_journal_watermark), "io.integrity_journal_watermark", || format!("must be 1..=100, got {}", self.integrity_journal_watermark))?;
+        ensure(self.integrity_tag_bytes >= 1, "io.integrity_tag_bytes", || "must be at least 1".into())?;
+        ensure(self.integrity_commit_ms.is_finite() && self.integrity_commit_ms > 0.0 && self.integrity_commit_ms <= 1e7, "io.integrity_commit_ms", || {
+            format!("must be a number in (0, 1e7], got {}", number(self.integrity_commit_ms))
+        })?;
+        let rates = [
+            ("io.submit_us", self.submit_us),
+            ("io.complete_us", self.complete_us),
+            ("io.pcie_latency_ns", self.pcie_latency_ns),
+            ("io.aes_xts_ns_per_sector", self.aes_xts_ns_per_sector),
+            ("io.hmac_sha256_ns_per_sector", self.hmac_sha256_ns_per_sector),
+        ];
+        for (name, v) in rates {
+            ensure(v.is_finite() && (0.0..=1e6).contains(&v), name, || format!("must be a number in 0..=1e6, got {}", number(v)))?;
+        }
+        Ok(())
+    }
+
+    /// Checks that the queues and buffers fit in data memory: a 4 KB submission and
+    /// completion queue page per thread, a buffer of `io_bytes` (the largest I/O) per
+    /// outstanding I/O, and `stack_bytes` of the storage stack's own memory.
+    fn check_host_memory(&self, io_bytes: u32, stack_bytes: u64, memory_bytes: u64) -> Result<(), ConfigError> {
+        let t = u64::from(self.threads);
+        let need = (self.buffer_base_mib << 20) + t * 8192 + t * u64::from(self.queue_depth) * u64::from(io_bytes).div_ceil(64) * 64 + stack_bytes;
+        ensure(need <= memory_bytes, "io.buffer_base_mib", || {
+            format!("the queues, buffers ({io_bytes}-byte I/Os) and storage stack memory end at byte {need}, beyond the {memory_bytes} bytes of data memory")
+        })
+    }
+}
+
+/// The threads' offset streams.
+struct Streams {
+    cfg: IoConfig,
+    rngs: Vec<rand_chacha::ChaCha8Rng>,
+    next_seq: Vec<u64>,
+    issued: Vec<u64>,
+    quota: Vec<u64>,
+}
+
+impl Streams {
+    fn new(cfg: &IoConfig) -> Streams {
+        let t = u64::from(cfg.threads);
+        Streams {
+            cfg: cfg.clone(),
+            rngs: (0..t).map(|i| rand_chacha::ChaCha8Rng::seed_from_u64(cfg.seed.wrapping_mul(0x9E37_79B9).wrapping_add(i))).collect(),
+            next_seq: vec![0; t as usize],
+            issued: vec![0; t as usize],
+            quota: (0..t).map(|i| cfg.ios / t + u64::from(i < cfg.ios % t)).collect(),
+        }
+    }
+
+    /// The next I/O of `thread`: (write, offset), or None when its share is done.
+    fn next(&mut self, thread: usize) -> Option<(bool, u64)> {
+        if self.issued[thread] == self.quota[thread] {
+            return None;
+        }
+        self.issued[thread] += 1;
+        let bs = u64::from(self.cfg.block_bytes);
+        let space = self.cfg.space_gib << 30;
+        let rng = &mut self.rngs[thread];
+        let write = match self.cfg.pattern {
+            IoPattern::SeqRead | IoPattern::RandRead => false,
+            IoPattern::SeqWrite | IoPattern::RandWrite => true,
+            IoPattern::SeqRw | IoPattern::RandRw => rng.gen_range(0..100) >= self.cfg.read_percent,
+        };
+        let offset = match self.cfg.pattern {
+            IoPattern::SeqRead | IoPattern::SeqWrite | IoPattern::SeqRw => {
+                // Each thread streams through its own slice (fio offset_increment), wrapping.
+                let slice_blocks = space / u64::from(self.cfg.threads) / bs;
+                let k = self.next_seq[thread] % slice_blocks;
+                self.next_seq[thread] += 1;
+                (thread as u64 * slice_blocks + k) * bs
+            }
+            _ => rng.gen_range(0..space / bs) * bs,
+        };
+        Some((write, offset))
+    }
+}
+
+/// This host's rates of the storage baselines' software cryptography (see
+/// `secmem_crypto::host_rates`), for `secmem io-calibrate`.
+pub fn host_rates(sectors: usize) -> secmem_crypto::host_rates::HostRates { secmem_crypto::host_rates::measure(sectors) }
+
+/// One application I/O in flight (a slot of a thread's queue).
+#[derive(Copy, Clone)]
+struct Io {
+    thread: u32,
+    slot: u32,
+    write: bool,
+    offset: u64,
+    bytes: u32,
+    /// The trace request it serves (trace replay only).
+    request: usize,
+    /// When its thread began submitting it.
+    started: u64,
+    /// Its commands and buffer reads not yet done.
+    pending: u32,
+    /// Its device I/O is done and it waits for tags (enc-int reads).
+    verifying: bool,
+}
+
+/// Runs the `[io]` workload on the `[ssd]` drive beside `cfg`'s secure memory; the report.
+pub fn run_io(cfg: &Config) -> Result<Value, SimError> {
+    let io = &cfg.io;
+    let cfgerr = SimError::Config;
+    if cfg.run.functional {
+        return Err(cfgerr(ConfigError::new("run.functional", "I/O runs count and time; functional mode (real bytes through the DMA path) is not modelled for storage yet")));
+    }
+    cfg.ssd.validate("ssd").map_err(cfgerr)?;
+    let engine = Engine::new(cfg).map_err(cfgerr)?;
+    io.validate(cfg.ssd.capacity_gib).map_err(cfgerr)?;
+    let freq = cfg.core.freq_mhz;
+    let cyc = |us: f64| (us * freq as f64).round() as u64;
+    let enc_int = io.stack == IoStack::EncInt;
+    let drive_sectors = (cfg.ssd.capacity_gib << 30) / 512;
+    // enc-int: dm-integrity formats the whole drive; the I/O space is its logical device.
+    let layout = if enc_int {
+        let l = dm_integrity::Layout::format(drive_sectors, io.integrity_tag_bytes, dm_integrity::DEFAULT_INTERLEAVE_SECTORS, dm_integrity::DEFAULT_BUFFER_SECTORS)
+            .map_err(|e| cfgerr(ConfigError::new("io.integrity_tag_bytes", e)))?;
+        ensure((io.space_gib << 30) / 512 <= l.provided_data_sectors, "io.space_gib", || {
+            format!("dm-integrity's device offers {} GiB of the drive's {} GiB (the rest holds its journal and tags): an I/O past its end", (l.provided_data_sectors * 512) >> 30, cfg.ssd.capacity_gib)
+        })
+        .map_err(cfgerr)?;
+        Some(l)
+    } else {
+        None
+    };
+    let logical_bytes = layout.as_ref().map_or(cfg.ssd.capacity_gib << 30, |l| l.provided_data_sectors * 512);
+    // A trace replaces the pattern: its I/Os arrive at their times (or at once) and wait for
+    // a free slot of any thread.
+    let trace = if io.trace.is_empty() {
+        None
+    } else {
+        let t = trace::read(std::path::Path::new(&io.trace), io.space_gib << 30, logical_bytes).map_err(|e| cfgerr(ConfigError::new("io.trace", e)))?;
+        Some(t)
+    };
+    let max_bytes = trace.as_ref().map_or(io.block_bytes, |t| t.requests.iter().map(|r| r.bytes).max().unwrap_or(512));
+    let mut ssd = SsdMedia::new(&cfg.ssd, freq);
+    if io.precondition {
+        // Every data sector of the space, and under enc-int its tags, exist before the run.
+        let bytes = layout.as_ref().map_or(io.space_gib << 30, |l| l.extent_sectors((io.space_gib << 30) / 512) * 512);
+        ssd.precondition(bytes);
+    }
+    let mut engine = engine;
+    let port = engine.mc.attach_port("ssd", Box::new(ssd));
+    let wall = std::time::Instant::now();
+    let threads = io.threads as usize;
+    let slot_lines = u64::from(max_bytes).div_ceil(64);
+    let base_line = (io.buffer_base_mib << 20) >> 6;
+    // The queues (a page each), then each slot's buffer, then the stack's own memory.
+    let buffer_line = |t: u32, s: u32| base_line + threads as u64 * 128 + (u64::from(t) * u64::from(io.queue_depth) + u64::from(s)) * slot_lines;
+    let kernel_line = buffer_line(io.threads, 0);
+    let mut stack = match &layout {
+        Some(l) => {
+            let cache_bytes = if io.integrity_buffer_cache_mib > 0 { io.integrity_buffer_cache_mib << 20 } else { cfg.data_bytes() / 50 };
+            let buffers = (cache_bytes / (l.buffer_sectors * 512)).max(1);
+            ensure(max_bytes as u64 / 512 <= l.section_entries as u64 * l.journal_sections as u64 / 2, "io.block_bytes", || "an I/O larger than half of dm-integrity's journal".into())
+                .map_err(cfgerr)?;
+            let stack_bytes = enc_int::EncInt::host_bytes(l, buffers);
+            io.check_host_memory(max_bytes, stack_bytes, cfg.data_bytes()).map_err(cfgerr)?;
+            Some(enc_int::EncInt::new(l.clone(), io.integrity_journal_watermark, buffers as usize, kernel_line, io.threads))
+        }
+        None => {
+            io.check_host_memory(max_bytes, 0, cfg.data_bytes()).map_err(cfgerr)?;
+            None
+        }
+    };
+    let max_transfer = u64::from(io.max_transfer_kib) << 10;
+    let mut host = Host::new(engine, port, io.dma_through_memory, io.threads, base_line, cyc(io.submit_us), cyc(io.complete_us), cyc(io.pcie_latency_ns / 1000.0), max_transfer);
+    let per_sector = |ns: f64, bytes: u32| cyc(ns * f64::from(bytes / 512) / 1000.0);
+    // The software cryptography of a write before it is submitted, and of a read after it
+    // completes: dm-crypt's cipher, and under enc-int dm-integrity's tag.
+    let crypto = |bytes: u32| match io.stack {
+        IoStack::Insecure => 0,
+        IoStack::Enc => per_sector(io.aes_xts_ns_per_sector, bytes),
+        IoStack::EncInt => per_sector(io.aes_xts_ns_per_sector + io.hmac_sha256_ns_per_sector, bytes),
+    };
+    let commit_cycles = cyc(io.integrity_commit_ms * 1000.0);
+    let mut crypto_busy = 0u64;
+    let mut streams = Streams::new(io);
+    let mut ios: Vec<Io> = Vec::new();
+    for t in 0..io.threads {
+        for s in 0..io.queue_depth {
+            ios.push(Io { thread: t, slot: s, write: false, offset: 0, bytes: io.block_bytes, request: 0, started: 0, pending: 0, verifying: false });
+            if trace.is_none() {
+                host.push(0, Ev::Submit(ios.len() - 1));
+            }
+        }
+    }
+    // Trace replay: every request arrives, then takes a free slot or waits in arrival order.
+    let requests: &[trace::IoRequest] = trace.as_ref().map_or(&[], |t| &t.requests);
+    let arrival = |r: &trace::IoRequest| r.arrival_ns.map(|ns| cyc(ns as f64 / 1000.0));
+    for (i, r) in requests.iter().enumerate() {
+        host.push(arrival(r).unwrap_or(0), Ev::Arrive(i));
+    }
+    let mut free_slots: Vec<usize> = (0..ios.len()).rev().collect();
+    let mut waiting: std::collections::VecDeque<usize> = std::collections::VecDeque::new();
+    let mut latency = Histogram::default();
+    let (mut reads, mut writes, mut last_done, mut bytes_moved) = (0u64, 0u64, 0u64, 0u64);
+    // An application I/O is done at `done`: count it and start its slot's next.
+    macro_rules! finish {
+        ($id:expr, $done:expr) => {{
+            let (id, done) = ($id, $done);
+            let o = &mut ios[id];
+            latency.record(done - o.started);
+            if o.write { writes += 1 } else { reads += 1 }
+            bytes_moved += u64::from(o.bytes);
+            last_done = last_done.max(done);
+            if trace.is_none() {
+                host.push(done, Ev::Submit(id));
+            } else if let Some(next) = waiting.pop_front() {
+                o.request = next;
+                host.push(done, Ev::Submit(id));
+            } else {
+                free_slots.push(id);
+            }
+        }};
+    }
+    // A read's data and tags are in: verify and decrypt on its core, then it is done.
+    macro_rules! verified {
+        ($id:expr, $at:expr) => {{
+            let o = ios[$id];
+            let c = crypto(o.bytes);
+            crypto_busy += c;
+            let end = host.run_on(o.thread, $at, c);
+            finish!($id, end);
+        }};
+    }
+    // A write's sectors went into dm-integrity's journal: it completes on its core.
+    macro_rules! journalled {
+        ($id:expr, $at:expr) => {{
+            let o = ios[$id];
+            let end = host.run_on(o.thread, $at, cyc(io.complete_us));
+            finish!($id, end);
+            stack.as_mut().expect("enc-int").written(&mut host, $at, commit_cycles)?;
+        }};
+    }
+    while let Some((now, ev)) = host.pop() {
+        match ev {
+            Ev::Autocommit => {
+                let s = stack.as_mut().expect("only enc-int arms the timer");
+                s.autocommit_pending = false;
+                s.start_commit(&mut host, now)?;
+            }
+            Ev::Arrive(r) => match free_slots.pop() {
+                // A trace's request takes a free slot, or waits in arrival order for one.
+                Some(slot) => {
+                    ios[slot].request = r;
+                    host.push(now, Ev::Submit(slot));
+                }
+                None => waiting.push_back(r),
+            },
+            Ev::Submit(id) => {
+                let t = ios[id].thread as usize;
+                let next = if trace.is_some() {
+                    let r = &requests[ios[id].request];
+                    Some((r.write, r.offset, r.bytes))
+                } else {
+                    streams.next(t).map(|(w, off)| (w, off, io.block_bytes))
+                };
+                let Some((write, offset, bytes)) = next else { continue };
+                // A trace's I/O counts its wait for a slot from its arrival time.
+                let started = trace.as_ref().and_then(|_| arrival(&requests[ios[id].request])).map_or(now, |a| a.min(now));
+                let o = Io { write, offset, bytes, started, pending: 0, verifying: false, ..ios[id] };
+                ios[id] = o;
+                // A write is encrypted (and tagged) before the driver sees it.
+                let c = if write { crypto(bytes) } else { 0 };
+                crypto_busy += c;
+                let at = host.run_on(o.thread, now, c);
+                let (logical, n) = (offset / 512, u64::from(bytes) / 512);
+                match (&mut stack, write) {
+                    (Some(s), true) => {
+                        if s.journal.reserve(logical, n) {
+                            journalled!(id, at);
+                        } else {
+                            s.stats.writes_waited_for_journal += 1;
+                            s.journal_waiters.push_back((id, logical, n));
+                        }
+                    }
+                    (Some(s), false) if s.journal.holds_all(logical, n) => {
+                        // Every sector is still in the journal: copied from memory and
+                        // decrypted (dm-integrity does not verify its own journal's copy).
+                        s.stats.reads_from_journal += 1;
+                        let c = per_sector(io.aes_xts_ns_per_sector, bytes);
+                        crypto_busy += c;
+                        let end = host.run_on(o.thread, at, cyc(io.submit_us + io.complete_us) + c);
+                        finish!(id, end);
+                    }
+                    (Some(s), false) => {
+                        // One command per run of sectors in one area (dm-integrity splits there).
+                        let l = &s.layout;
+                        let mut first = logical;
+                        let mut pending = 0;
+                        while first < logical + n {
+                            let area_end = (first / l.interleave_sectors + 1) * l.interleave_sectors;
+                            let k = area_end.min(logical + n) - first;
+                            let line = buffer_line(o.thread, o.slot) + (first - logical) * 8;
+                            pending += host.issue_split(Owner::App(id), false, l.data_sector(first) * 512, k * 512, line, o.thread, at)?;
+                            first += k;
+                        }
+                        ios[id].pending = pending;
+                    }
+                    (None, _) => {
+                        ios[id].pending = host.issue_split(Owner::App(id), write, offset, u64::from(bytes), buffer_line(o.thread, o.slot), o.thread, at)?;
+                    }
+                }
+            }
+            Ev::Cmd(step, cid) => {
+                let Some((cmd, end)) = host.step(step, cid, now)? else { continue };
+                match cmd.owner {
+                    Owner::App(id) => {
+                        ios[id].pending -= 1;
+                        if ios[id].pending > 0 {
+                            continue;
+                        }
+                        let o = ios[id];
+                        match &mut stack {
+                            Some(s) if !o.verifying => {
+                                // The data is in: its tags next (dm-integrity reads them after the data).
+                                ios[id].verifying = true;
+                                let waits = s.read_tags(&mut host, id, o.offset / 512, u64::from(o.bytes) / 512, o.thread, end)?;
+                                ios[id].pending = waits;
+                                if waits == 0 {
+                                    verified!(id, end);
+                                }
+                            }
+                            _ if o.write => finish!(id, end),
+                            _ => verified!(id, end),
+                        }
+                    }
+                    Owner::Commit => stack.as_mut().expect("enc-int").commit_write_done(&mut host, end)?,
+                    Owner::WriterData | Owner::MetaWrite => stack.as_mut().expect("enc-int").writer_command_done(&mut host, end)?,
+                    Owner::EvictWrite => {}
+                    Owner::MetaRead(b) => {
+                        for w in stack.as_mut().expect("enc-int").buffer_read(b) {
+                            match w {
+                                enc_int::Waiter::Writer => stack.as_mut().expect("enc-int").writer_buffer_ready(&mut host, end)?,
+                                enc_int::Waiter::App(id) => {
+                                    ios[id].pending -= 1;
+                                    if ios[id].pending == 0 {
+                                        verified!(id, end);
+                                    }
+                                }
+                            }
+                        }
+                    }
+                }
+                // Sections the writer freed take the writes waiting for them, in order.
+                while let Some(s) = stack.as_mut() {
+                    let Some(&(id, logical, n)) = s.journal_waiters.front() else { break };
+                    if !s.journal.reserve(logical, n) {
+                        break;
+                    }
+                    s.journal_waiters.pop_front();
+                    journalled!(id, end);
+                }
+            }
+        }
+    }
+    if let Some(s) = &stack {
+        if !s.journal_waiters.is_empty() {
+            return Err(SimError::Config(ConfigError::new("io.stack", format!("{} writes still wait for dm-integrity's journal at the end", s.journal_waiters.len()))));
+        }
+    }
+    let wall_s = wall.elapsed().as_secs_f64();
+    let runtime_us = last_done as f64 / freq as f64;
+    let n = reads + writes;
+    let lat = latency.summary();
+    let us = |c: u64| c as f64 / freq as f64;
+    let ssd_stats = host.engine.mc.port_stats().into_iter().find(|(name, _)| name == "ssd").map(|(_, s)| s).expect("attached above");
+    let mut ssd_json = serde_json::Map::new();
+    for (name, v) in &ssd_stats.device {
+        ssd_json.insert((*name).to_string(), json!(v));
+    }
+    let counter = |name: &str| ssd_stats.device_counter(name).unwrap_or(0);
+    ssd_json.insert("write_amplification".into(), json!(secmem_media::ssd::write_amplification(&ssd_stats)));
+    // Busy time over the run, per channel, die and plane (the flash back end's parallelism in use).
+    let units = |busy: &str, n: u64| if last_done > 0 { counter(busy) as f64 / (n as f64 * last_done as f64) } else { 0.0 };
+    ssd_json.insert("channel_utilisation".into(), json!(units("channel_busy_cycles", u64::from(cfg.ssd.channels))));
+    ssd_json.insert("die_utilisation".into(), json!(units("die_busy_cycles", u64::from(cfg.ssd.channels * cfg.ssd.dies_per_channel))));
+    ssd_json.insert("plane_utilisation".into(), json!(units("plane_busy_cycles", cfg.ssd.planes())));
+    let map_lookups = counter("map_cache_hits") + counter("map_cache_misses");
+    ssd_json.insert("map_cache_hit_rate".into(), json!(if map_lookups > 0 { counter("map_cache_hits") as f64 / map_lookups as f64 } else { 0.0 }));
+    let (_, media) = host.engine.mc.snapshot();
+    let mut report = json!({
+        "io": {
+            "pattern": trace.as_ref().map_or(io.pattern.as_str(), |t| t.format),
+            "trace_flushes_and_trims": trace.as_ref().map_or(0, |t| t.flushes_and_trims), "threads": io.threads, "queue_depth": io.queue_depth, "block_bytes": io.block_bytes,
+            "ios": n, "reads": reads, "writes": writes,
+            "runtime_us": runtime_us,
+            "iops": if runtime_us > 0.0 { n as f64 / runtime_us * 1e6 } else { 0.0 },
+            "throughput_mb_per_s": if runtime_us > 0.0 { bytes_moved as f64 / runtime_us } else { 0.0 },
+            "latency_us": {"mean": lat.mean / freq as f64, "p50": us(lat.p50), "p99": us(lat.p99), "p999": us(lat.p999), "max": us(lat.max)},
+            "cpu_busy_us": us(host.cpu_busy),
+            "stack": io.stack.as_str(),
+            "crypto_cpu_us": us(crypto_busy),
+            "commands": host.commands,
+        },
+        "ssd": Value::Object(ssd_json),
+        "memory": {
+            "dma_lines": host.dma_lines,
+            "reads": media.reads(), "writes": media.writes(),
+        },
+        "meta": {"wall_time_s": wall_s, "dma_through_memory": io.dma_through_memory},
+    });
+    if let Some(s) = &stack {
+        let st = &s.stats;
+        report["integrity"] = json!({
+            "journal_commits": st.commits, "journal_sectors_written": st.journal_sectors_written,
+            "writer_rounds": st.writer_rounds, "writeback_sectors": st.writeback_sectors,
+            "buffer_hits": st.buffer_hits, "buffer_misses": st.buffer_misses, "buffer_bytes_written": st.buffer_bytes_written,
+            "reads_from_journal": st.reads_from_journal, "writes_waited_for_journal": st.writes_waited_for_journal,
+            "journal_sections": s.layout.journal_sections, "section_entries": s.layout.section_entries, "tag_bytes": s.layout.tag_bytes,
+        });
+    }
+    Ok(report)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn cfg(extra: &[&str]) -> Config {
+        let mut o: Vec<String> = ["run.progress=false", "io.ios=2000", "io.space_gib=1", "ssd.capacity_gib=16"].iter().map(|s| s.to_string()).collect();
+        o.extend(extra.iter().map(|s| s.to_string()));
+        Config::load(Some("horus"), None, &o).unwrap()
+    }
+
+    #[test]
+    fn a_random_read_at_queue_depth_one_takes_the_drive_plus_the_host_path() {
+        let r = run_io(&cfg(&["io.threads=1", "io.dma_through_memory=false"])).unwrap();
+        let p50 = r["io"]["latency_us"]["p50"].as_f64().unwrap();
+        // submit 1.5 + doorbell 0.5 + drive 10.5 + MSI 0.5 + completion 2.5 = 15.5 us (the
+        // median is its histogram bucket's upper bound, within 3%).
+        assert!((15.5..15.5 * 1.03).contains(&p50), "{p50}");
+        // The mean adds the first touch of each of the 256 translation pages of 1 GiB: a
+        // translation read (tR + transfer, 8.1 us) each.
+        let mean = r["io"]["latency_us"]["mean"].as_f64().unwrap();
+        let cold = 256.0 * 8.12 / 2000.0;
+        assert!((mean - (15.5 + cold)).abs() < 0.2, "{mean}");
+        assert_eq!(r["io"]["reads"], 2000);
+        assert_eq!(r["memory"]["dma_lines"], 2000 * 64);
+        assert_eq!(r["memory"]["reads"], 0, "no memory traffic without the memory side");
+    }
+
+    #[test]
+    fn dma_through_the_memory_controller_is_memory_traffic_and_time() {
+        let off = run_io(&cfg(&["io.dma_through_memory=false"])).unwrap();
+        let on = run_io(&cfg(&[])).unwrap();
+        // Each 4 KB read: 64 line writes of data, a command fetch, a completion write and read.
+        assert!(on["memory"]["writes"].as_u64().unwrap() >= 2000 * 65, "{}", on["memory"]);
+        assert!(on["io"]["latency_us"]["mean"].as_f64() > off["io"]["latency_us"]["mean"].as_f64());
+    }
+
+    #[test]
+    fn dm_crypt_costs_each_sector_its_cipher_time_on_the_core() {
+        let base = ["io.threads=1", "io.pattern=rand-rw", "io.dma_through_memory=false", "io.aes_xts_ns_per_sector=250"];
+        let plain = run_io(&cfg(&base)).unwrap();
+        let enc = run_io(&cfg(&[&base[..], &["io.stack=enc"]].concat())).unwrap();
+        assert_eq!(plain["io"]["reads"], enc["io"]["reads"], "the same I/Os");
+        // 2000 I/Os of 8 sectors at 250 ns: 4 ms of cipher, on the critical path at QD 1.
+        assert!((enc["io"]["crypto_cpu_us"].as_f64().unwrap() - 4000.0).abs() < 1e-6);
+        assert_eq!(plain["io"]["crypto_cpu_us"], 0.0);
+        // Reads alone at queue depth 1 wait for nothing else: the run is longer by exactly that.
+        let reads = |stack: &str| {
+            let r = run_io(&cfg(&["io.threads=1", "io.dma_through_memory=false", "io.aes_xts_ns_per_sector=250", stack])).unwrap();
+            r["io"]["runtime_us"].as_f64().unwrap()
+        };
+        let extra = reads("io.stack=enc") - reads("io.stack=insecure");
+        assert!((extra - 4000.0).abs() < 1.0, "{extra}");
+    }
+
+    #[test]
+    fn utilisation_is_the_flash_busy_time_over_the_run() {
+        // One thread at queue depth 1: one plane read (3 us) and one transfer (5.12 us) per
+        // 15.5 us I/O, spread over 8 channels and 128 planes.
+        let r = run_io(&cfg(&["io.threads=1", "io.dma_through_memory=false", "io.ios=5000"])).unwrap();
+        let ch = r["ssd"]["channel_utilisation"].as_f64().unwrap();
+        let pl = r["ssd"]["plane_utilisation"].as_f64().unwrap();
+        let die = r["ssd"]["die_utilisation"].as_f64().unwrap();
+        assert!((ch - 5.12 / 15.5 / 8.0).abs() < 0.01, "{ch}");
+        assert!((pl - 3.0 / 15.5 / 128.0).abs() < 0.001, "{pl}");
+        // One read at a time: a die is busy exactly when one of its planes is (64 dies).
+        assert!((die - 3.0 / 15.5 / 64.0).abs() < 0.002, "{die}");
+    }
+
+    #[test]
+    fn deeper_queues_and_more_threads_raise_iops_until_the_drive_saturates() {
+        let iops = |extra: &[&str]| run_io(&cfg(extra)).unwrap()["io"]["iops"].as_f64().unwrap();
+        let qd1 = iops(&["io.threads=1", "io.queue_depth=1"]);
+        let qd8 = iops(&["io.threads=1", "io.queue_depth=8"]);
+        let t4qd8 = iops(&["io.threads=4", "io.queue_depth=8"]);
+        assert!(qd8 > 3.0 * qd1, "{qd1} {qd8}");
+        assert!(t4qd8 > qd8, "{qd8} {t4qd8}");
+    }
+
+    #[test]
+    fn random_writes_pay_for_the_flash_behind_the_write_buffer_once_it_fills() {
+        let r = run_io(&cfg(&["io.pattern=rand-write", "io.threads=4", "io.queue_depth=32", "io.ios=40000", "ssd.write_buffer_mib=1"])).unwrap();
+        assert!(r["ssd"]["write_buffer_stall_cycles"].as_u64().unwrap() > 0, "{}", r["ssd"]);
+        assert_eq!(r["io"]["writes"], 40000);
+    }
+
+    #[test]
+    fn the_same_seed_gives_the_same_run_and_another_seed_another() {
+        let a = run_io(&cfg(&["io.pattern=rand-rw"])).unwrap();
+        let b = run_io(&cfg(&["io.pattern=rand-rw"])).unwrap();
+        let c = run_io(&cfg(&["io.pattern=rand-rw", "io.seed=2"])).unwrap();
+        assert_eq!(a["io"], b["io"]);
+        assert_ne!(a["io"]["reads"], c["io"]["reads"]);
+    }
+
+    #[test]
+    fn a_real_fio_iolog_replays_at_its_recorded_times() {
+        let log = concat!(env!("CARGO_MANIFEST_DIR"), "/../../tests/fixtures/io/fio-randrw.v3.iolog");
+        let r = run_io(&cfg(&[&format!("io.trace=\"{log}\"")])).unwrap();
+        let (reads, writes) = (r["io"]["reads"].as_u64().unwrap(), r["io"]["writes"].as_u64().unwrap());
+        assert_eq!(reads + writes, 2000);
+        assert!((1300..1500).contains(&reads), "fio's 70% reads: {reads}");
+        assert_eq!(r["io"]["pattern"], "fio-iolog-v3");
+        // Open loop: the last I/O arrives at 132,836 us, so the run lasts at least that long,
+        // and an idle drive serves each one in tens of microseconds.
+        let runtime = r["io"]["runtime_us"].as_f64().unwrap();
+        assert!((132_836.0..133_000.0).contains(&runtime), "{runtime}");
+        assert!(r["io"]["latency_us"]["p99"].as_f64().unwrap() < 50.0, "{}", r["io"]["latency_us"]);
+    }
+
+    #[test]
+    fn throughput_counts_the_bytes_each_io_moved() {
+        // An 8 KB and a 512 B read: 8.5 KB moved, whatever io.block_bytes says.
+        let p = std::env::temp_dir().join(format!("secmem-io-sizes-{}.trace", std::process::id()));
+        std::fs::write(&p, "0 0 0 16 1\n0 0 64 1 1\n").unwrap();
+        let r = run_io(&cfg(&[&format!("io.trace=\"{}\"", p.display())])).unwrap();
+        let _ = std::fs::remove_file(&p);
+        let (mb_s, us) = (r["io"]["throughput_mb_per_s"].as_f64().unwrap(), r["io"]["runtime_us"].as_f64().unwrap());
+        assert!((mb_s * us - 8704.0).abs() < 1e-6, "{mb_s} MB/s over {us} us");
+    }
+
+    #[test]
+    fn trace_ios_beyond_the_slots_wait_and_count_their_wait() {
+        // 64 reads arriving together on one slot: each waits for the ones before it.
+        let dir = std::env::temp_dir().join(format!("secmem-io-burst-{}.trace", std::process::id()));
+        let text: String = (0..64).map(|i| format!("0 0 {} 8 1\n", i * 8)).collect();
+        std::fs::write(&dir, text).unwrap();
+        let r = run_io(&cfg(&[&format!("io.trace=\"{}\"", dir.display()), "io.threads=1", "io.queue_depth=1"])).unwrap();
+        let _ = std::fs::remove_file(&dir);
+        let lat = &r["io"]["latency_us"];
+        assert!(lat["max"].as_f64().unwrap() > 60.0 * 15.5, "{lat}");
+        assert_eq!(r["io"]["pattern"], "mqsim");
+    }
+
+    fn count(r: &Value, section: &str, name: &str) -> u64 { r[section][name].as_u64().unwrap_or_else(|| panic!("{section}.{name} in {r}")) }
+
+    #[test]
+    fn enc_int_writes_go_to_the_journal_then_to_their_place_with_their_tags() {
+        // 20,000 random 4 KB writes: 78 MiB, past the 64 MiB journal's 50% watermark.
+        let r = run_io(&cfg(&["io.pattern=rand-write", "io.stack=enc-int", "io.ios=20000", "io.queue_depth=4"])).unwrap();
+        let sectors = 20_000 * 8;
+        let journal = count(&r, "integrity", "journal_sectors_written");
+        let placed = count(&r, "integrity", "writeback_sectors");
+        assert!(count(&r, "integrity", "writer_rounds") >= 1 && placed > sectors / 3, "{}", r["integrity"]);
+        assert!(placed <= sectors, "a sector is copied to its place at most once a write");
+        // Each committed section holds 80 data sectors behind 8 entry sectors (more when a
+        // commit pads it): the journal area gets at least 1.1 sectors a sector written back.
+        assert!(journal * 10 >= placed * 11, "{journal} {placed}");
+        assert!(count(&r, "integrity", "buffer_bytes_written") >= 4096 * count(&r, "integrity", "writer_rounds"));
+        // The drive took the journal, the data and the tags: well over twice what was written.
+        let pages = count(&r, "ssd", "host_page_writes");
+        assert!(pages > 2 * 20_000, "{pages}");
+        let plain = run_io(&cfg(&["io.pattern=rand-write", "io.ios=20000", "io.queue_depth=4"])).unwrap();
+        assert_eq!(count(&plain, "ssd", "host_page_writes"), 20_000);
+    }
+
+    #[test]
+    fn enc_int_reads_each_tag_buffer_once_while_it_stays_cached() {
+        // 1 GiB of data has 1,024 buffers of tags (1 MiB of data each); the default cache
+        // (2% of 32 GiB) holds them all.
+        let r = run_io(&cfg(&["io.stack=enc-int", "io.ios=4000"])).unwrap();
+        let (hits, misses) = (count(&r, "integrity", "buffer_hits"), count(&r, "integrity", "buffer_misses"));
+        assert_eq!(hits + misses, 4000);
+        assert!((900..=1024).contains(&misses), "{misses}");
+        // 16 buffers of cache: almost every read misses.
+        let small = run_io(&cfg(&["io.stack=enc-int", "io.ios=4000", "io.integrity_buffer_cache_mib=1"])).unwrap();
+        assert!(count(&small, "integrity", "buffer_misses") > 3900, "{}", small["integrity"]);
+        assert!(small["io"]["runtime_us"].as_f64() > r["io"]["runtime_us"].as_f64());
+    }
+
+    #[test]
+    fn a_read_of_sectors_still_in_the_journal_is_served_from_memory() {
+        let p = std::env::temp_dir().join(format!("secmem-io-journal-{}.trace", std::process::id()));
+        std::fs::write(&p, "0 0 800 8 0
+100000 0 800 8 1
+200000 0 808 8 1
+").unwrap();
+        let r = run_io(&cfg(&[&format!("io.trace=\"{}\"", p.display()), "io.stack=enc-int"])).unwrap();
+        let _ = std::fs::remove_file(&p);
+        assert_eq!(count(&r, "integrity", "reads_from_journal"), 1);
+        assert_eq!(count(&r, "integrity", "buffer_misses"), 1, "the other read fetched its tags");
+        // One data read, one tag buffer read, and the journal section the commit timer wrote.
+        assert_eq!(count(&r, "io", "commands"), 3);
+        assert_eq!(count(&r, "integrity", "journal_sectors_written"), 88);
+    }
+
+    #[test]
+    fn enc_int_costs_more_than_enc_and_enc_more_than_insecure_on_random_writes() {
+        let rt = |stack: &str| {
+            let r = run_io(&cfg(&["io.pattern=rand-write", "io.ios=20000", &format!("io.stack={stack}")])).unwrap();
+            r["io"]["runtime_us"].as_f64().unwrap()
+        };
+        let (plain, enc, enc_int) = (rt("insecure"), rt("enc"), rt("enc-int"));
+        assert!(plain < enc && enc < enc_int, "{plain} {enc} {enc_int}");
+    }
+
+    #[test]
+    fn bad_io_settings_name_the_field() {
+        let bad = |extra: &[&str]| run_io(&cfg(extra)).unwrap_err().to_string();
+        assert!(bad(&["io.queue_depth=0"]).contains("io.queue_depth"));
+        assert!(bad(&["io.block_bytes=1000"]).contains("io.block_bytes"));
+        assert!(bad(&["io.space_gib=32"]).contains("past the end of the drive"));
+        assert!(bad(&["run.functional=true"]).contains("run.functional"));
+        assert!(bad(&["io.trace=\"/no/such/iolog\""]).contains("io.trace"));
+        assert!(bad(&["io.buffer_base_mib=40000"]).contains("io.buffer_base_mib"));
+        assert!(bad(&["io.stack=enc-int", "io.space_gib=16"]).contains("io.space_gib"));
+        assert!(bad(&["io.stack=enc-int", "io.integrity_tag_bytes=600"]).contains("io.integrity_tag_bytes"));
+        assert!(bad(&["io.max_transfer_kib=3"]).contains("io.max_transfer_kib"));
+        assert!(bad(&["io.integrity_journal_watermark=0"]).contains("io.integrity_journal_watermark"));
+    }
+}

@@ -1,0 +1,161 @@
+"""``secmem reproduce dshield``: D-Shield (HPCA'23), so far Fig. 3, the software baselines'
+runtime over ``insecure`` on FIO's six patterns, on the ``dshield`` preset (Table I's drive,
+Table II's FIO) with every I/O's DMA through the secure memory controller.
+
+Writes ``OUT/reproduce.json`` (rows ``{"figure", "metric", "paper", "ours", "unit"}``),
+``OUT/runs.json`` (every run's report), ``OUT/fig3.png`` and ``OUT/report.md``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from typing import Any, Dict, List
+
+from . import api, reproduce_table
+
+PATTERNS = ["seq-read", "seq-write", "seq-rw", "rand-read", "rand-write", "rand-rw"]
+LABEL = {"seq-read": "Seq-R", "seq-write": "Seq-W", "seq-rw": "Seq-RW", "rand-read": "Rand-R", "rand-write": "Rand-W", "rand-rw": "Rand-RW"}
+STACKS = ["insecure", "enc", "enc-int"]
+
+# Section III: "2.4x on average for encryption only and 16.1x for encryption with integrity
+# protection" (per-pattern bars are not quoted).
+PAPER = {
+    ("fig3", "enc runtime / insecure, mean of the six patterns"): 2.4,
+    ("fig3", "enc-int runtime / insecure, mean of the six patterns"): 16.1,
+}
+
+REPORT_NOTES = """
+## Where and why we differ
+
+* **What Fig. 3 measured.** The paper ran fio on a real machine (Core i7-9700K, Samsung 970
+  EVO Plus, Linux 5.15) with dm-crypt and dm-crypt + dm-integrity. secmem runs the same six
+  patterns on Table I's simulated Z-NAND drive with Table II's FIO setup (4 threads, 4 KB,
+  8 GB space; {ios:,} I/Os per run), one I/O outstanding per thread, and every DMA transfer
+  through the secure memory controller. The drive is faster than the 970 EVO Plus (10.5 us
+  reads), which makes the host's share larger, not smaller.
+* **enc ({enc_mean:.2f}x against 2.4x).** Our dm-crypt is its cipher alone:
+  AES-XTS per 512 B sector at {aes:.0f} ns (RustCrypto with AES-NI, measured by
+  `secmem io-calibrate`), on the submitting core before a write and on the completing core
+  after a read. The kernel's dm-crypt also hands every bio to its kcryptd workqueue and back
+  (context switches, queueing, cache misses on the bounce pages), which is not modelled, and
+  neither is the CPU's memory traffic of encrypting into bounce pages. Those costs, not the
+  cipher, are most of the 2.4x on a fast drive, so ours is a lower bound.
+* **enc-int ({enc_int_mean:.2f}x against 16.1x).** dm-integrity is modelled from its on-disk
+  format and its journal: {tag}-byte HMAC-SHA256 tags ({hmac:.0f} ns a sector on the core),
+  journal sections of {entries} entries behind 8 entry sectors, commits that pad the open
+  section, the writer copying committed sections to their places, and tag updates through a
+  cache of 64 KiB metadata buffers (2% of the host's memory, as dm-bufio sizes it) that reads
+  a buffer it does not hold. Random writes pay most (journal, data and a 64 KiB buffer read per
+  tag update: {rand_w:.1f}x); reads pay one buffer read per 1 MiB of data the first time
+  ({rand_r:.1f}x on random reads). dm-integrity's bio splitting, range locks and its
+  single-threaded workqueues, which serialise work the model overlaps, are not modelled.
+* **Writes land in memory first.** Without flushes (fio's default), dm-integrity completes a
+  write once it is in the journal's memory; the device work comes later, when the journal is
+  half full. A run with fewer writes than that (29 MiB of 4 KB writes: the `--quick` runs)
+  pays little of it, and sequential writes, whose journal copies are long runs, can even
+  finish before `insecure`'s, which waits for the drive each time (Seq-W: {seq_w:.2f}x here).
+* **The average** is the arithmetic mean of the six patterns' ratios, as the paper's "on
+  average" reads.
+"""
+
+
+def _mean(xs: List[float]) -> float:
+    return sum(xs) / len(xs)
+
+
+def collect(quick: bool) -> (List[Dict[str, Any]], Dict[str, Any]):
+    ios = 16_384 if quick else 131_072
+    runs: Dict[str, Dict[str, Any]] = {}
+    for pat in PATTERNS:
+        for stack in STACKS:
+            params = ["run.progress=false", f"io.pattern={pat}", f"io.stack={stack}", f"io.ios={ios}"]
+            runs[f"{pat}/{stack}"] = api.run_io(preset="dshield", params=params)
+    rows: List[Dict[str, Any]] = []
+
+    def row(metric, ours, unit="x"):
+        rows.append({"figure": "fig3", "metric": metric, "paper": PAPER.get(("fig3", metric)), "ours": round(ours, 4), "unit": unit})
+
+    ratio = {s: {} for s in STACKS[1:]}
+    for pat in PATTERNS:
+        base = runs[f"{pat}/insecure"]["io"]["runtime_us"]
+        for stack in STACKS[1:]:
+            ratio[stack][pat] = runs[f"{pat}/{stack}"]["io"]["runtime_us"] / base
+            row(f"{stack} runtime / insecure, {LABEL[pat]}", ratio[stack][pat])
+    for stack in STACKS[1:]:
+        row(f"{stack} runtime / insecure, mean of the six patterns", _mean(list(ratio[stack].values())))
+    io_config = api.config_json(preset="dshield")["io"]
+    return rows, {"ios": ios, "ratio": ratio, "runs": runs, "io_config": io_config}
+
+
+def plots(series: Dict[str, Any], out: str) -> List[str]:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7, 3.5))
+    width = 0.27
+    xs = range(len(PATTERNS))
+    ax.bar([x - width for x in xs], [1.0] * len(PATTERNS), width, label="insecure")
+    for k, stack in enumerate(STACKS[1:]):
+        ax.bar([x + k * width for x in xs], [series["ratio"][stack][p] for p in PATTERNS], width, label=stack)
+    ax.axhline(2.4, color="C1", ls="--", lw=1, label="paper enc mean (2.4x)")
+    ax.axhline(16.1, color="C2", ls="--", lw=1, label="paper enc-int mean (16.1x)")
+    ax.set_xticks(list(xs))
+    ax.set_xticklabels([LABEL[p] for p in PATTERNS])
+    ax.set_ylabel("runtime / insecure")
+    ax.set_title("Fig 3: software storage protection on FIO")
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(os.path.join(out, "fig3.png"), dpi=110)
+    plt.close(fig)
+    return ["fig3.png"]
+
+
+def report_md(rows: List[Dict[str, Any]], series: Dict[str, Any], out: str, quick: bool, wall: float) -> str:
+    run = series["runs"]["rand-write/enc-int"]
+    notes = {
+        "ios": series["ios"],
+        "enc_mean": _mean(list(series["ratio"]["enc"].values())),
+        "enc_int_mean": _mean(list(series["ratio"]["enc-int"].values())),
+        "rand_w": series["ratio"]["enc-int"]["rand-write"],
+        "rand_r": series["ratio"]["enc-int"]["rand-read"],
+        "seq_w": series["ratio"]["enc-int"]["seq-write"],
+        "tag": run["integrity"]["tag_bytes"],
+        "entries": run["integrity"]["section_entries"],
+        "aes": series["io_config"]["aes_xts_ns_per_sector"],
+        "hmac": series["io_config"]["hmac_sha256_ns_per_sector"],
+    }
+    lines = [
+        "# D-Shield (HPCA'23) reproduced on secmem: the software baselines (Fig. 3)",
+        "",
+        f"Preset `dshield` (Table I drive, Table II FIO), counting mode, "
+        f"{'--quick: ' if quick else ''}{series['ios']:,} I/Os per run, 18 runs; {wall:.0f} s of simulation. "
+        "Runtime is the time to complete the run's I/Os (fio's runtime).",
+        "",
+    ]
+    lines += reproduce_table.markdown(rows)
+    lines.append(REPORT_NOTES.format(**notes))
+    lines.append("Plot: fig3.png. Every run's full report: runs.json.")
+    text = "\n".join(lines) + "\n"
+    with open(os.path.join(out, "report.md"), "w") as f:
+        f.write(text)
+    return text
+
+
+def main(out: str = "reproduce", quick: bool = False) -> int:
+    os.makedirs(out, exist_ok=True)
+    t0 = time.time()
+    rows, series = collect(quick)
+    wall = time.time() - t0
+    with open(os.path.join(out, "reproduce.json"), "w") as f:
+        json.dump(rows, f, indent=2)
+    with open(os.path.join(out, "runs.json"), "w") as f:
+        json.dump(series["runs"], f, indent=2)
+    plots(series, out)
+    report_md(rows, series, out, quick, wall)
+    print(reproduce_table.text(rows))
+    print(f"wrote {out}/reproduce.json, {out}/report.md and fig3.png ({wall:.0f} s)")
+    return 0
