@@ -273,6 +273,15 @@ def cmd_io_calibrate(a) -> int:
     return 0
 
 
+def cmd_io_capture(a) -> int:
+    command = a.command[1:] if a.command[:1] == ["--"] else a.command
+    if not command:
+        raise api.SecmemError("io-capture needs a command to run after --")
+    r = api.io_capture(command, a.out)
+    print(json.dumps(r))
+    return 0
+
+
 def cmd_crash(a) -> int:
     out = api.crash(preset=a.preset, trace=a.trace, config=a.config, params=a.param, points=a.points, seed=a.seed)
     _print_and_save(a, out, FUNCTIONAL)
@@ -629,6 +638,15 @@ def parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--sectors", type=int, default=200_000, help="sectors per round (default 200000)")
     p.set_defaults(fn=cmd_io_calibrate)
+
+    p = sub.add_parser(
+        "io-capture", help="record a program's pread/pwrite calls (strace) as a fio iolog for io.trace",
+        description="Runs the command under strace -f and writes its pread64/pwrite64 calls, sector-aligned, as a "
+        "fio iolog v3: secmem io-capture --out db.iolog -- sqlite3 bank.db < work.sql; secmem io -p io.trace=db.iolog",
+    )
+    p.add_argument("--out", type=_path_arg, required=True, help="the iolog to write")
+    p.add_argument("command", nargs=argparse.REMAINDER, help="-- the program and its arguments")
+    p.set_defaults(fn=cmd_io_capture)
 
     p = sub.add_parser("crash", help="crash injection with verified recovery (functional mode)")
     p.add_argument("--preset", help="preset name; `strict` is the recoverable baseline")

@@ -66,3 +66,22 @@ def test_reproduce_dshield_quick_compares_fig3_with_the_paper(cli, tmp_path):
     assert 1.0 <= enc["ours"] < enc_int["ours"]
     assert len([r for r in rows if r["figure"] == "fig3"]) == 14
     assert (out / "fig3.png").exists() and "Where and why we differ" in (out / "report.md").read_text()
+
+
+def test_io_capture_records_sqlites_preads_and_pwrites_and_io_replays_them(cli, tmp_path):
+    log = tmp_path / "sqlite.iolog"
+    sql = ("create table t(k integer primary key, v blob); "
+           "with recursive n(i) as (select 1 union all select i + 1 from n where i < 3000) "
+           "insert into t select i, randomblob(300) from n; select sum(length(v)) from t where k % 5 = 0;")
+    res = cli("io-capture", "--out", log, "--", "sqlite3", tmp_path / "bank.db", sql, check=True)
+    counts = json.loads(res.stdout.strip().splitlines()[-1])
+    assert counts["writes"] > 10 and counts["files"] >= 2, counts  # the database and its journal
+    assert log.read_text().startswith("fio version 3 iolog\n")
+    r = json.loads(cli("io", "--preset", "dshield", "-p", f'io.trace="{log}"', "-p", "io.space_gib=1", check=True).stdout)
+    assert r["io"]["reads"] + r["io"]["writes"] == counts["reads"] + counts["writes"]
+    assert r["io"]["pattern"] == "fio-iolog-v3"
+
+
+def test_io_capture_without_a_command_is_an_error(cli, tmp_path):
+    res = cli("io-capture", "--out", tmp_path / "x.iolog")
+    assert res.returncode != 0 and "command" in res.stderr and "Traceback" not in res.stderr

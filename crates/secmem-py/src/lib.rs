@@ -244,6 +244,14 @@ fn io_calibrate(py: Python<'_>, sectors: usize) -> String {
     serde_json::json!({"aes_xts_ns_per_sector": r.aes_xts_ns_per_sector, "hmac_sha256_ns_per_sector": r.hmac_sha256_ns_per_sector}).to_string()
 }
 
+/// Runs `command` under strace and writes its pread64/pwrite64 calls to `output` as a fio
+/// iolog (v3): JSON {"reads", "writes", "files", "skipped"}.
+#[pyfunction]
+fn io_capture(py: Python<'_>, command: Vec<String>, output: &str) -> PyResult<String> {
+    let c = py.allow_threads(|| secmem_sim::io::strace::capture(&command, Path::new(output))).map_err(err)?;
+    Ok(serde_json::json!({"reads": c.reads, "writes": c.writes, "files": c.files, "skipped": c.skipped}).to_string())
+}
+
 /// Crash injection: JSON {"points", "recovered", "mismatches", ...}.
 #[pyfunction]
 #[pyo3(signature = (preset=None, config=None, overrides=vec![], trace=None, points=2000, seed=1))]
@@ -440,6 +448,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(trace_capture_fd, m)?)?;
     m.add_function(wrap_pyfunction!(io_run, m)?)?;
     m.add_function(wrap_pyfunction!(io_calibrate, m)?)?;
+    m.add_function(wrap_pyfunction!(io_capture, m)?)?;
     #[cfg(target_os = "linux")]
     m.add_function(wrap_pyfunction!(trace_capture_data_fd, m)?)?;
     m.add_function(wrap_pyfunction!(bench_scenarios, m)?)?;
