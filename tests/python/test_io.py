@@ -85,3 +85,16 @@ def test_io_capture_records_sqlites_preads_and_pwrites_and_io_replays_them(cli, 
 def test_io_capture_without_a_command_is_an_error(cli, tmp_path):
     res = cli("io-capture", "--out", tmp_path / "x.iolog")
     assert res.returncode != 0 and "command" in res.stderr and "Traceback" not in res.stderr
+
+
+def test_run_drives_memory_and_storage_from_one_trace(cli, tmp_path):
+    t = tmp_path / "mixed.txt"
+    t.write_text("# secmem-trace v2 os\nALLOC 0 0x10000 1048576 4k\nST 0 0x10000 8 10\n"
+                 "IOW 0 0x0 4096 100\nIOR 0 0x0 4096 100\nLD 0 0x10000 8 10\n")
+    r = json.loads(cli("run", "--preset", "dshield", "--trace", t, check=True).stdout)
+    assert r["io"]["reads"] == 1 and r["io"]["writes"] == 1 and r["io"]["dma_lines"] == 128
+    assert r["io"]["blocked_us"] > 9
+    bad = tmp_path / "bad.txt"
+    bad.write_text("# secmem-trace v2 os\nIOR 0 0x10 4096 0\n")
+    res = cli("run", "--preset", "dshield", "--trace", bad)
+    assert res.returncode != 0 and "512 B blocks" in res.stderr and "Traceback" not in res.stderr

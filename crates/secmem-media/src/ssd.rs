@@ -143,6 +143,13 @@ const COUNTERS: [&str; 18] = [
 #[repr(usize)]
 enum C { HostReads, HostWrites, BufferHits, Unwritten, PartialReads, FlashReads, FlashPrograms, Erases, GcRuns, GcMoved, MapHits, MapMisses, MapReads, MapPrograms, BufferStall, ChannelBusy, PlaneBusy, DieBusy }
 
+/// The die of `plane`: a channel's planes are its dies' in turn (planes 0 and 1 of a channel,
+/// in that channel's numbering, are its first die's).
+fn die_of_plane(plane: usize, cfg: &SsdConfig) -> usize {
+    let ch = cfg.channels as usize;
+    plane % ch + ch * (plane / ch / cfg.planes_per_die as usize)
+}
+
 /// The SSD (see the module documentation).
 pub struct SsdMedia {
     cfg: SsdConfig,
@@ -160,6 +167,8 @@ pub struct SsdMedia {
     channel_busy_until: Vec<u64>,
     /// When each die's last plane operation ends (its busy time is the union of its planes').
     die_busy_until: Vec<u64>,
+    /// The die of each plane (see `die_of_plane`), looked up per flash operation.
+    die_of: Vec<u32>,
     /// Logical page -> physical page (plane * pages_per_plane + block * pages_per_block + page).
     map: FxHashMap<u64, u64>,
     map_cache: SetAssocCache,
@@ -200,6 +209,7 @@ impl SsdMedia {
             planes,
             channel_busy_until: vec![0; cfg.channels as usize],
             die_busy_until: vec![0; (cfg.channels * cfg.dies_per_channel) as usize],
+            die_of: (0..cfg.planes() as usize).map(|p| die_of_plane(p, cfg) as u32).collect(),
             map: FxHashMap::default(),
             map_cache: SetAssocCache::with_geometry((map_pages / ways as u64).max(1), ways, Replacement::Lru),
             tpages_written: Default::default(),
@@ -223,18 +233,11 @@ impl SsdMedia {
         plane % self.cfg.channels as usize
     }
 
-    /// The die of `plane`: a channel's planes are its dies' in turn (planes 0 and 1 of a
-    /// channel, in that channel's numbering, are its first die's).
-    fn die_of_plane(&self, plane: usize) -> usize {
-        let ch = self.cfg.channels as usize;
-        plane % ch + ch * (plane / ch / self.cfg.planes_per_die as usize)
-    }
-
     /// Plane `plane` is busy over [from, to): its die is busy over the part of it not yet
     /// counted (operations are counted as they are scheduled, so an operation scheduled
     /// earlier in time than one already counted on the die is counted only past it).
     fn plane_busy(&mut self, plane: usize, from: u64, to: u64) {
-        let d = self.die_of_plane(plane);
+        let d = self.die_of[plane] as usize;
         let start = from.max(self.die_busy_until[d]);
         if to > start {
             self.bump(C::DieBusy, to - start);

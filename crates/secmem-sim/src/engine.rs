@@ -403,8 +403,9 @@ impl Engine {
         Ok(())
     }
 
+    /// Retires `n` non-memory instructions at `core.ipc` (fractions of a cycle carried over).
     #[inline]
-    fn retire_instructions(&mut self, n: u32) {
+    pub(crate) fn retire_instructions(&mut self, n: u32) {
         self.stats.instructions += n as u64;
         self.inst_carry += n as f64 * self.cycles_per_inst;
         let whole = self.inst_carry as u64;

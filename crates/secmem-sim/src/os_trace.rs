@@ -63,6 +63,10 @@ pub struct OsDriver {
     cycles_by_pid: std::collections::BTreeMap<u32, u64>,
     /// Records applied so far.
     applied: u64,
+    /// The drive of the trace's I/O records, from the first one.
+    pub storage: Option<crate::io::blocking::BlockingIo>,
+    /// The run's config (the drive's and the I/O path's settings).
+    cfg: Box<Config>,
 }
 
 fn err(m: impl Into<String>) -> OsError { OsError(m.into()) }
@@ -74,7 +78,18 @@ impl OsDriver {
         let warm = Warm { snap: os.engine.roi_start(), extra: os.engine.design.extra_stats(), os: os.stats.clone() };
         let mut pids = FxHashMap::default();
         pids.insert(0, 0);
-        Ok(OsDriver { os, pids, functional: cfg.run.functional, warm, roi_at: None, stores_in_roi: 0, cycles_by_pid: Default::default(), applied: 0 })
+        Ok(OsDriver {
+            os,
+            pids,
+            functional: cfg.run.functional,
+            warm,
+            roi_at: None,
+            stores_in_roi: 0,
+            cycles_by_pid: Default::default(),
+            applied: 0,
+            storage: None,
+            cfg: Box::new(cfg.clone()),
+        })
     }
 
     /// Statistics start now.
@@ -192,6 +207,21 @@ impl OsDriver {
             }
             Event::WbNoInvd => {
                 self.os.engine.flush_hierarchy()?;
+            }
+            Event::Io { pid, write, offset, bytes, inst_gap } => {
+                self.pid(pid)?;
+                let engine = &mut self.os.engine;
+                if self.storage.is_none() {
+                    let s = crate::io::blocking::BlockingIo::attach(&self.cfg, engine).map_err(|e| err(e.to_string()))?;
+                    self.storage = Some(s);
+                }
+                // The instructions before the call, then the core waits for the I/O.
+                engine.retire_instructions(inst_gap.saturating_add(1));
+                let t0 = engine.now();
+                let storage = self.storage.as_mut().expect("attached above");
+                let done = storage.run(engine, write, offset, bytes, t0.0).map_err(|e| err(e.to_string()))?;
+                engine.stall(secmem_core::Cycle(done - t0.0));
+                *self.cycles_by_pid.entry(pid).or_default() += done - t0.0;
             }
             Event::RoiBegin => {
                 if let Some(at) = self.roi_at {
@@ -317,6 +347,9 @@ pub fn run_events(cfg: &Config, events: impl Iterator<Item = Result<Event, Trace
     os["write_amplification"] = json!(m.write_amplification());
     os["engine_records"] = json!(m.engine_records);
     rep["os"] = os;
+    if let Some(s) = &d.storage {
+        rep["io"] = s.report(&d.os.engine, cfg.core.freq_mhz);
+    }
     if let Some(f) = d.os.engine.mc.func.as_ref() {
         rep["meta"]["event_log_hash"] = json!(format!("{:016x}", f.event_log_digest()));
         if let Some(v) = &f.reuse_violation {

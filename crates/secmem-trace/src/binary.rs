@@ -295,6 +295,7 @@ impl<W: Write> BinaryWriter<W> {
             Event::Free { pid, vaddr, length } => put(&mut b, 0, 0, vaddr, pid, 0, length),
             Event::Fork { parent, child } => put(&mut b, 0, 0, 0, parent, child, 0),
             Event::Exit { pid } => put(&mut b, 0, 0, 0, pid, 0, 0),
+            Event::Io { pid, offset, bytes, inst_gap, .. } => put(&mut b, 0, inst_gap, offset, pid, 0, u64::from(bytes)),
         }
         let len = if op.is_extended() {
             RECORD_BYTES + OS_EXTENSION_BYTES
@@ -560,7 +561,7 @@ impl<R: Read> BinaryReader<R> {
             None => {
                 let expected = if v2 {
                     "0=Read, 1=Write, 2=Fence, 3=Flush, 4=WbNoInvd, 5=RoiBegin, 8=Load, 9=Store, \
-                     10=Alloc, 11=Free, 12=Fork, 13=Exit"
+                     10=Alloc, 11=Free, 12=Fork, 13=Exit, 14=IoRead, 15=IoWrite"
                 } else {
                     "0=Read, 1=Write, 2=Fence, 3=Flush"
                 };
@@ -636,6 +637,7 @@ impl<R: Read> BinaryReader<R> {
                 ("addr", addr, 8),
                 ("length", length, 24),
             ],
+            EventOp::IoRead | EventOp::IoWrite => &[("size_bytes", size_bytes as u64, 2), ("pid2", pid2 as u64, 20)],
             EventOp::Exit => &[
                 ("size_bytes", size_bytes as u64, 2),
                 ("inst_gap", inst_gap as u64, 4),
@@ -783,6 +785,16 @@ impl<R: Read> BinaryReader<R> {
                 child: pid2,
             },
             EventOp::Exit => Event::Exit { pid },
+            EventOp::IoRead | EventOp::IoWrite => {
+                let Ok(bytes) = u32::try_from(length) else {
+                    return self.fail(at + 24, ErrorKind::InvalidRecord, format!("an I/O of {length} bytes (at most {} a record)", u32::MAX));
+                };
+                let ev = Event::Io { pid, write: op == EventOp::IoWrite, offset: addr, bytes, inst_gap };
+                if let Err(m) = ev.validate() {
+                    return self.fail(at + 8, ErrorKind::InvalidRecord, m);
+                }
+                ev
+            }
         }))
     }
 }

@@ -109,6 +109,16 @@ pub enum Event {
     WbNoInvd,
     /// Statistics start here (the region of interest begins).
     RoiBegin,
+    /// `pid` reads (`write` false) or writes `bytes` at byte `offset` of the storage device,
+    /// a blocking call (pread/pwrite with O_DIRECT): the core waits for it. Timed on the same
+    /// clock as loads and stores: after `inst_gap` instructions, in trace order.
+    Io {
+        pid: u32,
+        write: bool,
+        offset: u64,
+        bytes: u32,
+        inst_gap: u32,
+    },
 }
 
 /// The kind of an [`Event`], with its binary op code.
@@ -127,10 +137,12 @@ pub enum EventOp {
     Free = 11,
     Fork = 12,
     Exit = 13,
+    IoRead = 14,
+    IoWrite = 15,
 }
 
 impl EventOp {
-    pub const ALL: [EventOp; 12] = [
+    pub const ALL: [EventOp; 14] = [
         EventOp::Read,
         EventOp::Write,
         EventOp::Fence,
@@ -143,6 +155,8 @@ impl EventOp {
         EventOp::Free,
         EventOp::Fork,
         EventOp::Exit,
+        EventOp::IoRead,
+        EventOp::IoWrite,
     ];
 
     pub fn from_code(code: u8) -> Option<EventOp> {
@@ -150,7 +164,7 @@ impl EventOp {
     }
 
     /// The text mnemonic (`R`, `W`, `F`, `FL`, `WBNOINVD`, `ROI`, `LD`, `ST`, `ALLOC`, `FREE`,
-    /// `FORK`, `EXIT`).
+    /// `FORK`, `EXIT`, `IOR`, `IOW`).
     pub fn mnemonic(self) -> &'static str {
         match self {
             EventOp::Read => "R",
@@ -165,6 +179,8 @@ impl EventOp {
             EventOp::Free => "FREE",
             EventOp::Fork => "FORK",
             EventOp::Exit => "EXIT",
+            EventOp::IoRead => "IOR",
+            EventOp::IoWrite => "IOW",
         }
     }
 
@@ -206,6 +222,8 @@ impl Event {
             Event::Exit { .. } => EventOp::Exit,
             Event::WbNoInvd => EventOp::WbNoInvd,
             Event::RoiBegin => EventOp::RoiBegin,
+            Event::Io { write: false, .. } => EventOp::IoRead,
+            Event::Io { write: true, .. } => EventOp::IoWrite,
         }
     }
 
@@ -214,7 +232,7 @@ impl Event {
     pub fn inst_gap(&self) -> u32 {
         match self {
             Event::Phys(r) => r.inst_gap,
-            Event::Load { inst_gap, .. } | Event::Store { inst_gap, .. } => *inst_gap,
+            Event::Load { inst_gap, .. } | Event::Store { inst_gap, .. } | Event::Io { inst_gap, .. } => *inst_gap,
             _ => 0,
         }
     }
@@ -224,7 +242,7 @@ impl Event {
     pub fn is_instruction(&self) -> bool {
         matches!(
             self,
-            Event::Phys(_) | Event::Load { .. } | Event::Store { .. } | Event::WbNoInvd
+            Event::Phys(_) | Event::Load { .. } | Event::Store { .. } | Event::WbNoInvd | Event::Io { .. }
         )
     }
 
@@ -235,6 +253,7 @@ impl Event {
             | Event::Store { pid, .. }
             | Event::Alloc { pid, .. }
             | Event::Free { pid, .. }
+            | Event::Io { pid, .. }
             | Event::Exit { pid } => (Some(pid), None),
             Event::Fork { parent, child } => (Some(parent), Some(child)),
             _ => (None, None),
@@ -248,6 +267,11 @@ impl Event {
         for pid in self.pids() {
             if pid > MAX_PID {
                 return Err(format!("pid {pid} out of range (0..={MAX_PID})"));
+            }
+        }
+        if let Event::Io { bytes, offset, .. } = *self {
+            if bytes == 0 || bytes % 512 != 0 || offset % 512 != 0 {
+                return Err(format!("an I/O of {bytes} bytes at offset {offset}: both must be whole 512 B blocks, the length not 0"));
             }
         }
         if let Event::Phys(r) = self {
@@ -303,6 +327,7 @@ impl fmt::Display for Event {
             Event::Fork { parent, child } => write!(f, "{m} {parent} {child}"),
             Event::Exit { pid } => write!(f, "{m} {pid}"),
             Event::WbNoInvd | Event::RoiBegin => f.write_str(m),
+            Event::Io { pid, offset, bytes, inst_gap, .. } => write!(f, "{m} {pid} {offset:#x} {bytes} {inst_gap}"),
         }
     }
 }
@@ -353,7 +378,7 @@ mod tests {
             assert_eq!(EventOp::from_mnemonic(op.mnemonic()), Some(op));
             assert_eq!(op.is_extended(), (op as u8) >= 8);
         }
-        for code in [6u8, 7, 14, 15, 16, 255] {
+        for code in [6u8, 7, 16, 255] {
             assert_eq!(EventOp::from_code(code), None);
         }
     }

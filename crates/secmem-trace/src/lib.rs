@@ -697,6 +697,10 @@ pub struct OsInfo {
     pub alloc_bytes_4k: u64,
     pub alloc_bytes_2m: u64,
     pub free_bytes: u64,
+    /// Storage I/O records (`IOR`, `IOW`) and the bytes they move.
+    pub io_reads: u64,
+    pub io_writes: u64,
+    pub io_bytes: u64,
 }
 
 impl OsInfo {
@@ -704,7 +708,7 @@ impl OsInfo {
         format!(
             "{{\"loads\":{},\"stores\":{},\"allocs\":{},\"frees\":{},\"forks\":{},\"exits\":{},\
              \"wbnoinvds\":{},\"roi_markers\":{},\"processes\":{},\"alloc_bytes_4k\":{},\
-             \"alloc_bytes_2m\":{},\"free_bytes\":{}}}",
+             \"alloc_bytes_2m\":{},\"free_bytes\":{},\"io_reads\":{},\"io_writes\":{},\"io_bytes\":{}}}",
             self.loads,
             self.stores,
             self.allocs,
@@ -716,7 +720,10 @@ impl OsInfo {
             self.processes,
             self.alloc_bytes_4k,
             self.alloc_bytes_2m,
-            self.free_bytes
+            self.free_bytes,
+            self.io_reads,
+            self.io_writes,
+            self.io_bytes
         )
     }
 }
@@ -883,6 +890,11 @@ where
                 os.roi_markers += 1;
                 continue;
             }
+            Event::Io { write, bytes, .. } => {
+                if write { os.io_writes += 1 } else { os.io_reads += 1 }
+                os.io_bytes = os.io_bytes.saturating_add(u64::from(bytes));
+                continue;
+            }
         };
         if r.data.is_some() {
             t.records_with_data += 1;
@@ -972,6 +984,30 @@ mod tests {
             assert_eq!(collect(open(&p.0).unwrap()), sample());
             assert_eq!(collect(open_as(&p.0, format).unwrap()), sample());
         }
+    }
+
+    #[test]
+    fn io_records_round_trip_in_both_encodings_and_info_counts_them() {
+        let events = vec![
+            Event::Load { pid: 0, vaddr: 0x1000, size_bytes: 8, inst_gap: 3 },
+            Event::Io { pid: 0, write: false, offset: 1 << 33, bytes: 128 << 10, inst_gap: 50 },
+            Event::Io { pid: 0, write: true, offset: 4096, bytes: 512, inst_gap: 0 },
+        ];
+        for (format, ext) in [(Format::Binary, "bin"), (Format::Text, "txt")] {
+            let p = TempPath::new(ext);
+            assert_eq!(write_events(&p.0, format, TraceKind::V2_OS, events.iter().cloned().map(Ok)).unwrap(), 3);
+            let back: Vec<Event> = open_events(&p.0).unwrap().events.map(|e| e.unwrap()).collect();
+            assert_eq!(back, events);
+            let info = info_events(open_events(&p.0).unwrap().events, true).unwrap();
+            let os = info.os.unwrap();
+            assert_eq!((os.io_reads, os.io_writes, os.io_bytes), (1, 1, (128 << 10) + 512));
+        }
+        let text = TempPath::with("txt", b"# secmem-trace v2 os\nIOR 0 0x1000 4096 7\nIOW 0 0x1000 100 0\n");
+        let e = open_events(&text.0).unwrap().events.map(|e| e.map(|_| ())).collect::<Result<Vec<()>, _>>().unwrap_err().to_string();
+        assert!(e.contains(":3") && e.contains("512 B blocks"), "{e}");
+        let plain = TempPath::with("txt", b"# secmem-trace v2\nIOR 0 0x1000 4096 7\n");
+        let e = open_events(&plain.0).unwrap().events.map(|e| e.map(|_| ())).collect::<Result<Vec<()>, _>>().unwrap_err().to_string();
+        assert!(e.contains("IOR record in a trace whose header is not"), "{e}");
     }
 
     #[test]

@@ -334,7 +334,7 @@ fn parse_event(t: &str, kind: TraceKind) -> Result<Event, ParseError> {
     let op = EventOp::from_mnemonic(op_tok).filter(|o| kind.version >= 2 || !o.is_os());
     let Some(op) = op else {
         let expected = if kind.version >= 2 {
-            "R, W, F, FL, WBNOINVD, ROI, LD, ST, ALLOC, FREE, FORK, EXIT"
+            "R, W, F, FL, WBNOINVD, ROI, LD, ST, ALLOC, FREE, FORK, EXIT, IOR, IOW"
         } else {
             "R, W, F, FL"
         };
@@ -410,6 +410,15 @@ fn parse_event(t: &str, kind: TraceKind) -> Result<Event, ParseError> {
             Event::Fork { parent, child }
         }
         EventOp::Exit => Event::Exit { pid: f.pid("pid")? },
+        EventOp::IoRead | EventOp::IoWrite => {
+            let pid = f.pid("pid")?;
+            let offset = f.addr()?;
+            let bytes = f.num("length", u32::MAX as u64)? as u32;
+            let inst_gap = f.num("instruction gap", u32::MAX as u64)? as u32;
+            let ev = Event::Io { pid, write: op == EventOp::IoWrite, offset, bytes, inst_gap };
+            ev.validate().map_err(|m| (ErrorKind::InvalidRecord, m))?;
+            ev
+        }
         _ => unreachable!("physical ops are parsed by parse_record"),
     };
     if let Some(extra) = f.toks.next() {

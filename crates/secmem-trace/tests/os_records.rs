@@ -162,7 +162,7 @@ fn the_record_iterator_names_the_os_record_it_cannot_yield() {
 fn malformed_text_os_records_name_the_line_and_field() {
     let ld_data = format!("LD 1 0x40 64 0 {}", "0".repeat(128));
     let cases: [(&str, ErrorKind, &str); 14] = [
-        ("SPAWN 1", ErrorKind::UnknownOp, "unknown operation 'SPAWN' (expected R, W, F, FL, WBNOINVD, ROI, LD, ST, ALLOC, FREE, FORK, EXIT)"),
+        ("SPAWN 1", ErrorKind::UnknownOp, "unknown operation 'SPAWN' (expected R, W, F, FL, WBNOINVD, ROI, LD, ST, ALLOC, FREE, FORK, EXIT, IOR, IOW)"),
         ("LD", ErrorKind::Syntax, "missing pid after 'LD'"),
         ("LD 1 0x40 64", ErrorKind::Syntax, "missing instruction gap after '64'"),
         ("ALLOC 0 0x1000 4096", ErrorKind::Syntax, "missing page size after '4096'"),
@@ -289,7 +289,7 @@ fn info_summarises_the_os_records() {
     assert_eq!((t.records, t.reads, t.writes, t.fences, t.flushes, t.records_with_data), (14, 1, 1, 1, 1, 2));
     // Instructions: loads, stores, physical records and wbnoinvd (gaps 10+0+MAX+3+0+2+0).
     assert_eq!(t.total_instructions, 10 + u32::MAX as u64 + 3 + 2 + 8);
-    assert!(t.to_json().ends_with(",\"os\":{\"loads\":1,\"stores\":2,\"allocs\":2,\"frees\":1,\"forks\":1,\"exits\":1,\"wbnoinvds\":1,\"roi_markers\":1,\"processes\":2,\"alloc_bytes_4k\":8192,\"alloc_bytes_2m\":2097152,\"free_bytes\":4096}}"), "{}", t.to_json());
+    assert!(t.to_json().ends_with(",\"os\":{\"loads\":1,\"stores\":2,\"allocs\":2,\"frees\":1,\"forks\":1,\"exits\":1,\"wbnoinvds\":1,\"roi_markers\":1,\"processes\":2,\"alloc_bytes_4k\":8192,\"alloc_bytes_2m\":2097152,\"free_bytes\":4096,\"io_reads\":0,\"io_writes\":0,\"io_bytes\":0}}"), "{}", t.to_json());
     // Physical traces have no `os` block.
     assert!(!info(vec![Ok(Record::read(0, 0))]).unwrap().to_json().contains("\"os\""));
 }

@@ -58,8 +58,8 @@ impl Cmd {
     }
 }
 
-pub struct Host {
-    pub engine: Engine,
+pub struct Host<'e> {
+    pub engine: &'e mut Engine,
     port: PortId,
     /// DMA and queue entries go through the memory controller.
     dma: bool,
@@ -68,7 +68,8 @@ pub struct Host {
     core_free: Vec<u64>,
     /// Core time spent, cycles.
     pub cpu_busy: u64,
-    entries: Vec<u64>,
+    /// Each core's next submission-queue entry.
+    pub entries: Vec<u64>,
     cmds: Vec<Cmd>,
     free_cmds: Vec<usize>,
     queue_base_line: u64,
@@ -81,9 +82,9 @@ pub struct Host {
     pub commands: u64,
 }
 
-impl Host {
+impl<'e> Host<'e> {
     #[allow(clippy::too_many_arguments)]
-    pub fn new(engine: Engine, port: PortId, dma: bool, cores: u32, queue_base_line: u64, submit: u64, complete: u64, pcie: u64, max_transfer: u64) -> Host {
+    pub fn new(engine: &'e mut Engine, port: PortId, dma: bool, cores: u32, queue_base_line: u64, submit: u64, complete: u64, pcie: u64, max_transfer: u64) -> Host<'e> {
         Host {
             engine,
             port,
@@ -122,11 +123,12 @@ impl Host {
     }
 
     /// A memory access of the I/O path; when it is done (at once without the memory side).
+    #[inline]
     pub fn mem(&mut self, line: u64, write: bool, at: u64) -> Result<u64, SimError> {
         if !self.dma {
             return Ok(at);
         }
-        let e = &mut self.engine;
+        let e = &mut *self.engine;
         let r = if write { e.design.serve_write(&mut e.mc, line, None, Cycle(at)).map(|c| c.0) } else { e.design.serve_read(&mut e.mc, line, Cycle(at)).map(|(c, _)| c.0) };
         r.map_err(|e| SimError::Config(ConfigError::new("", format!("memory access of the I/O path failed: {e}"))))
     }
@@ -174,11 +176,14 @@ impl Host {
     /// The drive's DMA of a command's buffer, every line issued at once; done when the last is.
     fn dma(&mut self, c: Cmd, to_memory: bool, at: u64) -> Result<u64, SimError> {
         let lines = u64::from(c.bytes).div_ceil(64);
+        self.dma_lines += lines;
+        if !self.dma {
+            return Ok(at);
+        }
         let mut done = at;
         for k in 0..lines {
             done = done.max(self.mem(c.buf_line + k, to_memory, at)?);
         }
-        self.dma_lines += lines;
         Ok(done)
     }
 

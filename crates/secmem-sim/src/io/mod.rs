@@ -22,6 +22,7 @@
 //! sequentially) before the run unless `io.precondition = false`, as fio reads of a laid-out
 //! file are.
 
+pub mod blocking;
 pub mod dm_integrity;
 mod enc_int;
 mod host;
@@ -276,7 +277,7 @@ pub fn run_io(cfg: &Config) -> Result<Value, SimError> {
         }
     };
     let max_transfer = u64::from(io.max_transfer_kib) << 10;
-    let mut host = Host::new(engine, port, io.dma_through_memory, io.threads, base_line, cyc(io.submit_us), cyc(io.complete_us), cyc(io.pcie_latency_ns / 1000.0), max_transfer);
+    let mut host = Host::new(&mut engine, port, io.dma_through_memory, io.threads, base_line, cyc(io.submit_us), cyc(io.complete_us), cyc(io.pcie_latency_ns / 1000.0), max_transfer);
     let per_sector = |ns: f64, bytes: u32| cyc(ns * f64::from(bytes / 512) / 1000.0);
     // The software cryptography of a write before it is submitted, and of a read after it
     // completes: dm-crypt's cipher, and under enc-int dm-integrity's tag.

@@ -44,8 +44,9 @@ pub fn parse(text: impl BufRead) -> Result<(Vec<Call>, u64), String> {
     let mut pending: HashMap<String, String> = HashMap::new();
     for (i, line) in text.lines().enumerate() {
         let line = line.map_err(|e| format!("line {}: {e}", i + 1))?;
+        // strace pads the pid column to five characters.
         let (pid, rest) = match line.split_once(' ') {
-            Some((p, r)) if p.bytes().all(|b| b.is_ascii_digit()) && !p.contains('.') => (p.to_string(), r),
+            Some((p, r)) if p.bytes().all(|b| b.is_ascii_digit()) => (p.to_string(), r.trim_start()),
             _ => (String::new(), line.as_str()),
         };
         let Some((time, call)) = rest.split_once(' ') else { continue };
@@ -146,7 +147,7 @@ mod tests {
     #[test]
     fn strace_lines_become_sector_aligned_iolog_ios_per_file() {
         let log = "\
-4242 1700000000.000100 pread64(3</tmp/a.db>, \"\"..., 100, 0) = 100
+4242  1700000000.000100 pread64(3</tmp/a.db>, \"\"..., 100, 0) = 100
 4242 1700000000.000300 pwrite64(3</tmp/a.db>, \"\"..., 4096, 8192) = 4096
 4243 1700000000.000400 pread64(5</tmp/b.wal>, <unfinished ...>
 4242 1700000000.000450 pread64(3</tmp/a.db>, \"\"..., 4096, 1048576) = 0
