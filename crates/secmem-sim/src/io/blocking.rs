@@ -5,7 +5,7 @@
 //! and the core resumes when the I/O completes. Both share one clock: an I/O record is timed
 //! after the `inst_gap` instructions before it, in trace order, like a load or a store.
 
-use super::host::{Ev, Host, Owner};
+use super::host::{Ev, Host, HostTiming, Owner};
 use super::IoStack;
 use crate::config::Config;
 use crate::engine::Engine;
@@ -19,12 +19,7 @@ use serde_json::{json, Value};
 pub struct BlockingIo {
     port: PortId,
     capacity_bytes: u64,
-    dma: bool,
-    buffer_line: u64,
-    submit: u64,
-    complete: u64,
-    pcie: u64,
-    max_transfer: u64,
+    timing: HostTiming,
     cipher_cycles_per_sector: u64,
     entries: Vec<u64>,
     reads: u64,
@@ -47,20 +42,12 @@ impl BlockingIo {
         }
         cfg.ssd.validate("ssd")?;
         cfg.io.validate(cfg.ssd.capacity_gib)?;
-        let freq = cfg.core.freq_mhz as f64;
-        let cyc = |us: f64| (us * freq).round() as u64;
         let port = engine.mc.attach_port("ssd", Box::new(SsdMedia::new(&cfg.ssd, cfg.core.freq_mhz)));
-        let cipher = if cfg.io.stack == IoStack::Enc { cyc(cfg.io.aes_xts_ns_per_sector / 1000.0) } else { 0 };
         Ok(BlockingIo {
             port,
             capacity_bytes: cfg.ssd.capacity_gib << 30,
-            dma: cfg.io.dma_through_memory,
-            buffer_line: (cfg.io.buffer_base_mib << 20) >> 6,
-            submit: cyc(cfg.io.submit_us),
-            complete: cyc(cfg.io.complete_us),
-            pcie: cyc(cfg.io.pcie_latency_ns / 1000.0),
-            max_transfer: u64::from(cfg.io.max_transfer_kib) << 10,
-            cipher_cycles_per_sector: cipher,
+            timing: HostTiming::of(&cfg.io, cfg.core.freq_mhz),
+            cipher_cycles_per_sector: (cfg.io.crypto_ns_per_sector() * cfg.core.freq_mhz as f64 / 1000.0).round() as u64,
             entries: vec![0],
             reads: 0,
             writes: 0,
@@ -77,8 +64,8 @@ impl BlockingIo {
             return Err(SimError::Config(ConfigError::new("ssd.capacity_gib", format!("an I/O at byte {offset} of {bytes} bytes ends past the drive's {} bytes", self.capacity_bytes))));
         }
         // The queues take the first page past io.buffer_base_mib, the data buffer follows.
-        let base = self.buffer_line;
-        let mut host = Host::new(engine, self.port, self.dma, 1, base, self.submit, self.complete, self.pcie, self.max_transfer);
+        let base = self.timing.queue_base_line;
+        let mut host = Host::new(engine, self.port, 1, self.timing);
         host.entries = std::mem::take(&mut self.entries);
         let cipher = self.cipher_cycles_per_sector * u64::from(bytes / 512);
         let start = host.run_on(0, at, if write { cipher } else { 0 });

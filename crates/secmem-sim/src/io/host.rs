@@ -58,6 +58,34 @@ impl Cmd {
     }
 }
 
+/// The host path's settings in cycles, from `[io]` (`HostTiming::of`).
+#[derive(Copy, Clone, Debug)]
+pub struct HostTiming {
+    /// DMA and queue entries go through the memory controller.
+    pub dma: bool,
+    /// The first line of the queues (a page pair per core); buffers follow them.
+    pub queue_base_line: u64,
+    pub submit: u64,
+    pub complete: u64,
+    pub pcie: u64,
+    /// Largest command, bytes: larger transfers are split.
+    pub max_transfer: u64,
+}
+
+impl HostTiming {
+    pub fn of(io: &super::IoConfig, freq_mhz: u64) -> HostTiming {
+        let cyc = |us: f64| (us * freq_mhz as f64).round() as u64;
+        HostTiming {
+            dma: io.dma_through_memory,
+            queue_base_line: (io.buffer_base_mib << 20) >> 6,
+            submit: cyc(io.submit_us),
+            complete: cyc(io.complete_us),
+            pcie: cyc(io.pcie_latency_ns / 1000.0),
+            max_transfer: u64::from(io.max_transfer_kib) << 10,
+        }
+    }
+}
+
 pub struct Host<'e> {
     pub engine: &'e mut Engine,
     port: PortId,
@@ -83,12 +111,11 @@ pub struct Host<'e> {
 }
 
 impl<'e> Host<'e> {
-    #[allow(clippy::too_many_arguments)]
-    pub fn new(engine: &'e mut Engine, port: PortId, dma: bool, cores: u32, queue_base_line: u64, submit: u64, complete: u64, pcie: u64, max_transfer: u64) -> Host<'e> {
+    pub fn new(engine: &'e mut Engine, port: PortId, cores: u32, t: HostTiming) -> Host<'e> {
         Host {
             engine,
             port,
-            dma,
+            dma: t.dma,
             events: BinaryHeap::new(),
             seq: 0,
             core_free: vec![0; cores as usize],
@@ -96,11 +123,11 @@ impl<'e> Host<'e> {
             entries: vec![0; cores as usize],
             cmds: Vec::new(),
             free_cmds: Vec::new(),
-            queue_base_line,
-            submit,
-            complete,
-            pcie,
-            max_transfer,
+            queue_base_line: t.queue_base_line,
+            submit: t.submit,
+            complete: t.complete,
+            pcie: t.pcie,
+            max_transfer: t.max_transfer,
             dma_lines: 0,
             commands: 0,
         }

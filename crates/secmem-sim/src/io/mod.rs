@@ -36,7 +36,7 @@ use rand::{Rng, SeedableRng};
 use secmem_core::error::{ensure, number, ConfigError};
 use secmem_core::stats::Histogram;
 use secmem_core::{config_enum, config_section};
-use host::{Ev, Host, Owner};
+use host::{Ev, Host, HostTiming, Owner};
 use secmem_media::ssd::SsdMedia;
 use serde_json::{json, Value};
 
@@ -125,6 +125,16 @@ impl IoConfig {
             ensure(v.is_finite() && (0.0..=1e6).contains(&v), name, || format!("must be a number in 0..=1e6, got {}", number(v)))?;
         }
         Ok(())
+    }
+
+    /// Core time of the stack's software cryptography per 512 B sector, ns: dm-crypt's
+    /// cipher, and under enc-int dm-integrity's tag as well.
+    pub fn crypto_ns_per_sector(&self) -> f64 {
+        match self.stack {
+            IoStack::Insecure => 0.0,
+            IoStack::Enc => self.aes_xts_ns_per_sector,
+            IoStack::EncInt => self.aes_xts_ns_per_sector + self.hmac_sha256_ns_per_sector,
+        }
     }
 
     /// Checks that the queues and buffers fit in data memory: a 4 KB submission and
@@ -218,7 +228,7 @@ pub fn run_io(cfg: &Config) -> Result<Value, SimError> {
         return Err(cfgerr(ConfigError::new("run.functional", "I/O runs count and time; functional mode (real bytes through the DMA path) is not modelled for storage yet")));
     }
     cfg.ssd.validate("ssd").map_err(cfgerr)?;
-    let engine = Engine::new(cfg).map_err(cfgerr)?;
+    let mut engine = Engine::new(cfg).map_err(cfgerr)?;
     io.validate(cfg.ssd.capacity_gib).map_err(cfgerr)?;
     let freq = cfg.core.freq_mhz;
     let cyc = |us: f64| (us * freq as f64).round() as u64;
@@ -252,12 +262,12 @@ pub fn run_io(cfg: &Config) -> Result<Value, SimError> {
         let bytes = layout.as_ref().map_or(io.space_gib << 30, |l| l.extent_sectors((io.space_gib << 30) / 512) * 512);
         ssd.precondition(bytes);
     }
-    let mut engine = engine;
     let port = engine.mc.attach_port("ssd", Box::new(ssd));
     let wall = std::time::Instant::now();
     let threads = io.threads as usize;
     let slot_lines = u64::from(max_bytes).div_ceil(64);
-    let base_line = (io.buffer_base_mib << 20) >> 6;
+    let timing = HostTiming::of(io, freq);
+    let base_line = timing.queue_base_line;
     // The queues (a page each), then each slot's buffer, then the stack's own memory.
     let buffer_line = |t: u32, s: u32| base_line + threads as u64 * 128 + (u64::from(t) * u64::from(io.queue_depth) + u64::from(s)) * slot_lines;
     let kernel_line = buffer_line(io.threads, 0);
@@ -276,16 +286,11 @@ pub fn run_io(cfg: &Config) -> Result<Value, SimError> {
             None
         }
     };
-    let max_transfer = u64::from(io.max_transfer_kib) << 10;
-    let mut host = Host::new(&mut engine, port, io.dma_through_memory, io.threads, base_line, cyc(io.submit_us), cyc(io.complete_us), cyc(io.pcie_latency_ns / 1000.0), max_transfer);
+    let mut host = Host::new(&mut engine, port, io.threads, timing);
     let per_sector = |ns: f64, bytes: u32| cyc(ns * f64::from(bytes / 512) / 1000.0);
     // The software cryptography of a write before it is submitted, and of a read after it
-    // completes: dm-crypt's cipher, and under enc-int dm-integrity's tag.
-    let crypto = |bytes: u32| match io.stack {
-        IoStack::Insecure => 0,
-        IoStack::Enc => per_sector(io.aes_xts_ns_per_sector, bytes),
-        IoStack::EncInt => per_sector(io.aes_xts_ns_per_sector + io.hmac_sha256_ns_per_sector, bytes),
-    };
+    // completes.
+    let crypto = |bytes: u32| per_sector(io.crypto_ns_per_sector(), bytes);
     let commit_cycles = cyc(io.integrity_commit_ms * 1000.0);
     let mut crypto_busy = 0u64;
     let mut streams = Streams::new(io);
