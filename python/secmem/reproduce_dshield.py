@@ -136,13 +136,7 @@ def report_md(rows: List[Dict[str, Any]], series: Dict[str, Any], out: str, quic
         "Runtime is the time to complete the run's I/Os (fio's runtime).",
         "",
     ]
-    lines += reproduce_table.markdown(rows)
-    lines.append(REPORT_NOTES.format(**notes))
-    lines.append("Plot: fig3.png. Every run's full report: runs.json.")
-    text = "\n".join(lines) + "\n"
-    with open(os.path.join(out, "report.md"), "w") as f:
-        f.write(text)
-    return text
+    return reproduce_table.write_report(out, lines, rows, REPORT_NOTES.format(**notes), "Plot: fig3.png. Every run's full report: runs.json.")
 
 
 def main(out: str = "reproduce", quick: bool = False) -> int:

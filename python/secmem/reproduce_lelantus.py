@@ -375,13 +375,7 @@ def report_md(rows: List[Dict[str, Any]], notes: Dict[str, float], out: str, qui
         f"{wall:.0f} s of simulation. Baseline = kernel copy-on-write on the same secure memory.",
         "",
     ]
-    lines += reproduce_table.markdown(rows)
-    lines.append(REPORT_NOTES.format(**notes))
-    lines.append("Plots: fig2.png, fig9.png, fig10.png, fig11.png.")
-    text = "\n".join(lines) + "\n"
-    with open(os.path.join(out, "report.md"), "w") as f:
-        f.write(text)
-    return text
+    return reproduce_table.write_report(out, lines, rows, REPORT_NOTES.format(**notes), "Plots: fig2.png, fig9.png, fig10.png, fig11.png.")
 
 
 def main(out: str = "reproduce", quick: bool = False) -> int:

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import os
 from typing import Any, Dict, List
 
 
@@ -35,3 +36,12 @@ def text(rows: List[Dict[str, Any]]) -> str:
         p = "" if r["paper"] is None else fmt(r["paper"])
         lines.append(f"{r['figure']:<9} {r['metric']:<{width}} {p:>10} {fmt(r['ours']):>10} {ratio(r):>7}  {r['unit']}")
     return "\n".join(lines)
+
+
+def write_report(out: str, header: List[str], rows: List[Dict[str, Any]], notes: str, footer: str) -> str:
+    """Writes ``OUT/report.md``: the header lines, the paper-vs-ours table, the notes on where
+    and why we differ, and a footer line; returns its text."""
+    text = "\n".join(header + markdown(rows) + [notes, footer]) + "\n"
+    with open(os.path.join(out, "report.md"), "w") as f:
+        f.write(text)
+    return text

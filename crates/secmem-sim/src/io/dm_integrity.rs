@@ -75,7 +75,7 @@ impl Layout {
         let journal_sections = (journal_sectors / section_sectors).max(1);
         let initial_sectors = SB_SECTORS + journal_sections * section_sectors;
         let metadata_run_sectors = (u64::from(tag_bytes) * interleave_sectors).div_ceil(METADATA_PADDING_BYTES) * METADATA_PADDING_BYTES / SECTOR_BYTES;
-        if metadata_run_sectors % buffer_sectors != 0 {
+        if !metadata_run_sectors.is_multiple_of(buffer_sectors) {
             return Err("an area's tags must fill whole metadata buffers".into());
         }
         // Whole areas, then what is left of a last one after its tags.
@@ -313,11 +313,14 @@ pub struct BufferAccess {
     pub evicted_dirty: Option<(u64, u32, (u32, u32))>,
 }
 
+/// A cached buffer: its slot, its last use, and its dirty byte range.
+type Cached = (u32, u64, Option<(u32, u32)>);
+
 /// dm-bufio's cache of metadata buffers: fully associative, least recently used out, a dirty
 /// buffer written back (its dirty range, 4 KiB aligned) when evicted or flushed.
 pub struct BufferCache {
     capacity: usize,
-    map: HashMap<u64, (u32, u64, Option<(u32, u32)>)>, // buffer -> (slot, last use, dirty range)
+    map: HashMap<u64, Cached>,
     lru: BTreeMap<u64, u64>,                            // last use -> buffer
     clock: u64,
     free_slots: Vec<u32>,

@@ -188,6 +188,7 @@ impl<'e> Host<'e> {
     }
 
     /// Submits a transfer of `bytes` as commands of at most the largest transfer each; how many.
+    #[allow(clippy::too_many_arguments)] // a command's fields, plus its length and time
     pub fn issue_split(&mut self, owner: Owner, write: bool, offset: u64, bytes: u64, buf_line: u64, core: u32, at: u64) -> Result<u32, SimError> {
         let mut n = 0;
         let mut done = 0u64;
