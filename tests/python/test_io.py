@@ -91,10 +91,12 @@ def test_run_drives_memory_and_storage_from_one_trace(cli, tmp_path):
     t = tmp_path / "mixed.txt"
     t.write_text("# secmem-trace v2 os\nALLOC 0 0x10000 1048576 4k\nST 0 0x10000 8 10\n"
                  "IOW 0 0x0 4096 100\nIOR 0 0x0 4096 100\nLD 0 0x10000 8 10\n")
-    r = json.loads(cli("run", "--preset", "dshield", "--trace", t, check=True).stdout)
+    out = tmp_path / "run"
+    cli("run", "--preset", "dshield", "--trace", t, "--out", out, check=True)
+    r = json.loads((out / "report.json").read_text())
     assert r["io"]["reads"] == 1 and r["io"]["writes"] == 1 and r["io"]["dma_lines"] == 128
     assert r["io"]["blocked_us"] > 9
     bad = tmp_path / "bad.txt"
     bad.write_text("# secmem-trace v2 os\nIOR 0 0x10 4096 0\n")
-    res = cli("run", "--preset", "dshield", "--trace", bad)
+    res = cli("run", "--preset", "dshield", "--trace", bad, "--out", tmp_path / "bad")
     assert res.returncode != 0 and "512 B blocks" in res.stderr and "Traceback" not in res.stderr
