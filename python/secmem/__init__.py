@@ -36,6 +36,7 @@ from .api import (
     trace_info,
     vault_attack,
 )
+from .report_diff import diff
 from .sweeps import plot as plot_sweep
 from .sweeps import sweep
 from ._native import version as _version
@@ -57,6 +58,7 @@ __all__ = [
     "cow_trace",
     "cow_workload",
     "designs",
+    "diff",
     "flatten",
     "forkbench",
     "image_verify",

@@ -169,15 +169,23 @@ def run(
     params=None,
     out: Optional[str] = None,
     save_image: Optional[str] = None,
+    partial: bool = False,
 ) -> Report:
     """Runs one simulation. ``trace=None`` uses the config's built-in synthetic workload.
     With ``out``, also writes ``out/report.json`` and ``out/config.toml``. With
-    ``save_image`` (functional mode), saves the post-run NVM image there."""
+    ``save_image`` (functional mode), saves the post-run NVM image there.
+
+    Ctrl-C stops the engine within a few milliseconds. The records done so far are reported
+    with ``meta.interrupted = True`` (and so written to ``out``); this function then raises
+    ``KeyboardInterrupt``, or with ``partial=True`` returns that report."""
     text = _call(
         _native.run, preset, _path(config, "config"), _overrides(params), _path(trace, "trace"), _path(out, "out"),
         _path(save_image, "save_image"),
     )
-    return Report(json.loads(text))
+    rep = Report(json.loads(text))
+    if rep["meta"].get("interrupted") and not partial:
+        raise KeyboardInterrupt
+    return rep
 
 
 def trace_gen(

@@ -32,9 +32,9 @@ import json
 import os
 import sys
 import tempfile
-from typing import List, Optional
+from typing import Dict, List, Optional
 
-from . import api
+from . import api, report_diff
 from .sweeps import CliValue, sweep
 from .sweeps import plot as plot_sweep
 from .sweeps import result_column
@@ -160,7 +160,9 @@ def _summary(rep: api.Report) -> str:
 def cmd_run(a) -> int:
     existed = _out_dir(a.out) if a.out is not None else True
     try:
-        rep = api.run(preset=a.preset, trace=a.trace, config=a.config, params=a.param, out=a.out, save_image=a.save_image)
+        rep = api.run(
+            preset=a.preset, trace=a.trace, config=a.config, params=a.param, out=a.out, save_image=a.save_image, partial=True,
+        )
     except BaseException:
         # A failed run leaves no empty folder behind (a partial report is never written).
         if not existed:
@@ -171,6 +173,9 @@ def cmd_run(a) -> int:
     else:
         print(_summary(rep))
         print(f"wrote {a.out}/report.json and {a.out}/config.toml")
+    if rep["meta"].get("interrupted"):
+        print(f"secmem: interrupted after {rep['meta']['records']} records: the report is partial (meta.interrupted)", file=sys.stderr)
+        return 130
     return 0
 
 
@@ -180,8 +185,37 @@ def cmd_presets(a) -> int:
     return 0
 
 
+def _config_source(name: str, preset: Optional[str] = None) -> Dict[str, Optional[str]]:
+    """A preset name or a config file (a path that exists, or one ending in .toml), as
+    config_toml's keyword arguments."""
+    if os.path.exists(name) or name.endswith(".toml"):
+        return {"preset": preset, "config": name}
+    if preset is not None:
+        raise api.SecmemError(f"--preset layers a preset under a config file; {name!r} is a preset name")
+    return {"preset": name, "config": None}
+
+
 def cmd_config_show(a) -> int:
-    print(api.config_toml(preset=a.name, params=a.param), end="")
+    print(api.config_toml(params=a.param, **_config_source(a.name, a.preset)), end="")
+    return 0
+
+
+def cmd_config_diff(a) -> int:
+    ca = api.config_json(params=a.param, **_config_source(a.a))
+    cb = api.config_json(params=a.param, **_config_source(a.b))
+    df = report_diff.diff({"config": ca}, {"config": cb})
+    df["stat"] = df["stat"].str.removeprefix("config.")
+    print(report_diff.format_table(df).replace("stat ", "key  ", 1))
+    return 0
+
+
+def cmd_diff(a) -> int:
+    if a.limit < 0:
+        raise api.SecmemError(f"--limit must be 0 (all) or more, got {a.limit}")
+    df = report_diff.diff(a.a, a.b, only=a.only or None)
+    if a.csv is not None:
+        df.to_csv(a.csv, index=False)
+    print(report_diff.format_table(df, limit=a.limit or None))
     return 0
 
 
@@ -549,14 +583,33 @@ def parser() -> argparse.ArgumentParser:
     _add_params(p, "override a config field for every point, e.g. -p workload.requests=100000 (repeatable)")
     p.set_defaults(fn=cmd_sweep, saves_result=True)
 
+    p = sub.add_parser(
+        "diff", help="the figures two runs differ in, with the ratio, most changed first",
+        description="Compares two runs: report.json files, run folders, or result.json files of campaigns. Prints every "
+        "figure that differs (settings first, then numbers by relative change), with both values and B/A. "
+        "Example, the secure memory's slowdown: secmem diff nonsecure/ secure/ --only stats.cycles",
+    )
+    p.add_argument("a", type=_path_arg, help="report.json, result.json or a run folder (A, the reference)")
+    p.add_argument("b", type=_path_arg, help="report.json, result.json or a run folder (B)")
+    p.add_argument("--only", action="append", default=[], metavar="PREFIX", help="only stats whose dotted name starts with PREFIX, e.g. stats.memory (repeatable)")
+    p.add_argument("--limit", type=int, default=40, help="rows to print, most changed first (default 40; 0: all)")
+    p.add_argument("--csv", type=_path_arg, metavar="FILE", help="also write every differing row to FILE as CSV")
+    p.set_defaults(fn=cmd_diff)
+
     p = sub.add_parser("presets", help="list presets and the tables they cite")
     p.set_defaults(fn=cmd_presets)
 
     cfg = sub.add_parser("config", help="show or validate configs").add_subparsers(dest="sub", required=True, metavar="SUB")
-    p = cfg.add_parser("show", help="print a preset's resolved config with descriptions")
-    p.add_argument("name")
+    p = cfg.add_parser("show", help="print a preset's or a config file's resolved config with descriptions")
+    p.add_argument("name", help="a preset name (see `secmem presets`) or a TOML config file")
+    p.add_argument("--preset", help="with a config file: the preset it is layered over (default: built-in defaults)")
     _add_params(p)
     p.set_defaults(fn=cmd_config_show)
+    p = cfg.add_parser("diff", help="the keys two configs (preset names or files) set differently")
+    p.add_argument("a", help="a preset name or a TOML config file")
+    p.add_argument("b", help="a preset name or a TOML config file")
+    _add_params(p, "override a config field on both sides (repeatable)")
+    p.set_defaults(fn=cmd_config_diff)
     p = cfg.add_parser("validate", help="check a config file")
     p.add_argument("file", type=_path_arg)
     p.add_argument("--preset")
@@ -757,13 +810,12 @@ def main(argv: Optional[List[str]] = None) -> int:
     args = top.parse_args(argv)
     args.argv = sys.argv[1:] if argv is None else list(argv)
     try:
-        if getattr(args, "saves_result", False) and args.out is not None:
-            _out_dir(args.out)  # before the run, so a bad path fails first
-        return args.fn(args)
+        return _run_command(args)
     except api.SecmemError as e:
         print(f"secmem: error: {_in_flag_spelling(str(e), top, args)}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
+        print("secmem: interrupted", file=sys.stderr)
         return 130
     except BrokenPipeError:
         # The reader of our output went away (`secmem ... | head`): stop quietly, as a
@@ -776,6 +828,22 @@ def main(argv: Optional[List[str]] = None) -> int:
         # that the Python side opened itself: one line naming the path, as for the engine's.
         print(f"secmem: error: {_os_error(e)}", file=sys.stderr)
         return 2
+
+
+def _run_command(args) -> int:
+    """Runs the parsed command. An `--out DIR` it saves to is created first, so that a bad path
+    fails before the run; a failed or interrupted command removes it again if it created it
+    and nothing was written."""
+    created = None
+    if getattr(args, "saves_result", False) and args.out is not None:
+        if not _out_dir(args.out):
+            created = args.out
+    try:
+        return args.fn(args)
+    except BaseException:
+        if created is not None:
+            _remove_if_empty(created)
+        raise
 
 
 if __name__ == "__main__":

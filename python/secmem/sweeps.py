@@ -21,6 +21,7 @@ from __future__ import annotations
 import itertools
 import json
 import os
+import threading
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple, Union
 
@@ -152,11 +153,18 @@ def sweep(
         width = max(3, len(str(len(points) - 1)))
         dirs = [os.path.join(out, "points", f"{i:0{width}d}") for i in range(len(points))]
 
+    stop = threading.Event()  # set by an interrupt: points not yet started never start
+
     def one(i: int) -> Dict[str, Any]:
+        if stop.is_set():
+            raise KeyboardInterrupt
         try:
             rep = run(preset=preset, trace=trace, config=config, params=per_point[i], out=dirs[i])
         except SecmemError as e:
             raise _at_point(i, keys, points[i], e) from None
+        except KeyboardInterrupt:
+            stop.set()
+            raise
         row: Dict[str, Any] = {"sweep.point": i}
         for k in keys:
             row[f"sweep.{k}"] = _lookup(resolved[i], k)
@@ -169,8 +177,15 @@ def sweep(
     if jobs == 1:
         rows = [one(i) for i in range(len(points))]
     else:
-        with ThreadPoolExecutor(max_workers=jobs) as pool:
+        pool = ThreadPoolExecutor(max_workers=jobs)
+        try:
             rows = list(pool.map(one, range(len(points))))
+        except BaseException:
+            # Ctrl-C stops the running points (the engine's flag) and cancels the rest.
+            stop.set()
+            pool.shutdown(wait=True, cancel_futures=True)
+            raise
+        pool.shutdown()
     df = pd.DataFrame(rows)
     if out is not None:
         df.to_csv(os.path.join(out, "sweep.csv"), index=False)

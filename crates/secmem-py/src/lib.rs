@@ -1,7 +1,7 @@
 //! Python bindings: thin wrappers that pass JSON text across the boundary, so the Rust core
 //! stays free of Python and the Python side stays free of Rust types. Every engine error
 //! becomes a `ValueError` carrying the engine's message (which names the field, file, line or
-//! record).
+//! record). Ctrl-C during a simulation stops it (see [`sigint`]).
 
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
@@ -10,6 +10,73 @@ use secmem_sim::run::TraceInput;
 use std::path::{Path, PathBuf};
 
 fn err<E: std::fmt::Display>(e: E) -> PyErr { PyValueError::new_err(e.to_string()) }
+
+/// SIGINT while the engine runs without the GIL. Python's own handler only sets a flag that
+/// Python code looks at, and no Python code runs until the engine returns; so for the length
+/// of an engine call SIGINT asks the engine to stop ([`secmem_sim::interrupt`]) instead, and
+/// Python's handler is put back after. Calls from several threads share one installation.
+#[cfg(unix)]
+mod sigint {
+    use std::sync::Mutex;
+
+    /// Engine calls under way, and the handler to put back after the last.
+    static STATE: Mutex<(usize, Option<libc::sigaction>)> = Mutex::new((0, None));
+
+    extern "C" fn on_sigint(_: libc::c_int) { secmem_sim::interrupt::request(); }
+
+    pub struct Guard;
+
+    impl Guard {
+        pub fn install() -> Guard {
+            let mut st = STATE.lock().unwrap_or_else(|p| p.into_inner());
+            if st.0 == 0 {
+                secmem_sim::interrupt::clear();
+                // SAFETY: a zeroed sigaction is a valid "no flags, empty mask" value, and the
+                // handler only stores to an atomic (async-signal-safe).
+                unsafe {
+                    let mut new: libc::sigaction = std::mem::zeroed();
+                    new.sa_sigaction = on_sigint as extern "C" fn(libc::c_int) as libc::sighandler_t;
+                    libc::sigemptyset(&mut new.sa_mask);
+                    let mut old: libc::sigaction = std::mem::zeroed();
+                    if libc::sigaction(libc::SIGINT, &new, &mut old) == 0 {
+                        st.1 = Some(old);
+                    }
+                }
+            }
+            st.0 += 1;
+            Guard
+        }
+    }
+
+    impl Drop for Guard {
+        fn drop(&mut self) {
+            let mut st = STATE.lock().unwrap_or_else(|p| p.into_inner());
+            st.0 -= 1;
+            if st.0 == 0 {
+                if let Some(old) = st.1.take() {
+                    // SAFETY: puts back the action sigaction returned above.
+                    unsafe { libc::sigaction(libc::SIGINT, &old, std::ptr::null_mut()) };
+                }
+            }
+        }
+    }
+}
+
+/// Runs `f` without the GIL, Ctrl-C asking the engine to stop. An engine error becomes a
+/// `ValueError`; a stop becomes `KeyboardInterrupt`, also when `f` finished regardless, unless
+/// `keeps_partial` (a run returns the records done so far as a report marked
+/// `meta.interrupted`).
+fn engine_call<T: Send, E: std::fmt::Display + Send>(py: Python<'_>, keeps_partial: bool, f: impl FnOnce() -> Result<T, E> + Send) -> PyResult<T> {
+    #[cfg(unix)]
+    let guard = sigint::Guard::install();
+    let r = py.allow_threads(f);
+    #[cfg(unix)]
+    drop(guard);
+    if secmem_sim::interrupt::requested() && !(keeps_partial && r.is_ok()) {
+        return Err(pyo3::exceptions::PyKeyboardInterrupt::new_err("interrupted"));
+    }
+    r.map_err(err)
+}
 
 fn load(preset: Option<&str>, config: Option<&str>, overrides: Vec<String>) -> PyResult<Config> {
     Config::load(preset, config.map(Path::new), &overrides).map_err(err)
@@ -58,12 +125,10 @@ fn run(
     let cfg = load(preset, config, overrides)?;
     let input = trace_input(trace);
     let image = save_image.as_deref().map(Path::new);
-    let report = py
-        .allow_threads(|| match &out {
-            Some(dir) => secmem_sim::run::run_to_dir_saving(&cfg, &input, Path::new(dir), image),
-            None => secmem_sim::run::run_saving(&cfg, &input, image),
-        })
-        .map_err(err)?;
+    let report = engine_call(py, true, || match &out {
+        Some(dir) => secmem_sim::run::run_to_dir_saving(&cfg, &input, Path::new(dir), image),
+        None => secmem_sim::run::run_saving(&cfg, &input, image),
+    })?;
     Ok(report.to_string())
 }
 
@@ -97,7 +162,7 @@ fn trace_gen(
     };
     let format: secmem_trace::Format = format.parse().map_err(err)?;
     let gen = secmem_trace::generate::Generator::new(&spec).map_err(err)?;
-    py.allow_threads(|| secmem_trace::write(Path::new(out), format, gen)).map_err(err)
+    engine_call(py, false, || secmem_trace::write(Path::new(out), format, gen))
 }
 
 /// Converts a trace between formats (input format detected unless given); returns records.
@@ -108,7 +173,7 @@ fn trace_gen(
 fn trace_convert(py: Python<'_>, input: &str, output: &str, out_format: &str, in_format: Option<&str>) -> PyResult<u64> {
     let out_format: secmem_trace::Format = out_format.parse().map_err(err)?;
     let from = in_format.map(|f| f.parse::<secmem_trace::Format>()).transpose().map_err(err)?;
-    py.allow_threads(|| secmem_trace::convert(Path::new(input), from, Path::new(output), out_format)).map_err(err)
+    engine_call(py, false, || secmem_trace::convert(Path::new(input), from, Path::new(output), out_format))
 }
 
 /// Summary of a trace as JSON (with an `os` block for OS-level traces).
@@ -222,7 +287,7 @@ fn cow_trace(
     let format: secmem_trace::Format = format.parse().map_err(err)?;
     let lines_per_page = lines_per_page.unwrap_or(if page_size == PageSize::Huge { 512 } else { 32 });
     let spec = CowSpec { workload, page_size, footprint_bytes, lines_per_page, ops, seed };
-    py.allow_threads(|| secmem_sim::cow_workloads::write_trace(&spec, Path::new(out), format, with_data)).map_err(err)
+    engine_call(py, false, || secmem_sim::cow_workloads::write_trace(&spec, Path::new(out), format, with_data))
 }
 
 /// An I/O run (`[io]` workload on the `[ssd]` drive beside the secure memory): JSON with
@@ -231,7 +296,7 @@ fn cow_trace(
 #[pyo3(signature = (preset=None, config=None, overrides=vec![]))]
 fn io_run(py: Python<'_>, preset: Option<&str>, config: Option<&str>, overrides: Vec<String>) -> PyResult<String> {
     let cfg = load(preset, config, overrides)?;
-    let out = py.allow_threads(|| secmem_sim::io::run_io(&cfg)).map_err(err)?;
+    let out = engine_call(py, false, || secmem_sim::io::run_io(&cfg))?;
     Ok(out.to_string())
 }
 
@@ -266,7 +331,7 @@ fn crash(
 ) -> PyResult<String> {
     let cfg = load(preset, config, overrides)?;
     let input = trace_input(trace);
-    let out = py.allow_threads(|| secmem_sim::harness::crash_campaign(&cfg, &input, points, seed)).map_err(err)?;
+    let out = engine_call(py, false, || secmem_sim::harness::crash_campaign(&cfg, &input, points, seed))?;
     Ok(serde_json::to_string(&out).unwrap())
 }
 
@@ -287,9 +352,7 @@ fn attack(
 ) -> PyResult<String> {
     let cfg = load(preset, config, overrides)?;
     let input = trace_input(trace);
-    let out = py
-        .allow_threads(|| secmem_sim::harness::attack_campaign(&cfg, &input, classes.as_deref(), per_class, clean_reads, seed))
-        .map_err(err)?;
+    let out = engine_call(py, false, || secmem_sim::harness::attack_campaign(&cfg, &input, classes.as_deref(), per_class, clean_reads, seed))?;
     let mut obj = serde_json::Map::new();
     for (k, v) in &out.classes {
         obj.insert(k.clone(), serde_json::to_value(v).unwrap());
@@ -307,7 +370,7 @@ fn attack(
 #[pyo3(signature = (path, preset=None, config=None, overrides=vec![]))]
 fn image_verify(py: Python<'_>, path: &str, preset: Option<&str>, config: Option<&str>, overrides: Vec<String>) -> PyResult<String> {
     let cfg = load(preset, config, overrides)?;
-    let out = py.allow_threads(|| secmem_sim::harness::verify_image(&cfg, Path::new(path))).map_err(err)?;
+    let out = engine_call(py, false, || secmem_sim::harness::verify_image(&cfg, Path::new(path)))?;
     let mut v = serde_json::to_value(&out).unwrap();
     v["ok"] = out.ok().into();
     Ok(v.to_string())
@@ -339,7 +402,7 @@ fn drain(
         (None, true) => DrainContent::Trace { input: TraceInput::Workload, after_records },
         (None, false) => DrainContent::WorstCase,
     };
-    let out = py.allow_threads(|| drain_run(&cfg, scheme, &content, recover)).map_err(err)?;
+    let out = engine_call(py, false, || drain_run(&cfg, scheme, &content, recover))?;
     Ok(out.to_json().to_string())
 }
 
@@ -359,7 +422,7 @@ fn vault_attack(
 ) -> PyResult<String> {
     let cfg = load(preset, config, overrides)?;
     let input = trace_input(trace);
-    let out = py.allow_threads(|| secmem_sim::harness::vault_attack_campaign(&cfg, &input, dlm, per_class, seed)).map_err(err)?;
+    let out = engine_call(py, false, || secmem_sim::harness::vault_attack_campaign(&cfg, &input, dlm, per_class, seed))?;
     let mut v = serde_json::to_value(&out).unwrap();
     v["all_detected"] = out.all_detected().into();
     Ok(v.to_string())
@@ -379,7 +442,7 @@ fn bench_scenarios() -> String {
 #[pyfunction]
 #[pyo3(signature = (name, scale=1.0))]
 fn bench_run(py: Python<'_>, name: &str, scale: f64) -> PyResult<String> {
-    let r = py.allow_threads(|| secmem_sim::bench::run_scenario(name, scale)).map_err(err)?;
+    let r = engine_call(py, false, || secmem_sim::bench::run_scenario(name, scale))?;
     Ok(serde_json::to_string(&r).unwrap())
 }
 
@@ -409,7 +472,7 @@ fn cow_workload(
     let cfg = load(Some(preset), None, o)?;
     let lines_per_page = lines_per_page.unwrap_or(if page_size == PageSize::Huge { 512 } else { 32 });
     let spec = CowSpec { workload, page_size, footprint_bytes, lines_per_page, ops, seed };
-    let out = py.allow_threads(|| secmem_sim::cow_workloads::run(&cfg, &spec)).map_err(err)?;
+    let out = engine_call(py, false, || secmem_sim::cow_workloads::run(&cfg, &spec))?;
     Ok(out.to_string())
 }
 

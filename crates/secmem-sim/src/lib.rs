@@ -10,6 +10,7 @@ pub mod cow_workloads;
 pub mod engine;
 pub mod harness;
 pub mod hierarchy;
+pub mod interrupt;
 pub mod io;
 pub mod misses_in_flight;
 pub mod os;

@@ -310,9 +310,13 @@ pub fn run_events(cfg: &Config, events: impl Iterator<Item = Result<Event, Trace
     let mut d = driver_for(cfg)?;
     let warmup = cfg.run.warmup_requests;
     let limit = if cfg.run.max_requests == 0 { u64::MAX } else { cfg.run.max_requests };
-    let mut n = 0u64;
+    let (mut n, mut interrupted) = (0u64, false);
     for ev in events {
         if n == limit {
+            break;
+        }
+        if n.is_multiple_of(crate::interrupt::CHECK_EVERY) && crate::interrupt::requested() {
+            interrupted = true;
             break;
         }
         let ev = ev?;
@@ -325,6 +329,9 @@ pub fn run_events(cfg: &Config, events: impl Iterator<Item = Result<Event, Trace
         if n == warmup {
             d.start_roi();
         }
+    }
+    if interrupted && n <= warmup {
+        return Err(SimError::Interrupted);
     }
     // As for physical traces: a region of interest with nothing in it would report all-zero
     // statistics as if they were a result.
@@ -340,6 +347,9 @@ pub fn run_events(cfg: &Config, events: impl Iterator<Item = Result<Event, Trace
     let stats = report::stats(cfg, &m.roi, &m.extra);
     let meta = report::meta(cfg, trace_name.to_string(), cfg.run.functional, n, wall);
     let mut rep = report::report(cfg, &meta, stats);
+    if interrupted {
+        rep["meta"]["interrupted"] = json!(true);
+    }
     let mut os = m.os.clone();
     os["roi_record"] = json!(d.roi_record());
     os["logical_line_writes"] = json!(m.logical_line_writes);

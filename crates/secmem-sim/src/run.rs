@@ -39,6 +39,8 @@ pub enum SimError {
     /// A security property failed (functional mode).
     Integrity { trace: String, message: String },
     Io { path: String, message: String },
+    /// A stop was asked for ([`crate::interrupt`]) before the command finished.
+    Interrupted,
 }
 
 impl std::fmt::Display for SimError {
@@ -49,6 +51,7 @@ impl std::fmt::Display for SimError {
             SimError::Record { trace, error } => write!(f, "{trace}: record {}: {}", error.index, error.message),
             SimError::Integrity { trace, message } => write!(f, "{trace}: {message}"),
             SimError::Io { path, message } => write!(f, "{path}: {message}"),
+            SimError::Interrupted => write!(f, "interrupted"),
         }
     }
 }
@@ -168,15 +171,14 @@ where
     let pacing = Pacing::of(cfg, total_hint, start)?;
     let mut warm = pacing.warm_at_start(&engine);
     let records = records.take(pacing.limit);
-    let n = simulate(&mut engine, records, trace_name, |engine, _, n| {
-        pacing.after_record(engine, n, &mut warm);
-        true
-    })?;
+    let n = simulate(&mut engine, records, trace_name, |engine, _, n| pacing.after_record(engine, n, &mut warm))?;
     engine.settle();
     pacing.finish(n)?;
     let end = engine.snapshot();
     let mut rep = report_of(cfg, &engine, warm, &end, n, start, trace_name);
-    if let Some(path) = image_out {
+    pacing.mark(&mut rep);
+    // An interrupted run saves no image: it would hold a state no finished run produces.
+    if let Some(path) = image_out.filter(|_| !pacing.interrupted.get()) {
         save_image(cfg, &mut engine, path, trace_name)?;
         rep["meta"]["image"] = serde_json::json!(path.display().to_string());
     }
@@ -190,55 +192,144 @@ where
 }
 
 /// What paces a run through its records, the same on one thread and two: the warm-up
-/// snapshot, the record limit and the progress line.
+/// snapshot, the record limit, the progress line and a stop asked for by Ctrl-C.
 struct Pacing {
     start: Instant,
     warmup: u64,
     /// `run.max_requests`, or no limit.
     limit: usize,
-    progress: bool,
+    progress: Progress,
     total: Option<u64>,
+    /// When the progress was last shown.
+    shown_at: std::cell::Cell<Instant>,
+    /// Whether the run stopped early at an interrupt ([`crate::interrupt`]).
+    interrupted: std::cell::Cell<bool>,
 }
+
+/// How a run shows its progress (`run.progress`).
+#[derive(Clone, Copy, PartialEq)]
+enum Progress {
+    Off,
+    /// A line rewritten in place, on a terminal.
+    Line,
+    /// A heartbeat line every [`HEARTBEAT_S`] seconds, as ChampSim's: stderr is a file or pipe.
+    Heartbeat,
+}
+
+/// Seconds between two heartbeat lines when stderr is not a terminal.
+const HEARTBEAT_S: f64 = 10.0;
+/// Seconds between two redraws of the progress line on a terminal.
+const REDRAW_S: f64 = 0.25;
 
 impl Pacing {
     /// Refuses, up front when the trace's length is known, a warm-up that covers it all.
     fn of(cfg: &Config, total_hint: Option<u64>, start: Instant) -> Result<Pacing, SimError> {
         let warmup = cfg.run.warmup_requests;
         let limit = if cfg.run.max_requests == 0 { u64::MAX } else { cfg.run.max_requests };
-        let total = total_hint.map(|t| t.min(limit));
-        if let Some(total) = total {
+        let total = total_hint.map(|t| t.min(limit)).or((limit != u64::MAX).then_some(limit));
+        if let Some(total) = total_hint.map(|t| t.min(limit)) {
             ensure_roi_left(warmup, total)?;
         }
-        let progress = cfg.run.progress && std::io::stderr().is_terminal();
-        Ok(Pacing { start, warmup, limit: usize::try_from(limit).unwrap_or(usize::MAX), progress, total })
+        let progress = match (cfg.run.progress, std::io::stderr().is_terminal()) {
+            (false, _) => Progress::Off,
+            (true, true) => Progress::Line,
+            (true, false) => Progress::Heartbeat,
+        };
+        let pacing = Pacing {
+            start,
+            warmup,
+            limit: usize::try_from(limit).unwrap_or(usize::MAX),
+            progress,
+            total,
+            shown_at: std::cell::Cell::new(start),
+            interrupted: std::cell::Cell::new(false),
+        };
+        Ok(pacing)
     }
 
     /// The warm-up snapshot, when there is no warm-up.
     fn warm_at_start(&self, engine: &Engine) -> Option<Snapshot> { (self.warmup == 0).then(|| engine.roi_start()) }
 
-    /// After record `n` (counted from 1): the warm-up snapshot when the warm-up ends, and the
-    /// progress line now and then.
+    /// After record `n` (counted from 1): the warm-up snapshot when the warm-up ends, and
+    /// every [`crate::interrupt::CHECK_EVERY`] records a look at the interrupt flag and the
+    /// clock. False to stop the run here (an interrupt).
     #[inline(always)]
-    fn after_record(&self, engine: &Engine, n: u64, warm: &mut Option<Snapshot>) {
+    fn after_record(&self, engine: &Engine, n: u64, warm: &mut Option<Snapshot>) -> bool {
         if n == self.warmup {
             *warm = Some(engine.roi_start());
         }
-        if self.progress && n.is_multiple_of(1 << 20) {
-            show_progress(n, self.total, self.start.elapsed().as_secs_f64());
+        !n.is_multiple_of(crate::interrupt::CHECK_EVERY) || self.now_and_then(n)
+    }
+
+    #[inline(never)]
+    fn now_and_then(&self, n: u64) -> bool {
+        if crate::interrupt::requested() {
+            self.interrupted.set(true);
+            return false;
         }
+        if self.progress != Progress::Off {
+            let now = Instant::now();
+            let since = now.duration_since(self.shown_at.get()).as_secs_f64();
+            let every = if self.progress == Progress::Line { REDRAW_S } else { HEARTBEAT_S };
+            if since >= every {
+                self.shown_at.set(now);
+                let line = progress_line(n, self.total, now.duration_since(self.start).as_secs_f64());
+                if self.progress == Progress::Line {
+                    eprint!("\r\x1b[K[secmem] {line}");
+                } else {
+                    eprintln!("[secmem] heartbeat: {line}");
+                }
+                let _ = std::io::stderr().flush();
+            }
+        }
+        true
     }
 
     fn clear_progress(&self) {
-        if self.progress {
+        if self.progress == Progress::Line {
             eprint!("\r\x1b[K");
         }
     }
 
     /// After the last of `n` records: clears the progress line; an error if the warm-up took
-    /// them all.
+    /// them all (or, after an interrupt, if it had not ended: there is nothing to report).
     fn finish(&self, n: u64) -> Result<(), SimError> {
         self.clear_progress();
+        if self.interrupted.get() && n <= self.warmup {
+            return Err(SimError::Interrupted);
+        }
         ensure_roi_left(self.warmup, n)
+    }
+
+    /// Marks an interrupted run's report partial.
+    fn mark(&self, rep: &mut Value) {
+        if self.interrupted.get() {
+            rep["meta"]["interrupted"] = serde_json::json!(true);
+        }
+    }
+}
+
+/// `52.4%  5.2 M / 10 M records  1.8 M/s  ETA 3 s`, or without a known total
+/// `5.2 M records  1.8 M/s`.
+fn progress_line(n: u64, total: Option<u64>, secs: f64) -> String {
+    let rate = n as f64 / secs.max(1e-9);
+    let m = |x: f64| format!("{:.1} M", x / 1e6);
+    match total {
+        Some(t) if t > 0 => {
+            let eta = t.saturating_sub(n) as f64 / rate.max(1e-9);
+            format!("{:5.1}%  {} / {} records  {}/s  ETA {}", 100.0 * n as f64 / t as f64, m(n as f64), m(t as f64), m(rate), duration_text(eta))
+        }
+        _ => format!("{} records  {}/s", m(n as f64), m(rate)),
+    }
+}
+
+/// `42 s`, `3 min 20 s`, `2 h 05 min`.
+fn duration_text(secs: f64) -> String {
+    let s = secs.round() as u64;
+    match s {
+        0..=59 => format!("{s} s"),
+        60..=3599 => format!("{} min {:02} s", s / 60, s % 60),
+        _ => format!("{} h {:02} min", s / 3600, (s % 3600) / 60),
     }
 }
 
@@ -366,8 +457,9 @@ enum Handover {
     /// Requests, each with the number of the trace record it came from (for errors).
     Requests(Vec<Record>, Vec<u64>),
     /// Every request was sent: finish the run (an ended channel without this means the timing
-    /// half failed, and the functional half's result is not wanted).
-    End,
+    /// half failed, and the functional half's result is not wanted); whether to save the
+    /// image if one was asked for (not after an interrupt).
+    End { save_image: bool },
 }
 
 /// What the functional half of a finished run hands back. (Its event log comes over a
@@ -408,7 +500,9 @@ where
         let records = records.take(pacing.limit);
         let mut from_record = Vec::with_capacity(BATCH_REQUESTS + 64);
         let stepped = simulate(&mut engine, records, trace_name, |engine, _, n| {
-            pacing.after_record(engine, n, &mut warm);
+            if !pacing.after_record(engine, n, &mut warm) {
+                return false;
+            }
             let out = engine.forwarded.as_mut().expect("the timing half forwards its requests");
             // The requests added since the last record are record n - 1's.
             from_record.resize(out.len(), n - 1);
@@ -425,7 +519,7 @@ where
         let timing = stepped.and_then(|n| {
             engine.settle();
             let end = engine.snapshot();
-            if image_out.is_some() {
+            if image_out.is_some() && !pacing.interrupted.get() {
                 // The functional half saves the image after the hierarchy's dirty lines are
                 // written back; those write-backs are forwarded too. (Not in the report.)
                 engine.flush_hierarchy().map_err(|e| SimError::Integrity { trace: trace_name.to_string(), message: e.to_string() })?;
@@ -435,7 +529,7 @@ where
             // The image's write-backs come after the last record.
             from_record.resize(rest.len(), n.saturating_sub(1));
             let _ = tx.send(Handover::Requests(rest, std::mem::take(&mut from_record)));
-            let _ = tx.send(Handover::End);
+            let _ = tx.send(Handover::End { save_image: !pacing.interrupted.get() });
             Ok((n, warm, end, forwarded))
         });
         drop(tx);
@@ -454,7 +548,7 @@ where
         // ended, and the timing half ends every run it finishes. An error, not a panic.
         return Err(SimError::Integrity { trace: trace_name.to_string(), message: "internal error: the functional half of a two-thread run stopped before the end; rerun with -p run.host_threads=1 and please report it".into() });
     };
-    ensure_roi_left(pacing.warmup, n)?;
+    pacing.finish(n)?;
     // A pad reuse fails the run first, as on one thread. (The planted bug that causes one in
     // tests also changes what the functional half counts.)
     if let Some(v) = functional.reuse_violation {
@@ -469,7 +563,8 @@ where
         });
     }
     let mut rep = report_of(cfg, &engine, warm, &end, n, start, trace_name);
-    if let Some(path) = image_out {
+    pacing.mark(&mut rep);
+    if let Some(path) = image_out.filter(|_| !pacing.interrupted.get()) {
         rep["meta"]["image"] = serde_json::json!(path.display().to_string());
     }
     rep["meta"]["event_log_hash"] = serde_json::json!(format!("{:016x}", event_log_hash));
@@ -492,7 +587,7 @@ fn functional_half(
     let _ = canaries;
     let mut engine = Engine::new_functional_half(cfg)?;
     engine.mc.func.as_mut().expect("the functional half is functional").hand_off_event_log(log_to);
-    let mut ended = false;
+    let (mut ended, mut save) = (false, false);
     // The trace record of each request of the batches taken lately, after the number of the
     // first request before them: a failed request is at most a look-ahead window (16
     // requests) behind the newest one taken, and only the last batch is shorter than that, so
@@ -511,8 +606,8 @@ fn functional_half(
             taken += batch.len() as u64;
             Some(batch)
         }
-        Handover::End => {
-            ended = true;
+        Handover::End { save_image } => {
+            (ended, save) = (true, save_image);
             None
         }
     });
@@ -532,7 +627,7 @@ fn functional_half(
     }
     engine.settle();
     let end = engine.snapshot();
-    if let Some(path) = image_out {
+    if let Some(path) = image_out.filter(|_| save) {
         save_image(cfg, &mut engine, path, trace_name)?;
     }
     let f = engine.mc.func.as_mut().expect("the functional half is functional");
@@ -609,15 +704,6 @@ fn halves_disagree(timing: &Snapshot, functional: &Snapshot) -> Option<&'static 
     } else {
         None
     }
-}
-
-fn show_progress(n: u64, total: Option<u64>, secs: f64) {
-    let rate = n as f64 / secs.max(1e-9) / 1e6;
-    match total {
-        Some(t) if t > 0 => eprint!("\r[secmem] {:5.1}%  {}/{} records  {:.2} M/s", 100.0 * n as f64 / t as f64, n, t, rate),
-        _ => eprint!("\r[secmem] {n} records  {rate:.2} M/s"),
-    }
-    let _ = std::io::stderr().flush();
 }
 
 /// Runs a config on an input; the report as JSON.

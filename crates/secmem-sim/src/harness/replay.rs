@@ -116,6 +116,9 @@ impl Live {
 
     /// Applies record `i` of `replay`; errors name the trace and the record.
     pub(crate) fn step(&mut self, replay: &Replay, i: usize, cfg: &Config, input: &TraceInput) -> Result<(), SimError> {
+        if (i as u64).is_multiple_of(crate::interrupt::CHECK_EVERY) {
+            crate::interrupt::check()?;
+        }
         match (self, replay) {
             (Live::Phys(e), Replay::Records(r)) => e.step(&r[i], i as u64).map_err(|x| record_error(input, cfg, x)),
             (Live::Os(d), Replay::Events(ev)) => d.apply(&ev[i]).map_err(|e| {

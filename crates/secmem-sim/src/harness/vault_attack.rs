@@ -83,6 +83,9 @@ fn swap_slots(img: &mut NvmImage, ax: u64, ay: u64, sx: usize, sy: usize) {
 /// One drain episode: run `records[range]` on `engine`, drain into the vault.
 fn episode(engine: &mut Engine, horus: &mut Horus, records: &[secmem_trace::Record], first: usize, cfg: &Config, input: &TraceInput) -> Result<(u64, u64), SimError> {
     for (i, r) in records.iter().enumerate() {
+        if (i as u64).is_multiple_of(crate::interrupt::CHECK_EVERY) {
+            crate::interrupt::check()?;
+        }
         engine.step(r, (first + i) as u64).map_err(|x| record_error(input, cfg, x))?;
     }
     engine.settle();

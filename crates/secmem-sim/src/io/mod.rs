@@ -351,7 +351,12 @@ pub fn run_io(cfg: &Config) -> Result<Value, SimError> {
             stack.as_mut().expect("enc-int").written(&mut host, $at, commit_cycles)?;
         }};
     }
+    let mut events: u64 = 0;
     while let Some((now, ev)) = host.pop() {
+        events += 1;
+        if events.is_multiple_of(crate::interrupt::CHECK_EVERY) {
+            crate::interrupt::check()?;
+        }
         match ev {
             Ev::Autocommit => {
                 let s = stack.as_mut().expect("only enc-int arms the timer");
