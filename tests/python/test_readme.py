@@ -22,7 +22,21 @@ def test_command_one_main_job_runs_on_built_in_defaults(cli, tmp_path):
     assert (tmp_path / "out" / "report.json").exists() and (tmp_path / "out" / "config.toml").exists()
 
 
+def assert_each_varied_key_changes_a_figure(df, what):
+    """A sweep example must show the effect it names: for every varied key, two points that
+    differ only in it differ in some reported stat."""
+    keys = [c for c in df.columns if c.startswith("sweep.") and c not in ("sweep.point", "sweep.param", "sweep.value")]
+    stats = [c for c in df.columns if c.startswith("stats.")]
+    for k in keys:
+        others = [o for o in keys if o != k]
+        groups = df.groupby(others) if others else [(None, df)]
+        changed = any(len(g[stats].drop_duplicates()) > 1 for _, g in groups)
+        assert changed, f"{what}: varying {k} changes no reported figure"
+
+
 def test_every_readme_command_runs(cli, tmp_path):
+    import pandas as pd
+
     text, _ = readme_blocks()
     block = re.search(r"<!-- readme-commands.*?-->\s*```sh\n(.*?)```", text, re.S).group(1)
     lines = [l for l in block.splitlines() if l.strip() and not l.startswith("#")]
@@ -32,6 +46,9 @@ def test_every_readme_command_runs(cli, tmp_path):
         assert args[0] == "secmem", line
         res = cli(*args[1:])
         assert res.returncode == 0, f"{line}\n{res.stdout[-2000:]}\n{res.stderr[-2000:]}"
+        if args[1] == "sweep":
+            out = args[args.index("--out") + 1]
+            assert_each_varied_key_changes_a_figure(pd.read_csv(tmp_path / out / "sweep.csv"), line)
 
 
 def test_python_example_runs(tmp_path, monkeypatch):
@@ -39,7 +56,10 @@ def test_python_example_runs(tmp_path, monkeypatch):
     text, blocks = readme_blocks()
     code = next(b for lang, b in blocks if lang == "python")
     code = code.replace("100_000", "20_000").replace("per_class=100, clean_reads=10_000", "per_class=5, clean_reads=100")
-    exec(compile(code, "README.md", "exec"), {})
+    scope = {}
+    exec(compile(code, "README.md", "exec"), scope)
+    for name in ("df", "grid"):
+        assert_each_varied_key_changes_a_figure(scope[name], f"the Python example's {name}")
 
 
 def test_config_reference_in_docs_is_current(cli):
