@@ -132,6 +132,13 @@ def flatten(report: Mapping[str, Any], prefix: str = "") -> Dict[str, Any]:
     return out
 
 
+def stat_docs(prefix: str = "") -> List[Dict[str, str]]:
+    """Every statistic a run can report, ``[{"name", "unit", "description"}]``, whose dotted
+    name starts with ``prefix`` (a ``*`` in a name stands for one segment of a family). The
+    same table writes ``stats.txt`` beside each ``report.json``."""
+    return [d for d in json.loads(_native.stat_docs()) if d["name"].startswith(prefix)]
+
+
 def presets() -> List[Dict[str, str]]:
     """Every preset: ``[{"name", "source"}]``."""
     return json.loads(_native.presets())

@@ -125,11 +125,24 @@ def _add_params(p: argparse.ArgumentParser, help: str = "") -> None:
     )
 
 
+# Trace formats by one name everywhere: --trace-format (what a trace file is: run, sweep, the
+# campaigns, trace info, trace convert) and --to (what trace gen and trace convert write).
+TRACE_FORMATS = ("binary", "text", "ramulator", "dramsim3", "lackey", "champsim")
+OUTPUT_FORMATS = ("binary", "text")
+_TRACE_FORMAT_HELP = "format of the trace file: " + ", ".join(TRACE_FORMATS) + " (default: detected from its first bytes and name)"
+_TO_HELP = "format to write: " + " or ".join(OUTPUT_FORMATS) + " (default binary)"
+
+
+def _add_trace_format(p: argparse.ArgumentParser, *aliases: str) -> None:
+    p.add_argument("--trace-format", *aliases, dest="trace_format", metavar="FORMAT", help=_TRACE_FORMAT_HELP)
+
+
 def _add_run_inputs(p: argparse.ArgumentParser) -> None:
     """--preset, --config and --trace, as `run` takes them (and `sweep`, whose points are runs)."""
     p.add_argument("--preset", help="preset name (see `secmem presets`); default: built-in defaults")
     p.add_argument("--config", type=_path_arg, help="TOML config file layered over the preset")
     p.add_argument("--trace", type=_path_arg, help="trace file (any supported format); default: the config's [workload] generator")
+    _add_trace_format(p)
 
 
 def _summary(rep: api.Report) -> str:
@@ -148,6 +161,18 @@ def _summary(rep: api.Report) -> str:
         f"read latency p50/p99 {s['latency_cycles']['read']['p50']}/{s['latency_cycles']['read']['p99']} cycles",
         "hit rates  " + "  ".join(f"{k} {v['hit_rate']:.3f}" for k, v in s["caches"].items()),
     ]
+    dirty = {k: v["dirty_lines_at_end"] for k, v in s["caches"].items() if v.get("dirty_lines_at_end")}
+    if "flush_at_end" in s:
+        f = s["flush_at_end"]
+        lines.append(
+            f"flush at end: {f['lines_written_back']} lines written back in {f['cycles']} cycles, "
+            f"memory writes {f['memory']['writes']['total']}, MAC ops {f['security']['mac_ops']['total']}"
+        )
+    elif dirty:
+        lines.append(
+            "dirty at end  " + "  ".join(f"{k} {v}" for k, v in dirty.items())
+            + "  (-p run.flush_at_end=true writes the data lines back, counted apart)"
+        )
     if "os" in rep:  # an OS-level trace drove the OS model
         o = rep["os"]
         lines.append(
@@ -172,7 +197,7 @@ def cmd_run(a) -> int:
         print(json.dumps(rep, indent=2))
     else:
         print(_summary(rep))
-        print(f"wrote {a.out}/report.json and {a.out}/config.toml")
+        print(f"wrote {a.out}/report.json, stats.txt, stats.csv and config.toml")
     if rep["meta"].get("interrupted"):
         print(f"secmem: interrupted after {rep['meta']['records']} records: the report is partial (meta.interrupted)", file=sys.stderr)
         return 130
@@ -206,6 +231,27 @@ def cmd_config_diff(a) -> int:
     df = report_diff.diff({"config": ca}, {"config": cb})
     df["stat"] = df["stat"].str.removeprefix("config.")
     print(report_diff.format_table(df).replace("stat ", "key  ", 1))
+    return 0
+
+
+def stats_reference(docs) -> str:
+    """The statistics as a Markdown table (docs/stats.md embeds it; a test keeps it current)."""
+    rows = ["| statistic | unit | description |", "|---|---|---|"]
+    rows += [f"| `{d['name']}` | {d['unit']} | {d['description'].replace('|', '/')} |" for d in docs]
+    return "\n".join(rows) + "\n"
+
+
+def cmd_stats_describe(a) -> int:
+    docs = api.stat_docs(a.prefix or "")
+    if not docs:
+        raise api.SecmemError(f"no statistic starts with {a.prefix!r} (secmem stats describe lists them all)")
+    if a.markdown:
+        print(stats_reference(docs), end="")
+        return 0
+    width = max(len(d["name"]) for d in docs)
+    for d in docs:
+        unit = f" ({d['unit']})" if d["unit"] else ""
+        print(f"{d['name']:<{width}}  {d['description']}{unit}")
     return 0
 
 
@@ -246,14 +292,14 @@ def cmd_trace_gen(a) -> int:
         n = api.cow_trace(
             a.pattern, a.output, page_size=pick(a.page_size, "4k"), lines_per_page=a.lines_per_page,
             footprint_bytes=pick(a.footprint_bytes, 16 << 20), ops=a.ops, seed=a.seed,
-            format=a.format, with_data=bool(a.with_data),
+            format=a.to, with_data=bool(a.with_data),
         )
         print(f"wrote {n} records to {a.output}")
         return 0
     n = api.trace_gen(
         a.output, pattern=a.pattern, requests=pick(a.requests, 1_000_000),
         footprint_bytes=pick(a.footprint_bytes, 1 << 30),
-        read_ratio=pick(a.read_ratio, 0.5), seed=pick(a.seed, 1), format=a.format, stride_bytes=a.stride_bytes,
+        read_ratio=pick(a.read_ratio, 0.5), seed=pick(a.seed, 1), format=a.to, stride_bytes=a.stride_bytes,
         zipf_theta=a.zipf_theta, inst_gap=pick(a.inst_gap, 10),
     )
     print(f"wrote {n} records to {a.output}")
@@ -261,7 +307,7 @@ def cmd_trace_gen(a) -> int:
 
 
 def cmd_trace_convert(a) -> int:
-    n = api.trace_convert(a.input, a.output, out_format=a.to, in_format=getattr(a, "from"))
+    n = api.trace_convert(a.input, a.output, out_format=a.to, in_format=a.trace_format)
     print(f"converted {n} records to {a.output}")
     return 0
 
@@ -283,7 +329,7 @@ def cmd_trace_capture(a) -> int:
 
 
 def cmd_trace_info(a) -> int:
-    print(json.dumps(api.trace_info(a.file, a.format), indent=2))
+    print(json.dumps(api.trace_info(a.file, a.trace_format), indent=2))
     return 0
 
 
@@ -466,6 +512,7 @@ def _add_drain(p: argparse.ArgumentParser) -> None:
     p.add_argument("--scheme", required=True, choices=api.DRAIN_SCHEMES)
     content = p.add_mutually_exclusive_group()
     content.add_argument("--trace", type=_path_arg, help="drain the state this trace leaves (default: the paper's worst-case content)")
+    _add_trace_format(p)
     content.add_argument("--from-workload", action="store_true", help="drain the state the built-in workload leaves")
     p.add_argument("--after", type=int, help="crash after this many records of the trace or workload (needs --trace or --from-workload)")
     p.add_argument("--recover", action="store_true", help="then crash, recover and (functional mode) check every line")
@@ -479,6 +526,7 @@ def _add_vault_attack(p: argparse.ArgumentParser) -> None:
     p.add_argument("--config", type=_path_arg)
     p.add_argument("--scheme", default="horus-slm", choices=("horus-slm", "horus-dlm"))
     p.add_argument("--trace", type=_path_arg)
+    _add_trace_format(p)
     p.add_argument("--per-class", type=int, default=100)
     p.add_argument("--seed", type=int, default=1)
     _add_params(p)
@@ -596,6 +644,12 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--csv", type=_path_arg, metavar="FILE", help="also write every differing row to FILE as CSV")
     p.set_defaults(fn=cmd_diff)
 
+    st = sub.add_parser("stats", help="what the reported statistics are").add_subparsers(dest="sub", required=True, metavar="SUB")
+    p = st.add_parser("describe", help="every statistic a run can report, with its unit and description (stats.txt uses the same)")
+    p.add_argument("prefix", nargs="?", help="only names starting with this, e.g. stats.memory")
+    p.add_argument("--markdown", action="store_true", help="as a Markdown table (docs/stats.md)")
+    p.set_defaults(fn=cmd_stats_describe)
+
     p = sub.add_parser("presets", help="list presets and the tables they cite")
     p.set_defaults(fn=cmd_presets)
 
@@ -635,14 +689,14 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--stride-bytes", type=int, default=None, help="stride: default 4096")
     p.add_argument("--zipf-theta", type=float, default=None, help="zipf: default 0.99")
     p.add_argument("--inst-gap", type=int, default=None, help="synthetic patterns: default 10")
-    p.add_argument("--format", default="binary", help="binary or text")
+    p.add_argument("--to", "--format", dest="to", default="binary", metavar="FORMAT", help=_TO_HELP)
     p.add_argument("-o", "--output", type=_path_arg, required=True)
     p.set_defaults(fn=cmd_trace_gen)
     p = tr.add_parser("convert", help="convert a trace to secmem binary or text")
     p.add_argument("input", type=_path_arg)
     p.add_argument("output", type=_path_arg)
-    p.add_argument("--to", default="binary", help="binary or text")
-    p.add_argument("--from", default=None, help="input format (default: detected)")
+    p.add_argument("--to", default="binary", metavar="FORMAT", help=_TO_HELP)
+    _add_trace_format(p, "--from")
     p.set_defaults(fn=cmd_trace_convert)
     p = tr.add_parser(
         "capture", help="run a program under valgrind lackey and write its loads and stores as a binary trace",
@@ -668,7 +722,7 @@ def parser() -> argparse.ArgumentParser:
     p.set_defaults(fn=cmd_trace_capture)
     p = tr.add_parser("info", help="summarise a trace")
     p.add_argument("file", type=_path_arg)
-    p.add_argument("--format", default=None)
+    _add_trace_format(p, "--format")
     p.set_defaults(fn=cmd_trace_info)
 
     p = sub.add_parser(
@@ -705,6 +759,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--preset", help="preset name; `strict` is the recoverable baseline")
     p.add_argument("--config", type=_path_arg)
     p.add_argument("--trace", type=_path_arg, help="trace file (default: the config's [workload] generator)")
+    _add_trace_format(p)
     p.add_argument("--points", type=int, default=2000, help="seeded crash points (default 2000)")
     p.add_argument("--seed", type=int, default=1)
     _add_params(p)
@@ -715,6 +770,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--preset")
     p.add_argument("--config", type=_path_arg)
     p.add_argument("--trace", type=_path_arg, help="trace file (default: the config's [workload] generator)")
+    _add_trace_format(p)
     p.add_argument("--per-class", type=int, default=500, help="injections per attack class (default 500)")
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--class", dest="cls", action="append", default=[], help="only this class (repeatable)")
@@ -834,6 +890,11 @@ def _run_command(args) -> int:
     """Runs the parsed command. An `--out DIR` it saves to is created first, so that a bad path
     fails before the run; a failed or interrupted command removes it again if it created it
     and nothing was written."""
+    if getattr(args, "trace_format", None) is not None and hasattr(args, "trace"):
+        # Commands that take --trace read it through run.trace_format (saved with the config).
+        if args.trace is None:
+            raise api.SecmemError("--trace-format names the format of --trace, and no --trace was given")
+        args.param = list(args.param) + [f"run.trace_format={args.trace_format}"]
     created = None
     if getattr(args, "saves_result", False) and args.out is not None:
         if not _out_dir(args.out):

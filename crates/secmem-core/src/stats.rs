@@ -219,3 +219,17 @@ mod tests {
         assert!(w.summary().max <= 31, "the warm-up's 1e6 must not leak into the window: {}", w.summary().max);
     }
 }
+
+/// What one reported statistic is: its dotted name in the report (`*` stands for one name
+/// segment of a family, as in `stats.caches.*.hits`), its unit and what it counts. The report
+/// writers (`stats.txt`), `secmem stats describe` and the docs all read these tables.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct StatDoc {
+    pub name: &'static str,
+    pub unit: &'static str,
+    pub description: &'static str,
+}
+
+impl StatDoc {
+    pub const fn new(name: &'static str, unit: &'static str, description: &'static str) -> StatDoc { StatDoc { name, unit, description } }
+}

@@ -69,7 +69,7 @@ fn run_on<M: MemoryPort + ?Sized>(name: &str, dev: &mut M, n: u64, gap: u64) {
         dc("array_writes"),
         dc("wpq_full_stalls"),
         dc("read_queue_full_stalls"),
-        dc("bank_conflict_cycles") as f64 / dc("array_reads").max(1) as f64,
+        dc("bank_conflict_cycles_sum") as f64 / dc("array_reads").max(1) as f64,
         end.0,
         sink % 10,
     );

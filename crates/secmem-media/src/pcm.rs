@@ -10,7 +10,7 @@
 //! therefore keeps the few pieces of state that create contention, and nothing else:
 //!
 //! * **Banks.** Each bank has a `busy_until` cycle. A PCM array access (150 ns read, 500 ns
-//!   write) keeps its bank busy; a request to a busy bank waits (`bank_conflict_cycles`).
+//!   write) keeps its bank busy; a request to a busy bank waits (`bank_conflict_cycles_sum`).
 //!   Writes are slow, so a drained write burst delays reads to the same bank: that is how
 //!   metadata writes slow down data reads.
 //! * **Channel data bus.** A 64 B burst occupies the channel for `bus_transfer_ns`. The bus is a
@@ -55,7 +55,7 @@
 //! * Full WPQ: a write that finds every slot taken waits until the earliest issued write starts
 //!   its burst (`wpq_full_stalls`), and is accepted then; that later cycle is returned.
 //! * The queues are shared by all channels of the DIMM (one controller).
-//! * `bank_conflict_cycles` counts the bank waits of requests whose completion someone waits
+//! * `bank_conflict_cycles_sum` counts the bank waits of requests whose completion someone waits
 //!   for: reads, and writes when `adr = false`. Background drains under ADR are not counted.
 //!
 //! * Requests are expected in non-decreasing `issue` order. A write that stalls on a full WPQ
@@ -909,7 +909,7 @@ impl PcmStats {
                 ("array_reads", self.array_reads),
                 ("array_writes", self.array_writes),
                 ("wpq_full_stalls", self.wpq_full_stalls),
-                ("bank_conflict_cycles", self.bank_conflict_cycles),
+                ("bank_conflict_cycles_sum", self.bank_conflict_cycles),
             ],
         }
     }

@@ -136,8 +136,8 @@ struct Plane {
 const COUNTERS: [&str; 18] = [
     "host_page_reads", "host_page_writes", "buffer_read_hits", "unwritten_reads", "partial_page_reads",
     "flash_reads", "flash_programs", "erases", "gc_runs", "gc_pages_moved",
-    "map_cache_hits", "map_cache_misses", "map_reads", "map_programs", "write_buffer_stall_cycles",
-    "channel_busy_cycles", "plane_busy_cycles", "die_busy_cycles",
+    "map_cache_hits", "map_cache_misses", "map_reads", "map_programs", "write_buffer_stall_cycles_sum",
+    "channel_busy_cycles_sum", "plane_busy_cycles_sum", "die_busy_cycles_sum",
 ];
 #[derive(Copy, Clone)]
 #[repr(usize)]
@@ -611,7 +611,7 @@ mod tests {
         for i in 0..cfg.planes() {
             s.access(req(i * 4096, 4096, AccessKind::Write, 0)); // page i on plane i
         }
-        let busy = |s: &SsdMedia| (counter(s, "die_busy_cycles"), counter(s, "plane_busy_cycles"));
+        let busy = |s: &SsdMedia| (counter(s, "die_busy_cycles_sum"), counter(s, "plane_busy_cycles_sum"));
         let (d0, p0) = busy(&s);
         // Planes 0 and 8 are channel 0's first die: reads of both at once keep it busy one tR.
         let t = 10_000_000;
@@ -671,7 +671,7 @@ mod tests {
         let acks: Vec<u64> = (0..300u64).map(|i| s.access(req(i * 4096, 4096, AccessKind::Write, 0)).0).collect();
         assert!(acks[..256].iter().all(|&a| a == 9_000), "the first 256 fit in the buffer");
         assert!(acks[256] > 100_000, "the 257th waits for a program: {}", acks[256]);
-        assert!(counter(&s, "write_buffer_stall_cycles") > 0);
+        assert!(counter(&s, "write_buffer_stall_cycles_sum") > 0);
     }
 
     #[test]

@@ -490,6 +490,16 @@ fn designs() -> String {
     serde_json::to_string(&v).unwrap()
 }
 
+/// Every documented statistic as JSON: `[{"name", "unit", "description"}]`.
+#[pyfunction]
+fn stat_docs() -> String {
+    let v: Vec<_> = secmem_sim::stat_docs::all()
+        .into_iter()
+        .map(|(name, unit, description)| serde_json::json!({"name": name, "unit": unit, "description": description}))
+        .collect();
+    serde_json::to_string(&v).unwrap()
+}
+
 #[pyfunction]
 fn version() -> &'static str { env!("CARGO_PKG_VERSION") }
 
@@ -519,6 +529,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(cow_workload, m)?)?;
     m.add_function(wrap_pyfunction!(cow_trace, m)?)?;
     m.add_function(wrap_pyfunction!(designs, m)?)?;
+    m.add_function(wrap_pyfunction!(stat_docs, m)?)?;
     m.add_function(wrap_pyfunction!(version, m)?)?;
     Ok(())
 }

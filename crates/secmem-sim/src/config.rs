@@ -65,7 +65,9 @@ config_section! {
         warmup_requests: u64 = 0 => "Trace records simulated before statistics start (stats are end minus warm-up snapshot)";
         max_requests: u64 = 0 => "Stop after this many trace records (0 = the whole trace)";
         require_aligned: bool = true => "Reject accesses of physical traces that are not naturally aligned (address a multiple of a power-of-two size); false splits any access across the lines it touches. A virtual trace's (a real program's: lackey, captured) unaligned accesses are always split, and counted in meta.translation";
-        progress: bool = true => "Show a progress line on stderr when it is a terminal";
+        progress: bool = true => "Show progress on stderr: a line with the rate and ETA on a terminal, else a heartbeat line every 10 s";
+        flush_at_end: bool = false => "After the last record, write every dirty line of L1, L2 and the LLC back to memory and wait until it is persistent, counted in stats.flush_at_end, apart from the region of interest: shows the write path of a short trace whose stores never leave the caches (the metadata caches keep their dirty blocks: their write-back is the design's persistence policy)";
+        trace_format: String = "auto".to_string() => "Format of the trace file: auto (detected from its first bytes and, for ChampSim, its name) or binary, text, ramulator, dramsim3, lackey, champsim (secmem run --trace-format)";
     }
 }
 
@@ -217,6 +219,9 @@ impl Config {
         self.security.validate("security")?;
         self.tree.validate("tree")?;
         self.metadata_cache.validate("metadata_cache")?;
+        if self.run.trace_format != "auto" {
+            self.run.trace_format.parse::<secmem_trace::Format>().map_err(|m| ConfigError::new("run.trace_format", format!("{m}, or auto")))?;
+        }
         let design = secmem_schemes::designs::entry(&self.run.design).map_err(|m| ConfigError::new("run.design", m))?;
         // A design other than the baseline is a secure-memory mechanism (Horus' vault,
         // Lelantus' copies encoded in counter blocks, Silent Shredder's zero minors): without

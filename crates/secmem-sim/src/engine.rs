@@ -824,6 +824,19 @@ impl Engine {
         Ok(n)
     }
 
+    /// Dirty lines each cache holds now, by its report name: L1, L2 and the LLC (a line dirty
+    /// in two levels counts in both), then the counter, MAC and tree caches' dirty blocks.
+    pub fn dirty_lines_by_cache(&self) -> [(&'static str, usize); 6] {
+        [
+            ("l1", self.hier.l1.dirty_count()),
+            ("l2", self.hier.l2.dirty_count()),
+            ("llc", self.hier.llc.dirty_count()),
+            ("counter", self.mc.counter_cache.dirty_count()),
+            ("mac", self.mc.mac_cache.dirty_count()),
+            ("tree", self.mc.tree_cache.dirty_count()),
+        ]
+    }
+
     /// The core does `cycles` of work that is not modelled instruction by instruction (an OS
     /// fault handler's entry and exit).
     pub fn stall(&mut self, cycles: Cycle) { self.now += cycles; }

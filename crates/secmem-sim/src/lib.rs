@@ -19,6 +19,7 @@ pub mod persist;
 pub mod presets;
 pub mod report;
 pub mod run;
+pub mod stat_docs;
 pub mod translate;
 
 pub use config::Config;

@@ -306,6 +306,9 @@ pub(crate) fn roi_conflict(warmup: u64) -> String {
 /// amplification). Errors name the trace and the record index.
 pub fn run_events(cfg: &Config, events: impl Iterator<Item = Result<Event, TraceError>>, trace_name: &str) -> Result<Value, SimError> {
     require_core_level(cfg)?;
+    if cfg.run.flush_at_end {
+        return Err(SimError::Config(secmem_core::ConfigError::new("run.flush_at_end", "is not supported for OS-level traces (their processes' lines stay in the caches as the OS model leaves them)")));
+    }
     let start = Instant::now();
     let mut d = driver_for(cfg)?;
     let warmup = cfg.run.warmup_requests;

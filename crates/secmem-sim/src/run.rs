@@ -107,7 +107,10 @@ pub fn open_records(cfg: &Config, input: &TraceInput) -> Result<(RecordIter, Opt
 /// The records of `input` as they are.
 fn open_plain_records(cfg: &Config, input: &TraceInput) -> Result<(RecordIter, Option<u64>), SimError> {
     match input {
-        TraceInput::File(p) => Ok((secmem_trace::open(p)?, None)),
+        TraceInput::File(p) => Ok((match trace_format(cfg) {
+            Some(f) => secmem_trace::open_as(p, f)?,
+            None => secmem_trace::open(p)?,
+        }, None)),
         TraceInput::Workload => {
             let (gen, n) = workload_generator(cfg)?;
             if cfg.workload.persist_writes {
@@ -177,6 +180,9 @@ where
     let end = engine.snapshot();
     let mut rep = report_of(cfg, &engine, warm, &end, n, start, trace_name);
     pacing.mark(&mut rep);
+    if cfg.run.flush_at_end && !pacing.interrupted.get() {
+        rep["stats"]["flush_at_end"] = flush_at_end(cfg, &mut engine, &end, trace_name)?;
+    }
     // An interrupted run saves no image: it would hold a state no finished run produces.
     if let Some(path) = image_out.filter(|_| !pacing.interrupted.get()) {
         save_image(cfg, &mut engine, path, trace_name)?;
@@ -342,6 +348,9 @@ fn report_of(cfg: &Config, engine: &Engine, warm: Option<Snapshot>, end: &Snapsh
     let stats = report::stats(cfg, &roi, &engine.design.extra_stats());
     let meta = report::meta(cfg, trace_name.to_string(), cfg.run.functional, n, wall);
     let mut rep = report::report(cfg, &meta, stats);
+    for (cache, dirty) in engine.dirty_lines_by_cache() {
+        rep["stats"]["caches"][cache]["dirty_lines_at_end"] = serde_json::json!(dirty);
+    }
     if let Some((pages, page_bytes, unaligned)) = engine.translation() {
         rep["meta"]["translation"] = serde_json::json!({
             "pages_mapped": pages,
@@ -405,6 +414,16 @@ where
             return Ok(n);
         }
     }
+}
+
+/// `run.flush_at_end`: writes every dirty line of the hierarchy back after the last record
+/// (`end`) and waits until memory is idle; the statistics of that alone, and the lines written.
+fn flush_at_end(cfg: &Config, engine: &mut Engine, end: &Snapshot, trace_name: &str) -> Result<Value, SimError> {
+    let lines = engine.flush_hierarchy().map_err(|e| SimError::Integrity { trace: trace_name.to_string(), message: e.to_string() })?;
+    engine.quiesce();
+    let mut section = report::stats(cfg, &engine.snapshot().since(end), &[]);
+    section["lines_written_back"] = serde_json::json!(lines);
+    Ok(section)
 }
 
 /// After a functional run: writes every dirty line back, flushes the design's metadata and
@@ -519,6 +538,8 @@ where
         let timing = stepped.and_then(|n| {
             engine.settle();
             let end = engine.snapshot();
+            let dirty = engine.dirty_lines_by_cache();
+            let flushed = if cfg.run.flush_at_end && !pacing.interrupted.get() { Some(flush_at_end(cfg, &mut engine, &end, trace_name)?) } else { None };
             if image_out.is_some() && !pacing.interrupted.get() {
                 // The functional half saves the image after the hierarchy's dirty lines are
                 // written back; those write-backs are forwarded too. (Not in the report.)
@@ -530,7 +551,7 @@ where
             from_record.resize(rest.len(), n.saturating_sub(1));
             let _ = tx.send(Handover::Requests(rest, std::mem::take(&mut from_record)));
             let _ = tx.send(Handover::End { save_image: !pacing.interrupted.get() });
-            Ok((n, warm, end, forwarded))
+            Ok((n, warm, end, forwarded, flushed, dirty))
         });
         drop(tx);
         let functional = half.join().unwrap_or_else(|panic| std::panic::resume_unwind(panic));
@@ -542,7 +563,7 @@ where
     // The functional half only ever sees requests of records the timing half stepped, so its
     // failure (an integrity check, a pad reuse) is at an earlier record than the timing half's.
     let functional = functional?;
-    let (n, warm, end, forwarded) = timing?;
+    let (n, warm, end, forwarded, flushed, dirty_before_flush) = timing?;
     let Some(functional) = functional else {
         // Cannot happen: the functional half returns no outcome only when the run was not
         // ended, and the timing half ends every run it finishes. An error, not a panic.
@@ -563,7 +584,14 @@ where
         });
     }
     let mut rep = report_of(cfg, &engine, warm, &end, n, start, trace_name);
+    // The dirty lines were counted before the flush, in the timing half's hierarchy.
+    for (cache, dirty) in dirty_before_flush {
+        rep["stats"]["caches"][cache]["dirty_lines_at_end"] = serde_json::json!(dirty);
+    }
     pacing.mark(&mut rep);
+    if let Some(section) = flushed {
+        rep["stats"]["flush_at_end"] = section;
+    }
     if let Some(path) = image_out.filter(|_| !pacing.interrupted.get()) {
         rep["meta"]["image"] = serde_json::json!(path.display().to_string());
     }
@@ -706,6 +734,18 @@ fn halves_disagree(timing: &Snapshot, functional: &Snapshot) -> Option<&'static 
     }
 }
 
+/// The trace format `run.trace_format` names; None for `auto` (detected).
+pub(crate) fn trace_format(cfg: &Config) -> Option<secmem_trace::Format> { cfg.run.trace_format.parse().ok() }
+
+/// A trace file's events (an OS-level trace's, or a physical trace's records as events), in
+/// the format `run.trace_format` names or the one detected.
+pub(crate) fn open_events(cfg: &Config, path: &Path) -> Result<secmem_trace::EventStream, TraceError> {
+    match trace_format(cfg) {
+        Some(f) => secmem_trace::open_events_as(path, f),
+        None => secmem_trace::open_events(path),
+    }
+}
+
 /// Runs a config on an input; the report as JSON.
 pub fn run(cfg: &Config, input: &TraceInput) -> Result<Value, SimError> { run_saving(cfg, input, None) }
 
@@ -716,7 +756,10 @@ pub fn resolve_for_input(cfg: &Config, input: &TraceInput) -> Result<Config, Sim
     let mut out = cfg.clone();
     if cfg.translation.addresses == AddressSpace::Auto {
         let virtual_addresses = match input {
-            TraceInput::File(p) => secmem_trace::trace_kind(p)?.virtual_addresses,
+            TraceInput::File(p) => match trace_format(cfg) {
+                Some(f) => secmem_trace::open_events_as(p, f)?.kind.virtual_addresses,
+                None => secmem_trace::trace_kind(p)?.virtual_addresses,
+            },
             TraceInput::Workload => false,
         };
         out.translation.addresses = if virtual_addresses { AddressSpace::Virtual } else { AddressSpace::Physical };
@@ -735,7 +778,7 @@ pub fn run_saving(cfg: &Config, input: &TraceInput, image_out: Option<&Path>) ->
     let cfg = &resolved;
     // An OS-level trace (format v2, header flag) drives the OS model instead of the engine.
     if let TraceInput::File(p) = input {
-        let stream = secmem_trace::open_events(p)?;
+        let stream = open_events(cfg, p)?;
         if stream.kind.os_level {
             if image_out.is_some() {
                 return Err(SimError::Config(ConfigError::new("run.functional", "saving an NVM image after an OS-level trace is not supported")));
@@ -752,7 +795,8 @@ pub fn run_saving(cfg: &Config, input: &TraceInput, image_out: Option<&Path>) ->
     run_records_saving(cfg, records, hint, &input.describe(cfg), image_out)
 }
 
-/// Runs and writes `out_dir/report.json` and `out_dir/config.toml` (the resolved config).
+/// Runs and writes `out_dir/report.json`, `out_dir/config.toml` (the resolved config) and the
+/// figures as text and CSV (`stats.txt`, `stats.csv`: [`crate::stat_docs`]).
 pub fn run_to_dir(cfg: &Config, input: &TraceInput, out_dir: &Path) -> Result<Value, SimError> { run_to_dir_saving(cfg, input, out_dir, None) }
 
 /// As [`run_to_dir`], optionally saving the NVM image.
@@ -760,14 +804,19 @@ pub fn run_to_dir_saving(cfg: &Config, input: &TraceInput, out_dir: &Path, image
     let io = |e: std::io::Error| SimError::Io { path: out_dir.display().to_string(), message: e.to_string() };
     std::fs::create_dir_all(out_dir).map_err(io)?;
     // A failed run must not leave an earlier run's report in DIR looking like its result.
-    match std::fs::remove_file(out_dir.join("report.json")) {
-        Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(io(e)),
-        _ => {}
+    for name in ["report.json", "stats.txt", "stats.csv"] {
+        match std::fs::remove_file(out_dir.join(name)) {
+            Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(io(e)),
+            _ => {}
+        }
     }
     let report = run_saving(cfg, input, image_out)?;
     std::fs::write(out_dir.join("config.toml"), resolve_for_input(cfg, input)?.to_commented_toml()).map_err(io)?;
     let text = serde_json::to_string_pretty(&report).expect("report serializes");
     std::fs::write(out_dir.join("report.json"), text).map_err(io)?;
+    // The same figures one a line, with what each is (crate::stat_docs).
+    std::fs::write(out_dir.join("stats.txt"), crate::stat_docs::stats_text(&report)).map_err(io)?;
+    std::fs::write(out_dir.join("stats.csv"), crate::stat_docs::stats_csv(&report)).map_err(io)?;
     Ok(report)
 }
 
@@ -785,12 +834,20 @@ mod tests {
     }
 
     #[test]
+    fn the_progress_line_shows_the_share_rate_and_eta_and_without_a_total_the_rate() {
+        assert_eq!(progress_line(5_200_000, Some(10_000_000), 2.6), " 52.0%  5.2 M / 10.0 M records  2.0 M/s  ETA 2 s");
+        assert_eq!(progress_line(3_000_000, None, 1.5), "3.0 M records  2.0 M/s");
+        assert_eq!(duration_text(200.0), "3 min 20 s");
+        assert_eq!(duration_text(7500.0), "2 h 05 min");
+    }
+
+    #[test]
     fn the_halves_agree_whatever_their_cycles_latencies_queueing_and_core_side_counts() {
         let (a, mut b) = (snapshot(), snapshot());
         b.cycle = Cycle(5);
         b.core.mlp_stall_cycles = 99;
         b.mc.read_latency.record(300);
-        b.media.device = vec![("wpq_read_hits", 3), ("bank_conflict_cycles", 40)];
+        b.media.device = vec![("wpq_read_hits", 3), ("bank_conflict_cycles_sum", 40)];
         // The functional half replays requests: it has no hierarchy and retires no trace.
         b.core.records = 3;
         b.core.instructions = 7;

@@ -348,7 +348,7 @@ fn detect_head(head: &[u8], name: &str) -> Result<Format, TraceError> {
         return Err(TraceError::whole_file(
             name,
             ErrorKind::Format,
-            "empty file: cannot detect the trace format (give it explicitly)",
+            "empty file: cannot detect the trace format (give it explicitly: --trace-format, or run.trace_format)",
         ));
     }
     detect_bytes(head).ok_or_else(|| {
@@ -357,7 +357,7 @@ fn detect_head(head: &[u8], name: &str) -> Result<Format, TraceError> {
             ErrorKind::Format,
             "cannot detect the trace format (expected a secmem binary or text trace, or a \
              Ramulator, DRAMSim3 or lackey trace, or a ChampSim trace named *.champsimtrace; \
-             give the format explicitly)",
+             give the format explicitly: --trace-format, or run.trace_format)",
         )
     })
 }

@@ -41,6 +41,7 @@ pub static ENTRY: DesignEntry = DesignEntry {
     ],
     tree_update: None,
     build: |_, _| Box::new(Baseline::default()),
+    stats: &[],
 };
 
 /// Base-LU's drain saves the metadata caches above the tree (`eadr::save_metadata`).

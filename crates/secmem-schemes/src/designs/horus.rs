@@ -55,6 +55,7 @@ pub static SLM_ENTRY: DesignEntry = DesignEntry {
     }],
     tree_update: None,
     build: |ctx, _| Box::new(Horus::new(MacLevels::Single, ctx.hierarchy_lines, ctx.metadata_lines)),
+    stats: &[],
 };
 
 pub static DLM_ENTRY: DesignEntry = DesignEntry {
@@ -74,6 +75,7 @@ pub static DLM_ENTRY: DesignEntry = DesignEntry {
     }],
     tree_update: None,
     build: |ctx, _| Box::new(Horus::new(MacLevels::Double, ctx.hierarchy_lines, ctx.metadata_lines)),
+    stats: &[],
 };
 
 /// The vault, sized for every hierarchy line and metadata-cache block.

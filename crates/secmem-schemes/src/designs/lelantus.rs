@@ -35,6 +35,7 @@
 //! while executing a command is kept and returned by the next read or write, so it is never
 //! lost.
 
+use secmem_core::stats::StatDoc;
 use crate::controller::ops::McOps;
 use crate::designs::{no_data_lines, no_regions, Design, DesignEntry, DesignEnv, PageCommand, PageCommandError, Unsupported};
 use secmem_core::error::{ensure, ConfigError};
@@ -58,6 +59,7 @@ pub static RESIZED_ENTRY: DesignEntry = DesignEntry {
     drain_schemes: &[],
     tree_update: None,
     build: |_, cfg| Box::new(Lelantus::with_config(Encoding::Resized, &cfg.lelantus)),
+    stats: STATS,
 };
 
 pub static COW_ENTRY: DesignEntry = DesignEntry {
@@ -92,6 +94,7 @@ pub static COW_ENTRY: DesignEntry = DesignEntry {
     drain_schemes: &[],
     tree_update: None,
     build: |_, cfg| Box::new(Lelantus::with_config(Encoding::Supplementary, &cfg.lelantus)),
+    stats: STATS,
 };
 
 /// Lelantus lays its counter blocks out itself (Fig. 4: 7-bit minors, 6-bit on a CoW page
@@ -143,6 +146,26 @@ const COW_FLAG: u64 = 1 << 63;
 /// First data line of the supplementary record region: the top 1/512 of data memory (8 B per
 /// 4 KB page). The OS model never allocates frames there.
 pub fn record_region_first_line(data_lines: u64) -> u64 { data_lines - data_lines.div_ceil(LINES_PER_PAGE * RECORDS_PER_LINE) }
+
+/// What [`Lelantus`]'s `extra_stats` report (`stats.design.*`).
+const STATS: &[StatDoc] = &[
+    StatDoc::new("page_copies", "pages", "page_copy commands: lazy copies made by encoding the source in the destination's counter block"),
+    StatDoc::new("page_phyc", "pages", "page_phyc commands: lazy copies made real (every uncopied line copied)"),
+    StatDoc::new("page_frees", "pages", "page_free commands"),
+    StatDoc::new("redirected_reads", "lines", "reads of uncopied lines of a lazy copy, served from a source page"),
+    StatDoc::new("redirect_hops", "pages", "source pages visited by redirected reads (more than redirected_reads when copies of copies chain)"),
+    StatDoc::new("lines_materialized", "lines", "lines copied for real: by page_phyc, early reclamation or a minor overflow on a CoW page"),
+    StatDoc::new("cow_page_writes", "lines", "data write-backs to lazy-copy (CoW) pages"),
+    StatDoc::new("cow_overflows", "overflows", "minor-counter overflows on CoW pages"),
+    StatDoc::new("overflows", "overflows", "minor-counter overflows caused by data write-backs, on any page (Fig. 10a's numerator)"),
+    StatDoc::new("overflows_per_million_writes", "per 10^6 writes", "overflows per million data write-backs the design saw"),
+    StatDoc::new("cow_overflows_per_million_writes", "per 10^6 writes", "cow_overflows per million data write-backs the design saw"),
+    StatDoc::new("cow_cache_hits", "lookups", "lookups of the on-chip CoW record cache that hit"),
+    StatDoc::new("cow_cache_misses", "lookups", "lookups of the on-chip CoW record cache that missed"),
+    StatDoc::new("cow_cache_miss_rate", "ratio", "cow_cache_misses / (cow_cache_hits + cow_cache_misses), 0 without lookups"),
+    StatDoc::new("record_reads", "lines", "CoW record lines read from NVM (Lelantus-CoW's extra traffic)"),
+    StatDoc::new("record_writes", "lines", "CoW record lines written to NVM (Lelantus-CoW's extra traffic)"),
+];
 
 /// Lelantus' own counters, reported under `design.*`.
 #[derive(Clone, Debug, Default)]

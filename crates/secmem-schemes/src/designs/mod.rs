@@ -277,6 +277,9 @@ pub struct DesignEntry {
     pub tree_update: Option<TreeUpdateFactory>,
     /// Builds the design, with the designs' own config sections.
     pub build: fn(&DesignContext, &DesignsConfig) -> Box<dyn Design>,
+    /// What each of [`Design::extra_stats`]'s names counts (reported as `stats.design.NAME`);
+    /// the conformance suite checks that every name a run reports is here.
+    pub stats: &'static [secmem_core::stats::StatDoc],
 }
 
 /// An eADR power-loss drain scheme a design offers (Horus sections III-IV): a name for

@@ -16,6 +16,7 @@
 //! are not helped), memory a memory-level trace writes — keep them, exactly as the baseline
 //! does, and overflow as early.
 
+use secmem_core::stats::StatDoc;
 use crate::controller::ops::McOps;
 use crate::designs::{no_check, no_data_lines, no_regions, Design, DesignEntry, PageCommand, PageCommandError, Unsupported};
 use crate::controller::functional::IntegrityError;
@@ -36,6 +37,10 @@ pub static ENTRY: DesignEntry = DesignEntry {
     drain_schemes: &[],
     tree_update: None,
     build: |_, _| Box::new(SilentShredder::default()),
+    stats: &[
+        StatDoc::new("zeroed_pages", "pages", "pages zeroed by a counter update instead of writing zero lines"),
+        StatDoc::new("zero_reads", "lines", "reads of zeroed lines answered without touching data memory"),
+    ],
 };
 
 #[derive(Clone, Default)]

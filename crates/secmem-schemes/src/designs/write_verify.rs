@@ -11,6 +11,7 @@
 //! questions (read after write, attacks, crash recovery, pads, both modes) must come out as
 //! they do for the baseline.
 
+use secmem_core::stats::StatDoc;
 use super::{no_check, no_data_lines, no_regions, Design, DesignEntry};
 use crate::controller::functional::IntegrityError;
 use crate::controller::ops::McOps;
@@ -30,6 +31,10 @@ pub static ENTRY: DesignEntry = DesignEntry {
     drain_schemes: &[],
     tree_update: None,
     build: |_, _| Box::new(WriteVerify::default()),
+    stats: &[
+        StatDoc::new("verify_reads", "lines", "reads issued to verify a data write (design traffic)"),
+        StatDoc::new("zero_writes_not_verified", "lines", "writes of all-zero lines left unverified"),
+    ],
 };
 
 #[derive(Clone, Default)]

@@ -35,7 +35,7 @@ impl Replay {
     /// The records of `input`; an OS-level trace file (version 2 with the OS flag) as events.
     pub(crate) fn load(cfg: &Config, input: &TraceInput) -> Result<Replay, SimError> {
         if let TraceInput::File(p) = input {
-            let stream = secmem_trace::open_events(p)?;
+            let stream = crate::run::open_events(cfg, p)?;
             if stream.kind.os_level {
                 crate::os_trace::require_core_level(cfg)?;
                 let limit = if cfg.run.max_requests == 0 { usize::MAX } else { cfg.run.max_requests as usize };

@@ -497,9 +497,9 @@ pub fn run_io(cfg: &Config) -> Result<Value, SimError> {
     ssd_json.insert("write_amplification".into(), json!(secmem_media::ssd::write_amplification(&ssd_stats)));
     // Busy time over the run, per channel, die and plane (the flash back end's parallelism in use).
     let units = |busy: &str, n: u64| if last_done > 0 { counter(busy) as f64 / (n as f64 * last_done as f64) } else { 0.0 };
-    ssd_json.insert("channel_utilisation".into(), json!(units("channel_busy_cycles", u64::from(cfg.ssd.channels))));
-    ssd_json.insert("die_utilisation".into(), json!(units("die_busy_cycles", u64::from(cfg.ssd.channels * cfg.ssd.dies_per_channel))));
-    ssd_json.insert("plane_utilisation".into(), json!(units("plane_busy_cycles", cfg.ssd.planes())));
+    ssd_json.insert("channel_utilisation".into(), json!(units("channel_busy_cycles_sum", u64::from(cfg.ssd.channels))));
+    ssd_json.insert("die_utilisation".into(), json!(units("die_busy_cycles_sum", u64::from(cfg.ssd.channels * cfg.ssd.dies_per_channel))));
+    ssd_json.insert("plane_utilisation".into(), json!(units("plane_busy_cycles_sum", cfg.ssd.planes())));
     let map_lookups = counter("map_cache_hits") + counter("map_cache_misses");
     ssd_json.insert("map_cache_hit_rate".into(), json!(if map_lookups > 0 { counter("map_cache_hits") as f64 / map_lookups as f64 } else { 0.0 }));
     let (_, media) = host.engine.mc.snapshot();
@@ -618,7 +618,7 @@ mod tests {
     #[test]
     fn random_writes_pay_for_the_flash_behind_the_write_buffer_once_it_fills() {
         let r = run_io(&cfg(&["io.pattern=rand-write", "io.threads=4", "io.queue_depth=32", "io.ios=40000", "ssd.write_buffer_mib=1"])).unwrap();
-        assert!(r["ssd"]["write_buffer_stall_cycles"].as_u64().unwrap() > 0, "{}", r["ssd"]);
+        assert!(r["ssd"]["write_buffer_stall_cycles_sum"].as_u64().unwrap() > 0, "{}", r["ssd"]);
         assert_eq!(r["io"]["writes"], 40000);
     }
 

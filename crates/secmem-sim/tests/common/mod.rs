@@ -19,6 +19,7 @@ impl Drop for TmpDir {
 
 /// `preset` with caches small enough that metadata is evicted, written back and fetched again
 /// many times in 6,000 random records over 256 KiB, then `extra`.
+#[allow(dead_code)] // not every test that includes `common` uses it
 pub fn cfg(preset: &str, extra: &[&str]) -> Config {
     let mut o: Vec<String> = [
         "run.progress=false",
