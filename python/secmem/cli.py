@@ -30,6 +30,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import sys
 import tempfile
 from typing import Dict, List, Optional
@@ -499,10 +500,16 @@ def cmd_reproduce(a) -> int:
     main = importlib.import_module(REPRODUCE[a.design]).main
     if a.param and "params" not in inspect.signature(main).parameters:
         raise api.SecmemError(f"reproduce {a.design} does not take -p overrides (it runs its paper's fixed configurations)")
-    _out_dir(a.out)  # before the runs, which take minutes
-    if a.param:
-        return main(out=a.out, quick=a.quick, params=a.param)
-    return main(out=a.out, quick=a.quick)
+    existed = _out_dir(a.out)  # before the runs, which take minutes
+    try:
+        if a.param:
+            return main(out=a.out, quick=a.quick, params=a.param)
+        return main(out=a.out, quick=a.quick)
+    except BaseException:
+        # A failed or interrupted reproduction leaves no half-written folder it created.
+        if not existed:
+            shutil.rmtree(a.out, ignore_errors=True)
+        raise
 
 
 

@@ -72,3 +72,10 @@ def test_the_api_raises_keyboard_interrupt_or_with_partial_returns_the_marked_re
     # Python's own handler is back: the next run is whole.
     rep = secmem.run(preset="horus", params=["workload.requests=1000", "run.progress=false"])
     assert "interrupted" not in rep.meta and rep.meta["records"] == 1000
+
+
+def test_an_interrupted_reproduction_exits_130_and_leaves_no_folder_it_made(tmp_path):
+    code, after_s, err = interrupt_after(["reproduce", "dshield", "--quick", "--out", "r"], tmp_path, wait_s=2.0)
+    assert code == 130, err
+    assert after_s < 2.0, f"exited {after_s:.1f} s after SIGINT"
+    assert not (tmp_path / "r").exists()
