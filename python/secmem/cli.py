@@ -432,8 +432,17 @@ def cmd_sweep(a) -> int:
         columns = [c.strip() for c in a.columns.split(",") if c.strip()]
         if not columns:
             raise api.SecmemError("--columns: no column named")
-    df = sweep(axes, preset=a.preset, trace=a.trace, config=a.config, params=a.param, out=a.out, jobs=a.jobs)
-    saved = f"{a.out}/sweep.csv, {a.out}/sweep.json and {len(df)} runs under {a.out}/points/"
+    df = sweep(
+        axes, preset=a.preset, trace=a.trace, config=a.config, params=a.param, out=a.out, jobs=a.jobs,
+        backend=a.backend, address=a.address, workers=a.workers, retries=a.retries,
+    )
+    failed = df.attrs.get("failed_points", {})
+    if failed:
+        df = df[df["sweep.error"].isna()] if "sweep.error" in df.columns else df
+    skipped = df.attrs.get("skipped_points", 0)
+    saved = f"{a.out}/sweep.csv, {a.out}/sweep.json and {len(df)} runs under {a.out}/points/" + (
+        f" ({skipped} finished earlier, not run again)" if skipped else ""
+    )
 
     def column(c: str, flag: str) -> str:
         name = result_column(df, c)
@@ -448,6 +457,11 @@ def cmd_sweep(a) -> int:
     print(f"wrote {saved}")
     for y in plotted:
         print(f"wrote {plot_sweep(df, y, path=os.path.join(a.out, y.removeprefix('stats.') + '.png'))}")
+    for msg in failed.values():
+        print(f"secmem: error: {msg}", file=sys.stderr)
+    if failed:
+        print(f"secmem: {len(failed)} of {len(df) + len(failed)} points failed; rerun the same command to retry them", file=sys.stderr)
+        return 1
     return 0
 
 
@@ -625,6 +639,10 @@ def parser() -> argparse.ArgumentParser:
         "the last --vary varying fastest); values are written as for -p",
     )
     p.add_argument("--jobs", type=int, default=1, help="runs at once, on threads (default 1), each on one host thread unless -p or --vary sets run.host_threads; results do not depend on it")
+    p.add_argument("--backend", choices=("local", "dask", "ray"), default="local", help="where the points run: local threads (default), a Dask or a Ray cluster (pip install 'secmem[dask]' / 'secmem[ray]')")
+    p.add_argument("--address", help="dask: the scheduler's address; ray: the cluster's (or 'auto'); default: a local cluster of --workers processes")
+    p.add_argument("--workers", type=int, help="dask, ray without --address: worker processes of the local cluster (default: --jobs)")
+    p.add_argument("--retries", type=int, default=2, help="runs again a point whose worker was lost, up to this many times (default 2); a point the engine refuses fails at once")
     p.add_argument("--out", type=_path_arg, default="out", help="output directory (default: out): sweep.csv, sweep.json, points/NNN/{report.json,config.toml}")
     p.add_argument(
         "--columns", metavar="A,B,...",
