@@ -35,7 +35,7 @@ import sys
 import tempfile
 from typing import Dict, List, Optional
 
-from . import api, report_diff
+from . import api, report_diff, reproduce_all
 from .sweeps import CliValue, sweep
 from .sweeps import plot as plot_sweep
 from .sweeps import result_column
@@ -496,21 +496,29 @@ def cmd_forkbench(a) -> int:
 
 
 # `secmem reproduce DESIGN`: one module per paper, looked up by name (lazily imported, so a
-# design's plotting dependencies load only when it is reproduced).
-REPRODUCE = {
-    "horus": "secmem.reproduce_horus",
-    "lelantus": "secmem.reproduce_lelantus",
-    "dshield": "secmem.reproduce_dshield",
-}
+# design's plotting dependencies load only when it is reproduced); `all` runs them all.
+REPRODUCE = reproduce_all.DESIGNS
 
 
 def cmd_reproduce(a) -> int:
     import importlib
 
-    if a.design not in REPRODUCE:
-        raise api.SecmemError(f"unknown design '{a.design}' to reproduce; known: {', '.join(sorted(REPRODUCE))}")
+    if a.design != "all" and a.design not in REPRODUCE:
+        raise api.SecmemError(f"unknown design '{a.design}' to reproduce; known: {', '.join(sorted(REPRODUCE))}, all")
+    if a.design != "all" and (getattr(a, "backend", "local") != "local" or getattr(a, "address", None) or getattr(a, "workers", None)):
+        raise api.SecmemError("--backend, --address and --workers run `reproduce all`'s designs as sweep points; one design runs here")
     import inspect
 
+    if a.design == "all":
+        if a.param:
+            raise api.SecmemError("reproduce all runs each paper's own configurations and refuses -p")
+        existed = _out_dir(a.out)
+        try:
+            return reproduce_all.main(out=a.out, quick=a.quick, backend=a.backend, address=a.address, workers=a.workers)
+        except BaseException:
+            if not existed:
+                shutil.rmtree(a.out, ignore_errors=True)
+            raise
     main = importlib.import_module(REPRODUCE[a.design]).main
     if a.param and "params" not in inspect.signature(main).parameters:
         raise api.SecmemError(f"reproduce {a.design} does not take -p overrides (it runs its paper's fixed configurations)")
@@ -836,9 +844,12 @@ def parser() -> argparse.ArgumentParser:
             build(fsub.add_parser(verb, help=help_))
 
     p = sub.add_parser("reproduce", help="reproduce a paper's figures: DIR/reproduce.json, plots, DIR/report.md")
-    p.add_argument("design", help="paper to reproduce: " + ", ".join(sorted(REPRODUCE)))
+    p.add_argument("design", help="paper to reproduce: " + ", ".join(sorted(REPRODUCE)) + ", or all (each as a sweep point; DIR/index.md and a self-contained DIR/index.html)")
     p.add_argument("--quick", action="store_true", help="smaller runs (under 2 minutes)")
     p.add_argument("--out", type=_path_arg, default="reproduce", help="output directory (default: reproduce)")
+    p.add_argument("--backend", choices=("local", "dask", "ray"), default="local", help="all: where the designs run (as for sweep)")
+    p.add_argument("--address", help="all: the Dask scheduler's or Ray cluster's address")
+    p.add_argument("--workers", type=int, help="all: designs at once (local threads, or the local cluster's workers; default 1)")
     _add_params(p, help="horus only: override a config field in every run (repeatable); lelantus runs its paper's fixed configurations and refuses -p")
     p.set_defaults(fn=cmd_reproduce)
 
