@@ -475,9 +475,13 @@ impl SsdMedia {
 
     /// Writes the first `bytes` of the drive once, sequentially, in no simulated time (a
     /// laid-out file, before a run); counters are not changed.
-    pub fn precondition(&mut self, bytes: u64) {
+    pub fn precondition(&mut self, bytes: u64) { self.precondition_range(0, bytes) }
+
+    /// As [`precondition`](Self::precondition), for the `bytes` from byte `first` on.
+    pub fn precondition_range(&mut self, first: u64, bytes: u64) {
         let saved = self.stats.clone();
-        for lpn in 0..bytes.min(self.capacity_bytes).div_ceil(self.page_bytes) {
+        let end = first.saturating_add(bytes).min(self.capacity_bytes);
+        for lpn in first / self.page_bytes..end.div_ceil(self.page_bytes) {
             self.place(lpn, 0);
             self.tpages_written.insert(lpn / self.entries_per_map_page);
         }

@@ -161,6 +161,18 @@ pub const SCENARIOS: &[Scenario] = &[
         overrides: &["io.pattern=rand-read", "io.threads=4", "io.queue_depth=8", "io.ios=1000000", "io.dma_through_memory=false"],
     },
     Scenario {
+        name: "ssd-rand-read-dshield",
+        description: "ssd-rand-read under D-Shield (io.stack = dshield): each I/O's metadata through the DIE's caches and hidden queue pair, its sectors on the engine (requests_per_s = simulated I/Os/s; target: at least half of ssd-rand-read's)",
+        preset: "horus",
+        overrides: &["io.pattern=rand-read", "io.threads=4", "io.queue_depth=8", "io.ios=1000000", "io.stack=dshield"],
+    },
+    Scenario {
+        name: "dshield-seq-rw",
+        description: "D-Shield on sequential 4 KB reads and writes (fio rw, 50% reads), 4 threads x QD 8 (requests_per_s = simulated I/Os/s)",
+        preset: "horus",
+        overrides: &["io.pattern=seq-rw", "io.threads=4", "io.queue_depth=8", "io.ios=1000000", "io.stack=dshield"],
+    },
+    Scenario {
         name: "horus-drain-base-lu",
         description: "eADR drain of the Horus Table I hierarchy (295,936 worst-case dirty lines) under Base-LU, counting mode (requests_per_s = drained lines/s; wall_time_s is the figure, target < 2 s)",
         preset: "horus",
@@ -206,7 +218,7 @@ pub fn run_scenario(name: &str, scale: f64) -> Result<BenchResult, SimError> {
     }
     let mut overrides: Vec<String> = s.overrides.iter().map(|x| x.to_string()).collect();
     overrides.push("run.progress=false".into());
-    if s.name.starts_with("ssd-") {
+    if s.name.starts_with("ssd-") || s.name.starts_with("dshield-") {
         let mut cfg = Config::load(Some(s.preset), None, &overrides)?;
         cfg.io.ios = ((cfg.io.ios as f64 * scale) as u64).max(1);
         // Timed from the first I/O: building the drive and preconditioning its I/O space
@@ -379,7 +391,7 @@ mod tests {
 
     #[test]
     fn the_ssd_scenarios_complete_every_io_they_start() {
-        for name in ["ssd-rand-read", "ssd-rand-read-no-memory"] {
+        for name in ["ssd-rand-read", "ssd-rand-read-no-memory", "ssd-rand-read-dshield", "dshield-seq-rw"] {
             assert_eq!(run_scenario(name, 0.002).unwrap().records, 2_000, "{name}");
         }
     }

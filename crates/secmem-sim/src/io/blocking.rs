@@ -37,8 +37,8 @@ impl BlockingIo {
         if cfg.run.functional {
             return Err(ConfigError::new("run.functional", "I/O records are timed, not functional: DMA moves no real bytes yet"));
         }
-        if cfg.io.stack == IoStack::EncInt {
-            return Err(ConfigError::new("io.stack", "enc-int runs in secmem io; I/O records inside a memory trace take insecure or enc"));
+        if matches!(cfg.io.stack, IoStack::EncInt | IoStack::Dshield) {
+            return Err(ConfigError::new("io.stack", format!("{} runs in secmem io; I/O records inside a memory trace take insecure or enc", cfg.io.stack.as_str())));
         }
         cfg.ssd.validate("ssd")?;
         cfg.io.validate(cfg.ssd.capacity_gib)?;

@@ -27,6 +27,10 @@ pub enum Owner {
     MetaWrite,
     /// A dirty metadata buffer written when evicted.
     EvictWrite,
+    /// D-Shield's DIE reads a metadata block for an application I/O (its slot).
+    DieRead(usize),
+    /// D-Shield's DIE writes a dirty metadata block back.
+    DieWrite,
 }
 
 #[derive(Copy, Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
@@ -50,12 +54,23 @@ pub struct Cmd {
     /// The core that submits it and takes its interrupt.
     pub core: u32,
     entry: u64,
+    /// Issued by hardware on the DMA path (D-Shield's hidden metadata queue pair): no core
+    /// submits it or takes its interrupt, and its data moves to and from that hardware, not
+    /// host memory.
+    pub hidden: bool,
+    /// Held where its data passes the DMA path (D-Shield's DIE): a read between the flash
+    /// and the DMA into host memory, a write between the DMA out of host memory and the
+    /// flash, until [`Host::release`].
+    pub held: bool,
 }
 
 impl Cmd {
     pub fn new(owner: Owner, write: bool, offset: u64, bytes: u32, buf_line: u64, core: u32) -> Cmd {
-        Cmd { owner, write, offset, bytes, buf_line, core, entry: 0 }
+        Cmd { owner, write, offset, bytes, buf_line, core, entry: 0, hidden: false, held: false }
     }
+
+    /// A command of D-Shield's hidden metadata queue pair ([`Cmd::hidden`]).
+    pub fn hidden(owner: Owner, write: bool, offset: u64, bytes: u32, core: u32) -> Cmd { Cmd { hidden: true, ..Cmd::new(owner, write, offset, bytes, 0, core) } }
 }
 
 /// The host path's settings in cycles, from `[io]` (`HostTiming::of`).
@@ -108,6 +123,11 @@ pub struct Host<'e> {
     max_transfer: u64,
     pub dma_lines: u64,
     pub commands: u64,
+    /// Commands stopped at their hold (`Cmd::held`) since the last [`Host::take_held`]: the
+    /// command, its id and the time its data reached the hold.
+    held: Vec<(Cmd, usize, u64)>,
+    /// The step each held command resumes at.
+    resume: Vec<Step>,
 }
 
 impl<'e> Host<'e> {
@@ -130,8 +150,16 @@ impl<'e> Host<'e> {
             max_transfer: t.max_transfer,
             dma_lines: 0,
             commands: 0,
+            held: Vec::new(),
+            resume: Vec::new(),
         }
     }
+
+    /// The commands that reached their hold since the last call: `(command, id, time)`.
+    pub fn take_held(&mut self) -> Vec<(Cmd, usize, u64)> { std::mem::take(&mut self.held) }
+
+    /// Lets held command `id` go on at `at`.
+    pub fn release(&mut self, id: usize, at: u64) { self.push(at, Ev::Cmd(self.resume[id], id)); }
 
     pub fn push(&mut self, at: u64, ev: Ev) {
         self.seq += 1;
@@ -167,7 +195,7 @@ impl<'e> Host<'e> {
     /// Submits `cmd` on its core from `at`: the driver's work, the 64 B command written into
     /// the core's submission queue, the doorbell.
     pub fn issue(&mut self, mut cmd: Cmd, at: u64) -> Result<(), SimError> {
-        let end = self.run_on(cmd.core, at, self.submit);
+        let end = if cmd.hidden { at } else { self.run_on(cmd.core, at, self.submit) };
         cmd.entry = self.entries[cmd.core as usize];
         self.entries[cmd.core as usize] += 1;
         // The doorbell follows the store; the store's persistence is not awaited.
@@ -179,6 +207,7 @@ impl<'e> Host<'e> {
             }
             None => {
                 self.cmds.push(cmd);
+                self.resume.push(Step::Fetch);
                 self.cmds.len() - 1
             }
         };
@@ -190,11 +219,20 @@ impl<'e> Host<'e> {
     /// Submits a transfer of `bytes` as commands of at most the largest transfer each; how many.
     #[allow(clippy::too_many_arguments)] // a command's fields, plus its length and time
     pub fn issue_split(&mut self, owner: Owner, write: bool, offset: u64, bytes: u64, buf_line: u64, core: u32, at: u64) -> Result<u32, SimError> {
+        self.issue_split_held(owner, write, offset, bytes, buf_line, core, at, false)
+    }
+
+    /// As [`issue_split`](Self::issue_split); `held` commands stop where their data passes the
+    /// DMA path ([`Cmd::held`]).
+    #[allow(clippy::too_many_arguments)]
+    pub fn issue_split_held(&mut self, owner: Owner, write: bool, offset: u64, bytes: u64, buf_line: u64, core: u32, at: u64, held: bool) -> Result<u32, SimError> {
         let mut n = 0;
         let mut done = 0u64;
         while done < bytes {
             let chunk = (bytes - done).min(self.max_transfer);
-            self.issue(Cmd::new(owner, write, offset + done, chunk as u32, buf_line + done / 64, core), at)?;
+            let mut cmd = Cmd::new(owner, write, offset + done, chunk as u32, buf_line + done / 64, core);
+            cmd.held = held;
+            self.issue(cmd, at)?;
             done += chunk;
             n += 1;
         }
@@ -203,6 +241,9 @@ impl<'e> Host<'e> {
 
     /// The drive's DMA of a command's buffer, every line issued at once; done when the last is.
     fn dma(&mut self, c: Cmd, to_memory: bool, at: u64) -> Result<u64, SimError> {
+        if c.hidden {
+            return Ok(at); // to and from the DIE's buffer
+        }
         let lines = u64::from(c.bytes).div_ceil(64);
         self.dma_lines += lines;
         if !self.dma {
@@ -229,6 +270,11 @@ impl<'e> Host<'e> {
             }
             Step::DmaOut => (Step::Complete, self.dma(c, true, now)?),
             Step::Complete => (Step::Interrupt, self.mem(self.cq_line(c.core, c.entry), true, now)? + self.pcie),
+            Step::Interrupt if c.hidden => {
+                // The DIE takes the completion itself: no interrupt, no core.
+                self.free_cmds.push(id);
+                return Ok(Some((c, now)));
+            }
             Step::Interrupt => {
                 // The handler reads the completion entry.
                 let end = self.run_on(c.core, now, self.complete);
@@ -237,6 +283,11 @@ impl<'e> Host<'e> {
                 return Ok(Some((c, end)));
             }
         };
+        if c.held && ((!c.write && next == Step::DmaOut) || (c.write && next == Step::Flash)) {
+            self.resume[id] = next;
+            self.held.push((c, id, at));
+            return Ok(None);
+        }
         self.push(at, Ev::Cmd(next, id));
         Ok(None)
     }

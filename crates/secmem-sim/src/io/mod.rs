@@ -24,6 +24,7 @@
 
 pub mod blocking;
 pub mod dm_integrity;
+pub mod dshield;
 mod enc_int;
 mod host;
 pub mod strace;
@@ -57,7 +58,8 @@ config_enum! {
     pub enum IoStack {
         Insecure => "insecure": "no storage security: the block layer and NVMe driver only",
         Enc => "enc": "dm-crypt (aes-xts-plain64): each 512 B sector encrypted before a write is submitted and decrypted after a read completes, in software on the thread's core (io.aes_xts_ns_per_sector)",
-        EncInt => "enc-int": "dm-crypt over dm-integrity in journal mode: each sector also gets an HMAC-SHA256 tag on the core (io.hmac_sha256_ns_per_sector); writes go through the journal and are copied to their place, tags live in interleaved metadata read and written through a buffer cache, from dm-integrity's on-disk format"
+        EncInt => "enc-int": "dm-crypt over dm-integrity in journal mode: each sector also gets an HMAC-SHA256 tag on the core (io.hmac_sha256_ns_per_sector); writes go through the journal and are copied to their place, tags live in interleaved metadata read and written through a buffer cache, from dm-integrity's on-disk format",
+        Dshield => "dshield": "D-Shield (HPCA'23): the processor's DMA Interception Engine encrypts and verifies each sector on the memory controller's engine, with fused counter/MAC blocks and a Merkle tree read and written through a hidden metadata queue pair and two on-chip caches (io.dshield_*); the cores run the insecure path"
     }
 }
 
@@ -81,7 +83,7 @@ config_section! {
         dma_through_memory: bool = true => "DMA transfers, queue entries and their timing go through the secure memory controller (false: they take no time and make no traffic)";
         buffer_base_mib: u64 = 1024 => "Physical address of the host's queues and I/O buffers, MiB";
         precondition: bool = true => "Write the I/O space once before the run (untimed), so reads find data as in a laid-out fio file";
-        stack: IoStack = IoStack::Insecure => "Storage stack: insecure, enc (dm-crypt) or enc-int (dm-crypt and dm-integrity)";
+        stack: IoStack = IoStack::Insecure => "Storage stack: insecure, enc (dm-crypt), enc-int (dm-crypt and dm-integrity) or dshield (D-Shield's processor-side protection)";
         aes_xts_ns_per_sector: f64 = 120.0 => "Core time of dm-crypt's AES-XTS per 512 B sector, ns (measured on this project's machine, RustCrypto with AES-NI: secmem io-calibrate prints your machine's)";
         hmac_sha256_ns_per_sector: f64 = HMAC_NS => "Core time of dm-integrity's HMAC-SHA256 tag per 512 B sector, ns (measured as aes_xts_ns_per_sector)";
         integrity_tag_bytes: u32 = 32 => "dm-integrity tag per 512 B sector, bytes (HMAC-SHA256: 32); sets the journal entry and the tag space";
@@ -89,6 +91,11 @@ config_section! {
         integrity_commit_ms: f64 = 10000.0 => "dm-integrity's commit_time, ms: uncommitted journal sections are committed at the latest this long after a write";
         integrity_buffer_cache_mib: u64 = 0 => "dm-bufio's cache of dm-integrity metadata buffers (64 KiB each), MiB (0: dm-bufio's default, 2% of the host's memory, memory.capacity_gib)";
         max_transfer_kib: u32 = 128 => "Largest command the block layer sends the drive (max_sectors_kb), KiB; larger transfers are split";
+        dshield_cache_kib: u64 = 256 => "D-Shield: each of the DIE's two on-chip metadata caches (CMAC blocks, tree nodes), KiB (Table I: 256 KB)";
+        dshield_cache_ways: u32 = 8 => "D-Shield: ways of each metadata cache (Table I: 8)";
+        dshield_minor_counter_bits: u32 = 38 => "D-Shield: bits of a CMAC block's minor counters (section V-B2: 38); a wrap moves the major and re-encrypts the 32 blocks";
+        dshield_op_64b_cycles: u64 = 40 => "D-Shield: the memory controller's engine per 64 B encryption or hash, CPU cycles (Table I: 40)";
+        dshield_hash_512b_cycles: u64 = 320 => "D-Shield: the engine per 512 B hash (a sector's MAC, a tree node), CPU cycles (Table I: 320)";
         trace: String = String::new() => "An I/O trace to replay instead of the pattern: a fio iolog (v2 or v3) or an MQSim ASCII trace; each file gets io.space_gib of the drive; its I/Os share threads x queue_depth slots (empty: the pattern)";
     }
 }
@@ -111,6 +118,14 @@ impl IoConfig {
         })?;
         ensure((1..=100).contains(&self.integrity_journal_watermark), "io.integrity_journal_watermark", || format!("must be 1..=100, got {}", self.integrity_journal_watermark))?;
         ensure(self.integrity_tag_bytes >= 1, "io.integrity_tag_bytes", || "must be at least 1".into())?;
+        ensure(self.dshield_cache_ways >= 1 && self.dshield_cache_ways <= 64, "io.dshield_cache_ways", || format!("must be 1..=64, got {}", self.dshield_cache_ways))?;
+        ensure(
+            self.dshield_cache_kib >= 1 && self.dshield_cache_kib <= 1 << 20 && (self.dshield_cache_kib * 2).is_multiple_of(u64::from(self.dshield_cache_ways)),
+            "io.dshield_cache_kib",
+            || format!("must be 1..=1048576 KiB and hold a whole number of {}-way sets of 512 B blocks, got {}", self.dshield_cache_ways, self.dshield_cache_kib),
+        )?;
+        ensure((8..=63).contains(&self.dshield_minor_counter_bits), "io.dshield_minor_counter_bits", || format!("must be 8..=63, got {}", self.dshield_minor_counter_bits))?;
+        ensure(self.dshield_op_64b_cycles <= 1_000_000 && self.dshield_hash_512b_cycles <= 1_000_000, "io.dshield_op_64b_cycles", || "engine latencies must be at most 1,000,000 cycles".into())?;
         ensure(self.integrity_commit_ms.is_finite() && self.integrity_commit_ms > 0.0 && self.integrity_commit_ms <= 1e7, "io.integrity_commit_ms", || {
             format!("must be a number in (0, 1e7], got {}", number(self.integrity_commit_ms))
         })?;
@@ -134,6 +149,8 @@ impl IoConfig {
             IoStack::Insecure => 0.0,
             IoStack::Enc => self.aes_xts_ns_per_sector,
             IoStack::EncInt => self.aes_xts_ns_per_sector + self.hmac_sha256_ns_per_sector,
+            // In hardware, on the memory controller's engine: no core time.
+            IoStack::Dshield => 0.0,
         }
     }
 
@@ -246,7 +263,19 @@ pub fn run_io(cfg: &Config) -> Result<Value, SimError> {
     } else {
         None
     };
-    let logical_bytes = layout.as_ref().map_or(cfg.ssd.capacity_gib << 30, |l| l.provided_data_sectors * 512);
+    // dshield: the data namespace, and the metadata namespace after it.
+    let die_geometry = (io.stack == IoStack::Dshield).then(|| dshield::Geometry::for_drive(drive_sectors));
+    if let Some(g) = &die_geometry {
+        ensure((io.space_gib << 30) / 512 <= g.data_sectors, "io.space_gib", || {
+            format!("D-Shield's data namespace holds {} GiB of the drive's {} GiB (the rest is its metadata namespace): an I/O past its end", (g.data_sectors * 512) >> 30, cfg.ssd.capacity_gib)
+        })
+        .map_err(cfgerr)?;
+    }
+    let logical_bytes = match (&layout, &die_geometry) {
+        (Some(l), _) => l.provided_data_sectors * 512,
+        (None, Some(g)) => g.data_sectors * 512,
+        (None, None) => cfg.ssd.capacity_gib << 30,
+    };
     // A trace replaces the pattern: its I/Os arrive at their times (or at once) and wait for
     // a free slot of any thread.
     let trace = if io.trace.is_empty() {
@@ -261,6 +290,10 @@ pub fn run_io(cfg: &Config) -> Result<Value, SimError> {
         // Every data sector of the space, and under enc-int its tags, exist before the run.
         let bytes = layout.as_ref().map_or(io.space_gib << 30, |l| l.extent_sectors((io.space_gib << 30) / 512) * 512);
         ssd.precondition(bytes);
+        // Under dshield, the space's CMAC blocks and tree nodes too.
+        for (first, n) in die_geometry.as_ref().map(|g| g.metadata_extents((io.space_gib << 30) / 512)).unwrap_or_default() {
+            ssd.precondition_range(first * 512, n * 512);
+        }
     }
     let port = engine.mc.attach_port("ssd", Box::new(ssd));
     let wall = std::time::Instant::now();
@@ -287,6 +320,10 @@ pub fn run_io(cfg: &Config) -> Result<Value, SimError> {
         }
     };
     let mut host = Host::new(&mut engine, port, io.threads, timing);
+    let mut die = die_geometry.map(|g| {
+        let meta = dshield::Metadata::new(g.data_sectors, io.dshield_cache_kib, io.dshield_cache_ways as usize, io.dshield_minor_counter_bits);
+        dshield::Die::new(meta, io.dshield_op_64b_cycles, io.dshield_hash_512b_cycles, (io.threads * io.queue_depth) as usize)
+    });
     let per_sector = |ns: f64, bytes: u32| cyc(ns * f64::from(bytes / 512) / 1000.0);
     // The software cryptography of a write before it is submitted, and of a read after it
     // completes.
@@ -422,12 +459,24 @@ pub fn run_io(cfg: &Config) -> Result<Value, SimError> {
                         ios[id].pending = pending;
                     }
                     (None, _) => {
-                        ios[id].pending = host.issue_split(Owner::App(id), write, offset, u64::from(bytes), buffer_line(o.thread, o.slot), o.thread, at)?;
+                        // D-Shield sees the I/O's addresses as its commands pass and starts
+                        // their metadata; its commands wait at the DIE for it.
+                        if let Some(d) = die.as_mut() {
+                            d.begin(&mut host, id, write, offset / 512, u64::from(bytes) / 512, o.thread, at)?;
+                        }
+                        ios[id].pending = host.issue_split_held(Owner::App(id), write, offset, u64::from(bytes), buffer_line(o.thread, o.slot), o.thread, at, die.is_some())?;
                     }
                 }
             }
             Ev::Cmd(step, cid) => {
-                let Some((cmd, end)) = host.step(step, cid, now)? else { continue };
+                let stepped = host.step(step, cid, now)?;
+                if let Some(d) = die.as_mut() {
+                    for (c, held_id, at) in host.take_held() {
+                        let Owner::App(slot) = c.owner else { unreachable!("only application commands are held") };
+                        d.held(&mut host, slot, held_id, u64::from(c.bytes) / 512, at);
+                    }
+                }
+                let Some((cmd, end)) = stepped else { continue };
                 match cmd.owner {
                     Owner::App(id) => {
                         ios[id].pending -= 1;
@@ -451,7 +500,8 @@ pub fn run_io(cfg: &Config) -> Result<Value, SimError> {
                     }
                     Owner::Commit => stack.as_mut().expect("enc-int").commit_write_done(&mut host, end)?,
                     Owner::WriterData | Owner::MetaWrite => stack.as_mut().expect("enc-int").writer_command_done(&mut host, end)?,
-                    Owner::EvictWrite => {}
+                    Owner::EvictWrite | Owner::DieWrite => {}
+                    Owner::DieRead(slot) => die.as_mut().expect("dshield").metadata_arrived(&mut host, slot, end),
                     Owner::MetaRead(b) => {
                         for w in stack.as_mut().expect("enc-int").buffer_read(b) {
                             match w {
@@ -524,6 +574,20 @@ pub fn run_io(cfg: &Config) -> Result<Value, SimError> {
         },
         "meta": {"wall_time_s": wall_s, "dma_through_memory": io.dma_through_memory},
     });
+    if let Some(d) = &die {
+        let st = &d.meta.stats;
+        let (cmac_share, tree_share) = d.meta.geometry.overhead();
+        let rate = |h: u64, m: u64| if h + m > 0 { h as f64 / (h + m) as f64 } else { 0.0 };
+        report["dshield"] = json!({
+            "cmac_hits": st.cmac_hits, "cmac_misses": st.cmac_misses, "cmac_hit_rate": rate(st.cmac_hits, st.cmac_misses),
+            "node_hits": st.node_hits, "node_misses": st.node_misses, "node_hit_rate": rate(st.node_hits, st.node_misses),
+            "metadata_reads": st.metadata_reads, "metadata_writes": st.metadata_writes,
+            "minor_overflows": st.minor_overflows, "reencrypted_blocks": st.reencrypted_blocks,
+            "engine_busy_us": us(d.engine_busy_cycles),
+            "metadata_share_of_drive": {"cmac": cmac_share, "tree": tree_share},
+            "data_namespace_gib": (d.meta.geometry.data_sectors * 512) as f64 / (1u64 << 30) as f64,
+        });
+    }
     if let Some(s) = &stack {
         let st = &s.stats;
         report["integrity"] = json!({
@@ -545,6 +609,50 @@ mod tests {
         let mut o: Vec<String> = ["run.progress=false", "io.ios=2000", "io.space_gib=1", "ssd.capacity_gib=16"].iter().map(|s| s.to_string()).collect();
         o.extend(extra.iter().map(|s| s.to_string()));
         Config::load(Some("horus"), None, &o).unwrap()
+    }
+
+    #[test]
+    fn d_shield_reads_wait_for_their_metadata_and_the_engine_and_sequential_ones_hit_the_cmac_cache() {
+        let p50 = |r: &Value| r["io"]["latency_us"]["p50"].as_f64().unwrap();
+        let base = ["io.threads=1", "io.dma_through_memory=false"];
+        let insecure = run_io(&cfg(&base)).unwrap();
+        let r = run_io(&cfg(&[&base[..], &["io.stack=dshield"]].concat())).unwrap();
+        let d = &r["dshield"];
+        // Random 4 KB reads over 1 GiB: 65,536 CMAC blocks against a cache of 512, so nearly
+        // every read fetches its CMAC block (and often its level-1 node). Those reads start at
+        // the submission and run on other dies beside the data's, so at queue depth 1 what
+        // the read waits for beyond the insecure path is the engine verifying and decrypting
+        // its 8 sectors: 8 x (8 x 40 + 320) cycles and the metadata's hashes.
+        assert!(d["cmac_hit_rate"].as_f64().unwrap() < 0.05, "{d}");
+        assert_eq!(d["metadata_reads"].as_u64().unwrap(), d["cmac_misses"].as_u64().unwrap() + d["node_misses"].as_u64().unwrap());
+        let engine_us = 8.0 * (8.0 * 40.0 + 320.0) / 4000.0;
+        let extra = p50(&r) - p50(&insecure);
+        assert!(extra > 0.97 * engine_us && extra < 2.0 * engine_us, "dshield {} vs insecure {}", p50(&r), p50(&insecure));
+        assert!(r["io"]["cpu_busy_us"] == insecure["io"]["cpu_busy_us"], "the cores run the insecure path");
+        // Sequential 4 KB reads: a CMAC block covers 16 KB, so three reads in four hit.
+        let seq = run_io(&cfg(&[&base[..], &["io.stack=dshield", "io.pattern=seq-read"]].concat())).unwrap();
+        let hit = seq["dshield"]["cmac_hit_rate"].as_f64().unwrap();
+        assert!((0.74..=0.76).contains(&hit), "{hit}");
+    }
+
+    #[test]
+    fn d_shield_random_writes_write_dirty_metadata_back_through_the_hidden_queue() {
+        let r = run_io(&cfg(&["io.stack=dshield", "io.pattern=rand-write", "io.dshield_cache_kib=16"])).unwrap();
+        let d = &r["dshield"];
+        assert!(d["metadata_writes"].as_u64().unwrap() > 1000, "{d}");
+        // Hidden commands are the DIE's: no core submits them or takes their interrupt.
+        let insecure = run_io(&cfg(&["io.pattern=rand-write"])).unwrap();
+        assert!(r["io"]["commands"].as_u64().unwrap() > insecure["io"]["commands"].as_u64().unwrap());
+        assert_eq!(r["io"]["cpu_busy_us"], insecure["io"]["cpu_busy_us"]);
+    }
+
+    #[test]
+    fn d_shield_s_data_namespace_leaves_room_for_its_metadata() {
+        let e = run_io(&cfg(&["io.stack=dshield", "io.space_gib=16"])).unwrap_err().to_string();
+        assert!(e.contains("io.space_gib") && e.contains("metadata namespace"), "{e}");
+        let g = dshield::Geometry::for_drive(16 << 21);
+        let (c, t) = g.metadata_sectors();
+        assert!(g.data_sectors + c + t <= 16 << 21 && g.data_sectors > (16 << 21) * 96 / 100);
     }
 
     #[test]

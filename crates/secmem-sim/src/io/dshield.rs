@@ -1,0 +1,486 @@
+//! D-Shield's storage metadata (HPCA'23, section V-B2 and Fig. 6): what the DMA Interception
+//! Engine (DIE) must read, write and compute for each data I/O.
+//!
+//! * **Fused CMAC blocks.** One 512 B block per 32 data blocks (512 B sectors): a 64-bit major
+//!   counter, 32 38-bit minor counters and 32 88-bit MACs (8 + 152 + 352 = 512 B). They fill
+//!   1/32 of the data's size: 3.125% of the drive.
+//! * **A Merkle tree over the counters** (Bonsai: the MACs need none). A leaf is the 8 B hash
+//!   of one CMAC block's counters (its major and 32 minors, 160 B); a 512 B tree node holds 64
+//!   such hashes; levels go up to one node, whose hash the DIE keeps on chip (the root). About
+//!   0.05% of the drive.
+//! * **Two on-chip caches** of 256 KB, 8 ways (Table I): one of CMAC blocks, one of tree nodes,
+//!   both write-back. A node in the cache has been verified, so a walk stops at the first
+//!   cached ancestor.
+//! * **Updates are lazy**, as the memory side's `tree.update = lazy`: a write changes its CMAC
+//!   block in the cache; when a dirty block leaves the cache it is written to the drive and its
+//!   hash goes into its parent node (fetched and verified if absent), which becomes dirty in
+//!   turn. (The paper leaves the update policy unstated; lazy is the secure-memory baseline it
+//!   builds on, [10] [56].)
+//! * **Cryptography** runs on the memory controller's engine (the DIE delegates it): per 512 B
+//!   data block, 8 pads of 64 B (40 cycles each) and one 512 B GHASH MAC (320 cycles); per
+//!   tree node verified or updated, one 512 B hash (320 cycles); per CMAC block's counters
+//!   hashed into the tree, 160 B: three 64 B operations.
+//! * **Minor overflow** (section V): a 38-bit minor that would wrap bumps the block's major
+//!   and resets its 32 minors, so the 32 data blocks it covers are read, re-encrypted and
+//!   written back.
+//!
+//! The metadata lives in its own namespace (`nvme-create-mdns`); [`Geometry`] places it after
+//! the data: CMAC blocks first, then the tree level by level from the leaves' parents up.
+
+use rustc_hash::FxHashMap;
+use secmem_core::cache::{Replacement, SetAssocCache};
+
+/// Data blocks (512 B sectors) per CMAC block.
+pub const BLOCKS_PER_CMAC: u64 = 32;
+/// Child hashes per 512 B tree node (8 B each).
+pub const TREE_ARITY: u64 = 64;
+/// Bytes of one CMAC block's counters: a 64-bit major and 32 38-bit minors.
+pub const COUNTER_BYTES: u64 = 8 + 32 * 38 / 8;
+
+/// Where the data and metadata of one namespace lie, in 512 B sectors.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Geometry {
+    pub data_sectors: u64,
+    pub cmac_blocks: u64,
+    /// Nodes per tree level, from the leaves' parents (level 1) up to the top (one node).
+    pub tree_nodes: Vec<u64>,
+    /// The first sector of the metadata (after the data).
+    pub metadata_base: u64,
+}
+
+/// A metadata block of [`Geometry`].
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Hash)]
+pub enum MetaBlock {
+    Cmac(u64),
+    /// A tree node: its level (1 = the CMAC blocks' parents) and index in the level.
+    Node(u32, u64),
+}
+
+impl Geometry {
+    pub fn new(data_sectors: u64) -> Geometry {
+        let cmac_blocks = data_sectors.div_ceil(BLOCKS_PER_CMAC).max(1);
+        let mut tree_nodes = Vec::new();
+        let mut n = cmac_blocks;
+        loop {
+            n = n.div_ceil(TREE_ARITY);
+            tree_nodes.push(n);
+            if n == 1 {
+                break;
+            }
+        }
+        Geometry { data_sectors, cmac_blocks, tree_nodes, metadata_base: data_sectors }
+    }
+
+    /// The largest data namespace whose metadata fits beside it on a drive of
+    /// `drive_sectors` (the metadata namespace takes the rest).
+    pub fn for_drive(drive_sectors: u64) -> Geometry {
+        // The metadata is just over 1/32 of the data: start from data = drive * 32/33 and
+        // step down while it does not fit (a few steps).
+        let mut data = drive_sectors / 33 * 32;
+        loop {
+            let g = Geometry::new(data);
+            let (c, t) = g.metadata_sectors();
+            if data + c + t <= drive_sectors {
+                return g;
+            }
+            data -= (data + c + t - drive_sectors).max(1);
+        }
+    }
+
+    /// The metadata of the first `space_sectors` data sectors: `(first sector, sectors)`
+    /// extents, one per kind (CMAC blocks, then each stored tree level).
+    pub fn metadata_extents(&self, space_sectors: u64) -> Vec<(u64, u64)> {
+        let mut out = Vec::new();
+        let mut n = space_sectors.div_ceil(BLOCKS_PER_CMAC).max(1);
+        out.push((self.sector_of(MetaBlock::Cmac(0)), n));
+        for level in 1..self.top_level() {
+            n = n.div_ceil(TREE_ARITY);
+            out.push((self.sector_of(MetaBlock::Node(level, 0)), n));
+        }
+        out
+    }
+
+    /// The tree's top level: its one node is held on chip.
+    pub fn top_level(&self) -> u32 { self.tree_nodes.len() as u32 }
+
+    /// Sectors of CMAC blocks and of tree nodes stored on the drive (the top node is on chip).
+    pub fn metadata_sectors(&self) -> (u64, u64) {
+        let stored: u64 = self.tree_nodes[..self.tree_nodes.len() - 1].iter().sum();
+        (self.cmac_blocks, stored)
+    }
+
+    /// The metadata's share of the data's size: (CMAC blocks, tree).
+    pub fn overhead(&self) -> (f64, f64) {
+        let (c, t) = self.metadata_sectors();
+        (c as f64 / self.data_sectors as f64, t as f64 / self.data_sectors as f64)
+    }
+
+    pub fn cmac_of(&self, sector: u64) -> u64 { sector / BLOCKS_PER_CMAC }
+
+    /// The parent of a block: a CMAC block's level-1 node, a node's node one level up; None
+    /// for the top node.
+    pub fn parent(&self, b: MetaBlock) -> Option<MetaBlock> {
+        match b {
+            MetaBlock::Cmac(i) => Some(MetaBlock::Node(1, i / TREE_ARITY)),
+            MetaBlock::Node(level, _) if level >= self.top_level() => None,
+            MetaBlock::Node(level, i) => Some(MetaBlock::Node(level + 1, i / TREE_ARITY)),
+        }
+    }
+
+    /// The sector a metadata block is stored at (in the drive's address space).
+    pub fn sector_of(&self, b: MetaBlock) -> u64 {
+        match b {
+            MetaBlock::Cmac(i) => self.metadata_base + i,
+            MetaBlock::Node(level, i) => {
+                let below: u64 = self.tree_nodes[..level as usize - 1].iter().sum();
+                self.metadata_base + self.cmac_blocks + below + i
+            }
+        }
+    }
+}
+
+/// What one data I/O costs the DIE beyond the data itself.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct MetaWork {
+    /// Metadata blocks to read from the drive (through the hidden metadata queue pair) before
+    /// the data can be verified or encrypted; all their addresses are known at once, so they
+    /// may be read in parallel.
+    pub reads: Vec<MetaBlock>,
+    /// Metadata blocks written back to the drive (dirty blocks leaving the caches).
+    pub writes: Vec<MetaBlock>,
+    /// Data blocks re-encrypted after a minor overflow: read, re-encrypted and written again.
+    pub reencrypted_blocks: Vec<u64>,
+    /// 64 B operations of the memory controller's engine: pads, counter hashes.
+    pub ops_64b: u64,
+    /// 512 B hashes: data MACs, tree nodes verified or updated.
+    pub hashes_512b: u64,
+}
+
+impl MetaWork {
+    /// Engine cycles at `op_64b_cycles` per 64 B operation and `hash_512b_cycles` per 512 B hash.
+    pub fn engine_cycles(&self, op_64b_cycles: u64, hash_512b_cycles: u64) -> u64 { self.ops_64b * op_64b_cycles + self.hashes_512b * hash_512b_cycles }
+}
+
+/// The DIE's counters.
+#[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize)]
+pub struct DieStats {
+    pub cmac_hits: u64,
+    pub cmac_misses: u64,
+    pub node_hits: u64,
+    pub node_misses: u64,
+    pub metadata_reads: u64,
+    pub metadata_writes: u64,
+    pub minor_overflows: u64,
+    pub reencrypted_blocks: u64,
+}
+
+/// The DIE's metadata state: the two caches and the counters of every CMAC block written.
+pub struct Metadata {
+    pub geometry: Geometry,
+    cmac_cache: SetAssocCache,
+    node_cache: SetAssocCache,
+    /// Minor counters of each CMAC block written (sparse: blocks never written are all zero).
+    minors: FxHashMap<u64, [u64; BLOCKS_PER_CMAC as usize]>,
+    minor_max: u64,
+    pub stats: DieStats,
+}
+
+/// Node cache keys: the level in the top byte, the index below (levels fit, indices are < 2^56).
+fn node_key(level: u32, i: u64) -> u64 { (u64::from(level) << 56) | i }
+
+impl Metadata {
+    /// A namespace of `data_sectors`, with caches of `cache_kib` each (8 ways of 512 B blocks)
+    /// and `minor_bits`-bit minor counters.
+    pub fn new(data_sectors: u64, cache_kib: u64, ways: usize, minor_bits: u32) -> Metadata {
+        let blocks = (cache_kib * 1024 / 512).max(ways as u64);
+        let sets = (blocks / ways as u64).max(1);
+        Metadata {
+            geometry: Geometry::new(data_sectors),
+            cmac_cache: SetAssocCache::with_geometry(sets, ways, Replacement::Lru),
+            node_cache: SetAssocCache::with_geometry(sets, ways, Replacement::Lru),
+            minors: FxHashMap::default(),
+            minor_max: if minor_bits >= 64 { u64::MAX } else { (1u64 << minor_bits) - 1 },
+            stats: DieStats::default(),
+        }
+    }
+
+    /// A read of `n` data blocks from `first`: their CMAC blocks (and the tree path that
+    /// verifies each fetched one), then each block's MAC checked and decrypted.
+    pub fn read(&mut self, first: u64, n: u64) -> MetaWork {
+        let mut w = MetaWork::default();
+        for c in self.cmac_range(first, n) {
+            self.need_cmac(c, false, &mut w);
+        }
+        w.ops_64b += 8 * n;
+        w.hashes_512b += n;
+        w
+    }
+
+    /// A write of `n` data blocks from `first`: their CMAC blocks, a minor increment each (an
+    /// overflow re-encrypts the block's 32), then each block encrypted and its MAC computed.
+    pub fn write(&mut self, first: u64, n: u64) -> MetaWork {
+        let mut w = MetaWork::default();
+        for c in self.cmac_range(first, n) {
+            self.need_cmac(c, true, &mut w);
+        }
+        for s in first..first + n {
+            let c = self.geometry.cmac_of(s);
+            let minors = self.minors.entry(c).or_insert([0; BLOCKS_PER_CMAC as usize]);
+            let k = (s % BLOCKS_PER_CMAC) as usize;
+            if minors[k] == self.minor_max {
+                // The major counter moves on; every block it covers is encrypted anew.
+                *minors = [0; BLOCKS_PER_CMAC as usize];
+                self.stats.minor_overflows += 1;
+                let base = c * BLOCKS_PER_CMAC;
+                let others = (base..base + BLOCKS_PER_CMAC).filter(|&b| b != s && b < self.geometry.data_sectors);
+                w.reencrypted_blocks.extend(others);
+            }
+            minors[k] += 1;
+        }
+        let re = w.reencrypted_blocks.len() as u64;
+        self.stats.reencrypted_blocks += re;
+        // Each written block, and each re-encrypted one: decrypted (re-encryption only), padded
+        // and MACed.
+        w.ops_64b += 8 * n + 16 * re;
+        w.hashes_512b += n + 2 * re;
+        w
+    }
+
+    fn cmac_range(&self, first: u64, n: u64) -> std::ops::RangeInclusive<u64> { self.geometry.cmac_of(first)..=self.geometry.cmac_of(first + n.max(1) - 1) }
+
+    /// CMAC block `c` in the cache (a write marks it dirty): on a miss it is read and its
+    /// counters' hash verified against its parent, which must be in the cache or be read in
+    /// turn, up to a cached node or the on-chip top.
+    fn need_cmac(&mut self, c: u64, write: bool, w: &mut MetaWork) {
+        if self.cmac_cache.lookup(c, write).is_some() {
+            self.stats.cmac_hits += 1;
+            return;
+        }
+        self.stats.cmac_misses += 1;
+        self.fetch(MetaBlock::Cmac(c), w);
+        let (_, victim) = self.cmac_cache.fill(c, write);
+        if let Some(v) = victim.filter(|v| v.dirty) {
+            self.write_back(MetaBlock::Cmac(v.line), w);
+        }
+    }
+
+    /// Reads `b` and verifies it: a CMAC block's counters (three 64 B operations), a node (one
+    /// 512 B hash), against a parent that is cached, read here, or the top.
+    fn fetch(&mut self, b: MetaBlock, w: &mut MetaWork) {
+        w.reads.push(b);
+        self.stats.metadata_reads += 1;
+        match b {
+            MetaBlock::Cmac(_) => w.ops_64b += COUNTER_BYTES.div_ceil(64),
+            MetaBlock::Node(..) => w.hashes_512b += 1,
+        }
+        if let Some(p) = self.geometry.parent(b) {
+            self.need_node(p, false, w);
+        }
+    }
+
+    /// Tree node `p` in the cache (on-chip top: always), dirty if `write`.
+    fn need_node(&mut self, p: MetaBlock, write: bool, w: &mut MetaWork) {
+        let MetaBlock::Node(level, i) = p else { unreachable!("a parent is a node") };
+        if level == self.geometry.top_level() {
+            return; // on chip
+        }
+        let key = node_key(level, i);
+        if self.node_cache.lookup(key, write).is_some() {
+            self.stats.node_hits += 1;
+            return;
+        }
+        self.stats.node_misses += 1;
+        self.fetch(p, w);
+        let (_, victim) = self.node_cache.fill(key, write);
+        if let Some(v) = victim.filter(|v| v.dirty) {
+            let (level, i) = ((v.line >> 56) as u32, v.line & ((1 << 56) - 1));
+            self.write_back(MetaBlock::Node(level, i), w);
+        }
+    }
+
+    /// A dirty block leaves its cache: written to the drive, its new hash put into its parent
+    /// (one 512 B hash over the parent's new content), which becomes dirty.
+    fn write_back(&mut self, b: MetaBlock, w: &mut MetaWork) {
+        w.writes.push(b);
+        self.stats.metadata_writes += 1;
+        if let MetaBlock::Cmac(_) = b {
+            w.ops_64b += COUNTER_BYTES.div_ceil(64);
+        }
+        if let Some(p) = self.geometry.parent(b) {
+            self.need_node(p, true, w);
+            w.hashes_512b += 1;
+        }
+    }
+
+    /// Dirty metadata blocks held in the two caches.
+    pub fn dirty_blocks(&self) -> usize { self.cmac_cache.dirty_count() + self.node_cache.dirty_count() }
+}
+
+/// The DMA Interception Engine on the host's I/O path (Fig. 8): for each application I/O it
+/// starts the metadata reads as soon as the I/O's addresses pass it (the submission), holds
+/// each of the I/O's commands where its data passes the DMA path, and lets it go once the
+/// metadata is in and the memory controller's engine has verified and decrypted (reads) or
+/// encrypted and MACed (writes) its sectors; a read's completion entry and MSI come after.
+/// The engine serves the DIE's work in arrival order (the memory side's own use of it is not
+/// modelled as occupancy).
+pub struct Die {
+    pub meta: Metadata,
+    op_64b_cycles: u64,
+    hash_512b_cycles: u64,
+    /// When the engine is next free.
+    engine_free: u64,
+    pub engine_busy_cycles: u64,
+    slots: Vec<SlotState>,
+}
+
+#[derive(Clone, Default)]
+struct SlotState {
+    /// Metadata reads outstanding, and when the last one arrived.
+    pending_reads: u32,
+    ready_at: u64,
+    /// Engine cycles of the I/O's metadata (counter and tree hashes, re-encryption), charged
+    /// with its first command released.
+    metadata_cycles: u64,
+    /// Its commands at the hold: id, arrival, sectors.
+    held: Vec<(usize, u64, u64)>,
+}
+
+impl Die {
+    pub fn new(meta: Metadata, op_64b_cycles: u64, hash_512b_cycles: u64, slots: usize) -> Die {
+        Die { meta, op_64b_cycles, hash_512b_cycles, engine_free: 0, engine_busy_cycles: 0, slots: vec![SlotState::default(); slots] }
+    }
+
+    /// Application slot `slot` submits an I/O of `n` sectors from `first` at `at`: its
+    /// metadata reads go out on the hidden queue pair (and any dirty blocks they displace are
+    /// written back). `core` is the thread whose queues the hidden commands' entries share.
+    #[allow(clippy::too_many_arguments)] // the I/O's fields, its core and time
+    pub fn begin(&mut self, host: &mut super::host::Host, slot: usize, write: bool, first: u64, n: u64, core: u32, at: u64) -> Result<(), crate::run::SimError> {
+        use super::host::{Cmd, Owner};
+        let work = if write { self.meta.write(first, n) } else { self.meta.read(first, n) };
+        let per_sector = 8 * self.op_64b_cycles + self.hash_512b_cycles;
+        let s = &mut self.slots[slot];
+        s.pending_reads = work.reads.len() as u32;
+        s.ready_at = at;
+        s.metadata_cycles = work.engine_cycles(self.op_64b_cycles, self.hash_512b_cycles).saturating_sub(n * per_sector);
+        let g = &self.meta.geometry;
+        let hidden = |owner, write, sector: u64, bytes: u32| Cmd::hidden(owner, write, sector * 512, bytes, core);
+        for b in &work.reads {
+            host.issue(hidden(Owner::DieRead(slot), false, g.sector_of(*b), 512), at)?;
+        }
+        for b in &work.writes {
+            host.issue(hidden(Owner::DieWrite, true, g.sector_of(*b), 512), at)?;
+        }
+        // Re-encryption after a minor overflow: the blocks are read and written again (their
+        // engine work is in metadata_cycles); nothing waits for it.
+        for &blk in &work.reencrypted_blocks {
+            host.issue(hidden(Owner::DieWrite, false, blk, 512), at)?;
+            host.issue(hidden(Owner::DieWrite, true, blk, 512), at)?;
+        }
+        Ok(())
+    }
+
+    /// One of `slot`'s metadata reads arrived at `at`.
+    pub fn metadata_arrived(&mut self, host: &mut super::host::Host, slot: usize, at: u64) {
+        let s = &mut self.slots[slot];
+        s.pending_reads -= 1;
+        s.ready_at = s.ready_at.max(at);
+        self.release_ready(host, slot);
+    }
+
+    /// Command `id` of `slot`, `sectors` long, reached the hold at `at`.
+    pub fn held(&mut self, host: &mut super::host::Host, slot: usize, id: usize, sectors: u64, at: u64) {
+        self.slots[slot].held.push((id, at, sectors));
+        self.release_ready(host, slot);
+    }
+
+    fn release_ready(&mut self, host: &mut super::host::Host, slot: usize) {
+        if self.slots[slot].pending_reads > 0 {
+            return;
+        }
+        let per_sector = 8 * self.op_64b_cycles + self.hash_512b_cycles;
+        let s = &mut self.slots[slot];
+        for (id, at, sectors) in s.held.drain(..) {
+            let cycles = sectors * per_sector + std::mem::take(&mut s.metadata_cycles);
+            let start = self.engine_free.max(at).max(s.ready_at);
+            self.engine_free = start + cycles;
+            self.engine_busy_cycles += cycles;
+            host.release(id, self.engine_free);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const GIB_SECTORS: u64 = (1 << 30) / 512;
+
+    #[test]
+    fn the_metadata_takes_the_papers_share_of_a_512_gb_drive() {
+        let g = Geometry::new(512 * GIB_SECTORS);
+        let (cmac, tree) = g.overhead();
+        // Section VIII: 3.12% for the CMAC blocks, under 0.06% for the tree, under 3.14% in all.
+        assert!((cmac - 1.0 / 32.0).abs() < 1e-12, "{cmac}");
+        assert!(tree < 0.0006 && tree > 0.0004, "{tree}");
+        assert!(cmac + tree < 0.0318);
+        // 2^25 CMAC blocks under a 64-ary tree: levels of 2^19, 2^13, 2^7, 2, 1 nodes.
+        assert_eq!(g.tree_nodes, vec![1 << 19, 1 << 13, 1 << 7, 2, 1]);
+        assert_eq!(COUNTER_BYTES + 32 * 11, 512, "a major, 32 minors and 32 88-bit MACs fill one block");
+    }
+
+    #[test]
+    fn metadata_blocks_lie_after_the_data_without_overlapping() {
+        let g = Geometry::new(GIB_SECTORS);
+        let last_cmac = g.sector_of(MetaBlock::Cmac(g.cmac_blocks - 1));
+        assert_eq!(g.sector_of(MetaBlock::Cmac(0)), GIB_SECTORS);
+        assert_eq!(g.sector_of(MetaBlock::Node(1, 0)), last_cmac + 1);
+        let l1 = g.tree_nodes[0];
+        assert_eq!(g.sector_of(MetaBlock::Node(2, 0)), g.sector_of(MetaBlock::Node(1, l1 - 1)) + 1);
+        assert_eq!(g.parent(MetaBlock::Cmac(130)), Some(MetaBlock::Node(1, 2)));
+        assert_eq!(g.parent(MetaBlock::Node(g.top_level(), 0)), None);
+    }
+
+    #[test]
+    fn a_cold_read_walks_to_the_top_and_a_second_read_of_the_block_hits() {
+        let mut m = Metadata::new(GIB_SECTORS, 256, 8, 38);
+        let levels = m.geometry.top_level() as usize; // the top node is on chip
+        let w = m.read(0, 8);
+        assert_eq!(w.reads.len(), 1 + (levels - 1), "the CMAC block and every stored node above it: {:?}", w.reads);
+        assert_eq!(w.reads[0], MetaBlock::Cmac(0));
+        // 8 blocks: 64 pads and 8 MACs; the counters' hash (3 ops) and one hash per node read.
+        assert_eq!((w.ops_64b, w.hashes_512b), (64 + 3, 8 + (levels as u64 - 1)));
+        let again = m.read(8, 8);
+        assert!(again.reads.is_empty() && again.writes.is_empty());
+        // A neighbour CMAC block shares its level-1 node: one read.
+        assert_eq!(m.read(32, 1).reads, vec![MetaBlock::Cmac(1)]);
+        assert_eq!((m.stats.cmac_hits, m.stats.cmac_misses), (1, 2));
+    }
+
+    #[test]
+    fn dirty_blocks_are_written_back_when_they_leave_and_dirty_their_parent() {
+        // A cache of 8 blocks (4 KiB, 8 ways: one set): the ninth written block evicts the first.
+        let mut m = Metadata::new(GIB_SECTORS, 4, 8, 38);
+        let mut writes = Vec::new();
+        for c in 0..9 {
+            writes.extend(m.write(c * BLOCKS_PER_CMAC, 1).writes);
+        }
+        assert_eq!(writes, vec![MetaBlock::Cmac(0)]);
+        assert_eq!(m.stats.metadata_writes, 1);
+        assert!(m.dirty_blocks() > 8, "eight dirty CMAC blocks and their dirty parent");
+    }
+
+    #[test]
+    fn a_minor_overflow_moves_the_major_and_reencrypts_the_32_blocks() {
+        let mut m = Metadata::new(GIB_SECTORS, 256, 8, 2); // minors wrap after 3 writes
+        for _ in 0..3 {
+            assert!(m.write(5, 1).reencrypted_blocks.is_empty());
+        }
+        let w = m.write(5, 1);
+        assert_eq!(w.reencrypted_blocks.len(), 31);
+        assert!(!w.reencrypted_blocks.contains(&5) && w.reencrypted_blocks.iter().all(|&b| b < 32));
+        assert_eq!(m.stats.minor_overflows, 1);
+        // 38-bit minors (the paper's) do not overflow in a simulation's lifetime.
+        let mut real = Metadata::new(GIB_SECTORS, 256, 8, 38);
+        assert!((0..1000).all(|_| real.write(5, 1).reencrypted_blocks.is_empty()));
+    }
+}
