@@ -15,7 +15,7 @@
 //!   block in the cache; when a dirty block leaves the cache it is written to the drive and its
 //!   hash goes into its parent node (fetched and verified if absent), which becomes dirty in
 //!   turn. (The paper leaves the update policy unstated; lazy is the secure-memory baseline it
-//!   builds on, [10] [56].)
+//!   builds on, its references 10 and 56.)
 //! * **Cryptography** runs on the memory controller's engine (the DIE delegates it): per 512 B
 //!   data block, 8 pads of 64 B (40 cycles each) and one 512 B GHASH MAC (320 cycles); per
 //!   tree node verified or updated, one 512 B hash (320 cycles); per CMAC block's counters
