@@ -55,7 +55,7 @@ def test_enc_int_reports_dm_integritys_journal_and_tag_traffic(cli):
     assert 0 < r["ssd"]["die_utilisation"] <= 1
 
 
-def test_reproduce_dshield_quick_compares_fig3_with_the_paper(cli, tmp_path):
+def test_reproduce_dshield_quick_compares_fig3_and_fig13_with_the_paper(cli, tmp_path):
     out = tmp_path / "ds"
     cli("reproduce", "dshield", "--quick", "--out", out, check=True)
     rows = json.loads((out / "reproduce.json").read_text())
@@ -66,6 +66,12 @@ def test_reproduce_dshield_quick_compares_fig3_with_the_paper(cli, tmp_path):
     assert 1.0 <= enc["ours"] < enc_int["ours"]
     assert len([r for r in rows if r["figure"] == "fig3"]) == 14
     assert (out / "fig3.png").exists() and "Where and why we differ" in (out / "report.md").read_text()
+    # Fig. 13: the basic D-Shield beside the paper's random-pattern overheads.
+    fig13 = {r["metric"]: r for r in rows if r["figure"] == "fig13"}
+    assert fig13["dshield runtime / insecure, Rand-W"]["paper"] == 1.49
+    assert all(fig13[f"dshield runtime / insecure, {p}"]["ours"] > 1.0 for p in ("Seq-R", "Rand-R", "Rand-W"))
+    assert 0.0 <= fig13["dshield CMAC cache miss rate, random patterns"]["ours"] <= 1.0
+    assert (out / "fig13.png").exists() and "D-Shield on random writes" in (out / "report.md").read_text()
 
 
 def test_io_capture_records_sqlites_preads_and_pwrites_and_io_replays_them(cli, tmp_path):
