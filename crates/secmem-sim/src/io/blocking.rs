@@ -37,7 +37,7 @@ impl BlockingIo {
         if cfg.run.functional {
             return Err(ConfigError::new("run.functional", "I/O records are timed, not functional: DMA moves no real bytes yet"));
         }
-        if matches!(cfg.io.stack, IoStack::EncInt | IoStack::Dshield) {
+        if matches!(cfg.io.stack, IoStack::EncInt | IoStack::Dshield | IoStack::DshieldPro) {
             return Err(ConfigError::new("io.stack", format!("{} runs in secmem io; I/O records inside a memory trace take insecure or enc", cfg.io.stack.as_str())));
         }
         cfg.ssd.validate("ssd")?;

@@ -24,6 +24,17 @@
 //!   and resets its 32 minors, so the 32 data blocks it covers are read, re-encrypted and
 //!   written back.
 //!
+//! * **D-Shield-Pro** (section VII, Fig. 12): a direct-mapped cache of CMAC blocks in host
+//!   memory (`nvme-create-fused-cache`; 128 MB by default) behind the on-chip one, with an
+//!   on-chip directory of what it holds. An on-chip miss that the directory finds is loaded
+//!   from memory (8 lines through the secure memory controller, so verified by the memory's
+//!   tree: no storage tree walk); otherwise from the drive. Each on-chip entry has a 5-bit
+//!   *Useful* count, up on each read of its data blocks and down on each write; a block
+//!   leaving the on-chip cache with a non-zero count goes into the memory cache. Dirty blocks
+//!   are written to the drive as they leave (write-through), so a memory-cache block is always
+//!   the drive's and is dropped without a write-back. (Pro builds on D-Shield-Hyb in the
+//!   paper; here it builds on the basic D-Shield.)
+//!
 //! The metadata lives in its own namespace (`nvme-create-mdns`); [`Geometry`] places it after
 //! the data: CMAC blocks first, then the tree level by level from the leaves' parents up.
 
@@ -150,6 +161,9 @@ pub struct MetaWork {
     pub writes: Vec<MetaBlock>,
     /// Data blocks re-encrypted after a minor overflow: read, re-encrypted and written again.
     pub reencrypted_blocks: Vec<u64>,
+    /// D-Shield-Pro: slots of the in-memory CMAC cache loaded (waited for) and filled.
+    pub memory_loads: Vec<u64>,
+    pub memory_fills: Vec<u64>,
     /// 64 B operations of the memory controller's engine: pads, counter hashes.
     pub ops_64b: u64,
     /// 512 B hashes: data MACs, tree nodes verified or updated.
@@ -172,7 +186,22 @@ pub struct DieStats {
     pub metadata_writes: u64,
     pub minor_overflows: u64,
     pub reencrypted_blocks: u64,
+    /// D-Shield-Pro: on-chip misses found in the memory cache, and not.
+    pub memory_cache_hits: u64,
+    pub memory_cache_misses: u64,
+    pub memory_cache_fills: u64,
 }
+
+/// D-Shield-Pro's in-memory CMAC cache: direct-mapped, its directory on chip.
+struct MemoryCache {
+    /// The CMAC block in each slot (`u64::MAX`: empty). The on-chip directory.
+    directory: Vec<u64>,
+    /// The 5-bit Useful count of each CMAC block in the on-chip cache.
+    useful: FxHashMap<u64, u8>,
+}
+
+/// The Useful count's ceiling (5 bits).
+const USEFUL_MAX: u8 = 31;
 
 /// The DIE's metadata state: the two caches and the counters of every CMAC block written.
 pub struct Metadata {
@@ -182,6 +211,7 @@ pub struct Metadata {
     /// Minor counters of each CMAC block written (sparse: blocks never written are all zero).
     minors: FxHashMap<u64, [u64; BLOCKS_PER_CMAC as usize]>,
     minor_max: u64,
+    memory_cache: Option<MemoryCache>,
     pub stats: DieStats,
 }
 
@@ -200,7 +230,22 @@ impl Metadata {
             node_cache: SetAssocCache::with_geometry(sets, ways, Replacement::Lru),
             minors: FxHashMap::default(),
             minor_max: if minor_bits >= 64 { u64::MAX } else { (1u64 << minor_bits) - 1 },
+            memory_cache: None,
             stats: DieStats::default(),
+        }
+    }
+
+    /// D-Shield-Pro: a memory cache of `slots` CMAC blocks (empty, as after a namespace format).
+    pub fn with_memory_cache(mut self, slots: u64) -> Metadata {
+        self.memory_cache = Some(MemoryCache { directory: vec![u64::MAX; slots as usize], useful: FxHashMap::default() });
+        self
+    }
+
+    /// Counts a read (+1) or write (-1) of a CMAC block's data in its Useful count.
+    fn useful(&mut self, c: u64, read: bool) {
+        if let Some(m) = self.memory_cache.as_mut() {
+            let u = m.useful.entry(c).or_insert(0);
+            *u = if read { (*u + 1).min(USEFUL_MAX) } else { u.saturating_sub(1) };
         }
     }
 
@@ -210,6 +255,7 @@ impl Metadata {
         let mut w = MetaWork::default();
         for c in self.cmac_range(first, n) {
             self.need_cmac(c, false, &mut w);
+            self.useful(c, true);
         }
         w.ops_64b += 8 * n;
         w.hashes_512b += n;
@@ -222,6 +268,7 @@ impl Metadata {
         let mut w = MetaWork::default();
         for c in self.cmac_range(first, n) {
             self.need_cmac(c, true, &mut w);
+            self.useful(c, false);
         }
         for s in first..first + n {
             let c = self.geometry.cmac_of(s);
@@ -257,10 +304,39 @@ impl Metadata {
             return;
         }
         self.stats.cmac_misses += 1;
-        self.fetch(MetaBlock::Cmac(c), w);
+        let in_memory = self.memory_cache.as_ref().map(|m| {
+            let slot = c % m.directory.len() as u64;
+            (slot, m.directory[slot as usize] == c)
+        });
+        match in_memory {
+            Some((slot, true)) => {
+                // Verified by the memory's own protection as it is loaded.
+                self.stats.memory_cache_hits += 1;
+                w.memory_loads.push(slot);
+            }
+            Some((_, false)) => {
+                self.stats.memory_cache_misses += 1;
+                self.fetch(MetaBlock::Cmac(c), w);
+            }
+            None => self.fetch(MetaBlock::Cmac(c), w),
+        }
         let (_, victim) = self.cmac_cache.fill(c, write);
-        if let Some(v) = victim.filter(|v| v.dirty) {
-            self.write_back(MetaBlock::Cmac(v.line), w);
+        if let Some(v) = victim {
+            if v.dirty {
+                self.write_back(MetaBlock::Cmac(v.line), w);
+            }
+            if let Some(m) = self.memory_cache.as_mut() {
+                // Into the memory cache if it was useful, over whatever held the slot (the
+                // drive has every block the memory cache holds); a changed block the memory
+                // cache holds is refreshed there too, so that it never serves a stale copy.
+                let slot = v.line % m.directory.len() as u64;
+                let held_stale = v.dirty && m.directory[slot as usize] == v.line;
+                if m.useful.remove(&v.line).unwrap_or(0) > 0 || held_stale {
+                    m.directory[slot as usize] = v.line;
+                    self.stats.memory_cache_fills += 1;
+                    w.memory_fills.push(slot);
+                }
+            }
         }
     }
 
@@ -325,6 +401,8 @@ impl Metadata {
 /// modelled as occupancy).
 pub struct Die {
     pub meta: Metadata,
+    /// D-Shield-Pro: the host-memory line where the in-memory CMAC cache starts (512 B slots).
+    memory_cache_line: u64,
     op_64b_cycles: u64,
     hash_512b_cycles: u64,
     /// When the engine is next free.
@@ -346,29 +424,44 @@ struct SlotState {
 }
 
 impl Die {
-    pub fn new(meta: Metadata, op_64b_cycles: u64, hash_512b_cycles: u64, slots: usize) -> Die {
-        Die { meta, op_64b_cycles, hash_512b_cycles, engine_free: 0, engine_busy_cycles: 0, slots: vec![SlotState::default(); slots] }
+    /// `memory_cache_line`: where D-Shield-Pro's in-memory cache lies (unused without one).
+    pub fn new(meta: Metadata, op_64b_cycles: u64, hash_512b_cycles: u64, slots: usize, memory_cache_line: u64) -> Die {
+        Die { meta, memory_cache_line, op_64b_cycles, hash_512b_cycles, engine_free: 0, engine_busy_cycles: 0, slots: vec![SlotState::default(); slots] }
     }
 
     /// Application slot `slot` submits an I/O of `n` sectors from `first` at `at`: its
     /// metadata reads go out on the hidden queue pair (and any dirty blocks they displace are
     /// written back). `core` is the thread whose queues the hidden commands' entries share.
     #[allow(clippy::too_many_arguments)] // the I/O's fields, its core and time
-    pub fn begin(&mut self, host: &mut super::host::Host, slot: usize, write: bool, first: u64, n: u64, core: u32, at: u64) -> Result<(), crate::run::SimError> {
+    pub fn begin(&mut self, host: &mut super::host::Host, slot_of_io: usize, write: bool, first: u64, n: u64, core: u32, at: u64) -> Result<(), crate::run::SimError> {
         use super::host::{Cmd, Owner};
         let work = if write { self.meta.write(first, n) } else { self.meta.read(first, n) };
         let per_sector = 8 * self.op_64b_cycles + self.hash_512b_cycles;
-        let s = &mut self.slots[slot];
+        let s = &mut self.slots[slot_of_io];
         s.pending_reads = work.reads.len() as u32;
         s.ready_at = at;
         s.metadata_cycles = work.engine_cycles(self.op_64b_cycles, self.hash_512b_cycles).saturating_sub(n * per_sector);
         let g = &self.meta.geometry;
         let hidden = |owner, write, sector: u64, bytes: u32| Cmd::hidden(owner, write, sector * 512, bytes, core);
         for b in &work.reads {
-            host.issue(hidden(Owner::DieRead(slot), false, g.sector_of(*b), 512), at)?;
+            host.issue(hidden(Owner::DieRead(slot_of_io), false, g.sector_of(*b), 512), at)?;
         }
         for b in &work.writes {
             host.issue(hidden(Owner::DieWrite, true, g.sector_of(*b), 512), at)?;
+        }
+        // D-Shield-Pro: blocks loaded from the memory cache (8 lines through the secure memory
+        // controller, which decrypts and verifies them) are waited for; fills are not.
+        for &slot in &work.memory_loads {
+            let mut done = at;
+            for k in 0..8 {
+                done = done.max(host.mem(self.memory_cache_line + slot * 8 + k, false, at)?);
+            }
+            self.slots[slot_of_io].ready_at = self.slots[slot_of_io].ready_at.max(done);
+        }
+        for &slot in &work.memory_fills {
+            for k in 0..8 {
+                host.mem(self.memory_cache_line + slot * 8 + k, true, at)?;
+            }
         }
         // Re-encryption after a minor overflow: the blocks are read and written again (their
         // engine work is in metadata_cycles); nothing waits for it.
@@ -467,6 +560,32 @@ mod tests {
         assert_eq!(writes, vec![MetaBlock::Cmac(0)]);
         assert_eq!(m.stats.metadata_writes, 1);
         assert!(m.dirty_blocks() > 8, "eight dirty CMAC blocks and their dirty parent");
+    }
+
+    #[test]
+    fn pro_keeps_read_blocks_in_memory_and_never_serves_a_stale_copy() {
+        // On chip: 8 blocks in one set; in memory: 1024 slots.
+        let mut m = Metadata::new(GIB_SECTORS, 4, 8, 38).with_memory_cache(1024);
+        for c in 0..9 {
+            m.read(c * BLOCKS_PER_CMAC, 1); // the ninth evicts block 0, read once: Useful 1
+        }
+        assert_eq!(m.stats.memory_cache_fills, 1);
+        let w = m.read(0, 1); // back from memory: no drive read, no tree walk
+        assert_eq!((w.memory_loads.clone(), w.reads.len()), (vec![0], 0));
+        // Written on chip (Useful back to 0), then evicted dirty: written to the drive and
+        // refreshed in memory, though no longer useful.
+        m.write(0, 1);
+        let mut filled = Vec::new();
+        for c in 9..17 {
+            filled.extend(m.write(c * BLOCKS_PER_CMAC, 1).memory_fills);
+        }
+        assert!(filled.contains(&0), "block 0's slot refreshed: {filled:?}");
+        // A block never read (Useful 0) and clean does not go to memory.
+        let mut n = Metadata::new(GIB_SECTORS, 4, 8, 38).with_memory_cache(1024);
+        for c in 0..9 {
+            n.write(c * BLOCKS_PER_CMAC, 1);
+        }
+        assert_eq!(n.stats.memory_cache_fills, 0);
     }
 
     #[test]

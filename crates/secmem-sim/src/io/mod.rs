@@ -59,7 +59,8 @@ config_enum! {
         Insecure => "insecure": "no storage security: the block layer and NVMe driver only",
         Enc => "enc": "dm-crypt (aes-xts-plain64): each 512 B sector encrypted before a write is submitted and decrypted after a read completes, in software on the thread's core (io.aes_xts_ns_per_sector)",
         EncInt => "enc-int": "dm-crypt over dm-integrity in journal mode: each sector also gets an HMAC-SHA256 tag on the core (io.hmac_sha256_ns_per_sector); writes go through the journal and are copied to their place, tags live in interleaved metadata read and written through a buffer cache, from dm-integrity's on-disk format",
-        Dshield => "dshield": "D-Shield (HPCA'23): the processor's DMA Interception Engine encrypts and verifies each sector on the memory controller's engine, with fused counter/MAC blocks and a Merkle tree read and written through a hidden metadata queue pair and two on-chip caches (io.dshield_*); the cores run the insecure path"
+        Dshield => "dshield": "D-Shield (HPCA'23): the processor's DMA Interception Engine encrypts and verifies each sector on the memory controller's engine, with fused counter/MAC blocks and a Merkle tree read and written through a hidden metadata queue pair and two on-chip caches (io.dshield_*); the cores run the insecure path",
+        DshieldPro => "dshield-pro": "D-Shield-Pro (section VII): D-Shield with a direct-mapped cache of CMAC blocks in host memory behind the on-chip one (io.dshield_pro_cache_mib), filled with the blocks whose Useful count is non-zero as they leave the chip"
     }
 }
 
@@ -93,6 +94,7 @@ config_section! {
         max_transfer_kib: u32 = 128 => "Largest command the block layer sends the drive (max_sectors_kb), KiB; larger transfers are split";
         dshield_cache_kib: u64 = 256 => "D-Shield: each of the DIE's two on-chip metadata caches (CMAC blocks, tree nodes), KiB (Table I: 256 KB)";
         dshield_cache_ways: u32 = 8 => "D-Shield: ways of each metadata cache (Table I: 8)";
+        dshield_pro_cache_mib: u64 = 128 => "D-Shield-Pro: the in-memory CMAC cache, MiB (section VIII: 128 MB), a power of two; in host memory after the I/O buffers";
         dshield_minor_counter_bits: u32 = 38 => "D-Shield: bits of a CMAC block's minor counters (section V-B2: 38); a wrap moves the major and re-encrypts the 32 blocks";
         dshield_op_64b_cycles: u64 = 40 => "D-Shield: the memory controller's engine per 64 B encryption or hash, CPU cycles (Table I: 40)";
         dshield_hash_512b_cycles: u64 = 320 => "D-Shield: the engine per 512 B hash (a sector's MAC, a tree node), CPU cycles (Table I: 320)";
@@ -124,6 +126,9 @@ impl IoConfig {
             "io.dshield_cache_kib",
             || format!("must be 1..=1048576 KiB and hold a whole number of {}-way sets of 512 B blocks, got {}", self.dshield_cache_ways, self.dshield_cache_kib),
         )?;
+        ensure(self.dshield_pro_cache_mib >= 1 && self.dshield_pro_cache_mib.is_power_of_two() && self.dshield_pro_cache_mib <= 1 << 20, "io.dshield_pro_cache_mib", || {
+            format!("must be a power of two from 1 to 1048576 MiB, got {}", self.dshield_pro_cache_mib)
+        })?;
         ensure((8..=63).contains(&self.dshield_minor_counter_bits), "io.dshield_minor_counter_bits", || format!("must be 8..=63, got {}", self.dshield_minor_counter_bits))?;
         ensure(self.dshield_op_64b_cycles <= 1_000_000 && self.dshield_hash_512b_cycles <= 1_000_000, "io.dshield_op_64b_cycles", || "engine latencies must be at most 1,000,000 cycles".into())?;
         ensure(self.integrity_commit_ms.is_finite() && self.integrity_commit_ms > 0.0 && self.integrity_commit_ms <= 1e7, "io.integrity_commit_ms", || {
@@ -150,7 +155,7 @@ impl IoConfig {
             IoStack::Enc => self.aes_xts_ns_per_sector,
             IoStack::EncInt => self.aes_xts_ns_per_sector + self.hmac_sha256_ns_per_sector,
             // In hardware, on the memory controller's engine: no core time.
-            IoStack::Dshield => 0.0,
+            IoStack::Dshield | IoStack::DshieldPro => 0.0,
         }
     }
 
@@ -264,7 +269,8 @@ pub fn run_io(cfg: &Config) -> Result<Value, SimError> {
         None
     };
     // dshield: the data namespace, and the metadata namespace after it.
-    let die_geometry = (io.stack == IoStack::Dshield).then(|| dshield::Geometry::for_drive(drive_sectors));
+    let dshield = matches!(io.stack, IoStack::Dshield | IoStack::DshieldPro);
+    let die_geometry = dshield.then(|| dshield::Geometry::for_drive(drive_sectors));
     if let Some(g) = &die_geometry {
         ensure((io.space_gib << 30) / 512 <= g.data_sectors, "io.space_gib", || {
             format!("D-Shield's data namespace holds {} GiB of the drive's {} GiB (the rest is its metadata namespace): an I/O past its end", (g.data_sectors * 512) >> 30, cfg.ssd.capacity_gib)
@@ -315,14 +321,19 @@ pub fn run_io(cfg: &Config) -> Result<Value, SimError> {
             Some(enc_int::EncInt::new(l.clone(), io.integrity_journal_watermark, buffers as usize, kernel_line, io.threads))
         }
         None => {
-            io.check_host_memory(max_bytes, 0, cfg.data_bytes()).map_err(cfgerr)?;
+            // D-Shield-Pro's CMAC cache is the stack's own memory.
+            let pro_bytes = if io.stack == IoStack::DshieldPro { io.dshield_pro_cache_mib << 20 } else { 0 };
+            io.check_host_memory(max_bytes, pro_bytes, cfg.data_bytes()).map_err(|e| cfgerr(if pro_bytes > 0 { ConfigError::new("io.dshield_pro_cache_mib", format!("the CMAC cache does not fit beside the I/O buffers: {}", e.message)) } else { e }))?;
             None
         }
     };
     let mut host = Host::new(&mut engine, port, io.threads, timing);
     let mut die = die_geometry.map(|g| {
-        let meta = dshield::Metadata::new(g.data_sectors, io.dshield_cache_kib, io.dshield_cache_ways as usize, io.dshield_minor_counter_bits);
-        dshield::Die::new(meta, io.dshield_op_64b_cycles, io.dshield_hash_512b_cycles, (io.threads * io.queue_depth) as usize)
+        let mut meta = dshield::Metadata::new(g.data_sectors, io.dshield_cache_kib, io.dshield_cache_ways as usize, io.dshield_minor_counter_bits);
+        if io.stack == IoStack::DshieldPro {
+            meta = meta.with_memory_cache((io.dshield_pro_cache_mib << 20) / 512);
+        }
+        dshield::Die::new(meta, io.dshield_op_64b_cycles, io.dshield_hash_512b_cycles, (io.threads * io.queue_depth) as usize, kernel_line)
     });
     let per_sector = |ns: f64, bytes: u32| cyc(ns * f64::from(bytes / 512) / 1000.0);
     // The software cryptography of a write before it is submitted, and of a read after it
@@ -583,6 +594,7 @@ pub fn run_io(cfg: &Config) -> Result<Value, SimError> {
             "node_hits": st.node_hits, "node_misses": st.node_misses, "node_hit_rate": rate(st.node_hits, st.node_misses),
             "metadata_reads": st.metadata_reads, "metadata_writes": st.metadata_writes,
             "minor_overflows": st.minor_overflows, "reencrypted_blocks": st.reencrypted_blocks,
+            "memory_cache_hits": st.memory_cache_hits, "memory_cache_misses": st.memory_cache_misses, "memory_cache_fills": st.memory_cache_fills,
             "engine_busy_us": us(d.engine_busy_cycles),
             "metadata_share_of_drive": {"cmac": cmac_share, "tree": tree_share},
             "data_namespace_gib": (d.meta.geometry.data_sectors * 512) as f64 / (1u64 << 30) as f64,
@@ -644,6 +656,29 @@ mod tests {
         let insecure = run_io(&cfg(&["io.pattern=rand-write"])).unwrap();
         assert!(r["io"]["commands"].as_u64().unwrap() > insecure["io"]["commands"].as_u64().unwrap());
         assert_eq!(r["io"]["cpu_busy_us"], insecure["io"]["cpu_busy_us"]);
+    }
+
+    #[test]
+    fn d_shield_pro_serves_cmac_misses_from_memory_once_useful_blocks_leave_the_chip() {
+        // Random reads over 1 GiB: 65,536 CMAC blocks. The on-chip cache holds 512; a 64 MiB
+        // memory cache holds all of them, so once read blocks have left the chip (Useful > 0),
+        // their next misses come from memory, without a drive read or a tree walk.
+        let base = ["io.threads=1", "io.ios=20000", "io.pattern=rand-read", "io.space_gib=1"];
+        let basic = run_io(&cfg(&[&base[..], &["io.stack=dshield"]].concat())).unwrap();
+        let pro = run_io(&cfg(&[&base[..], &["io.stack=dshield-pro", "io.dshield_pro_cache_mib=64"]].concat())).unwrap();
+        let (b, p) = (&basic["dshield"], &pro["dshield"]);
+        let hits = p["memory_cache_hits"].as_u64().unwrap();
+        assert!(hits > 2000, "{p}");
+        assert_eq!(p["memory_cache_hits"].as_u64().unwrap() + p["memory_cache_misses"].as_u64().unwrap(), p["cmac_misses"].as_u64().unwrap());
+        assert!(p["metadata_reads"].as_u64().unwrap() < b["metadata_reads"].as_u64().unwrap(), "{p} vs {b}");
+        assert_eq!(b["memory_cache_hits"], 0);
+        // Its loads are memory traffic through the secure controller.
+        assert!(pro["memory"]["reads"].as_u64().unwrap() >= basic["memory"]["reads"].as_u64().unwrap() + 8 * hits);
+        // Too large for the host's memory: an error naming the field.
+        let e = run_io(&cfg(&["io.stack=dshield-pro", "io.dshield_pro_cache_mib=65536"])).unwrap_err().to_string();
+        assert!(e.contains("io.dshield_pro_cache_mib"), "{e}");
+        let e = run_io(&cfg(&["io.stack=dshield-pro", "io.dshield_pro_cache_mib=100"])).unwrap_err().to_string();
+        assert!(e.contains("io.dshield_pro_cache_mib") && e.contains("power of two"), "{e}");
     }
 
     #[test]
