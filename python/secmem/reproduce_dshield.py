@@ -21,6 +21,9 @@ PATTERNS = ["seq-read", "seq-write", "seq-rw", "rand-read", "rand-write", "rand-
 LABEL = {"seq-read": "Seq-R", "seq-write": "Seq-W", "seq-rw": "Seq-RW", "rand-read": "Rand-R", "rand-write": "Rand-W", "rand-rw": "Rand-RW"}
 STACKS = ["insecure", "enc", "enc-int", "dshield", "dshield-pro"]
 SEQUENTIAL = ["seq-read", "seq-write", "seq-rw"]
+# Fig. 16b: the on-chip metadata caches' size on a random pattern, KiB each (the paper's sizes
+# are not stated; 256 KB is Table I's).
+CACHE_KIB = [64, 256, 1024, 4096]
 
 # Section III: "2.4x on average for encryption only and 16.1x for encryption with integrity
 # protection" (per-pattern bars are not quoted).
@@ -42,6 +45,13 @@ PAPER = {
     # sequential patterns (runtime 1 / 0.95); on the random ones, 41% overhead (Fig. 13).
     ("fig13", "dshield-pro runtime / insecure, mean of the sequential patterns"): round(1 / 0.95, 4),
     ("fig13", "dshield-pro runtime / insecure, mean of the random patterns"): 1.41,
+    # Section VIII-C on Fig. 17: "D-Shield and D-Shield-Hyb introduces 7% and 39% of additional
+    # overhead for sequential and random workloads while D-Shield-Pro reduces the overhead to
+    # 5% and 24%" (metadata I/Os over all disk I/Os).
+    ("fig17", "dshield metadata I/Os / all disk I/Os, sequential patterns"): 0.07,
+    ("fig17", "dshield metadata I/Os / all disk I/Os, random patterns"): 0.39,
+    ("fig17", "dshield-pro metadata I/Os / all disk I/Os, sequential patterns"): 0.05,
+    ("fig17", "dshield-pro metadata I/Os / all disk I/Os, random patterns"): 0.24,
 }
 
 REPORT_NOTES = """
@@ -101,6 +111,14 @@ REPORT_NOTES = """
   {pro_hit:.1%} of the on-chip misses. On sequential patterns every block is new once, so Pro
   is D-Shield there. Pro builds on D-Shield-Hyb in the paper; here on the basic D-Shield (Hyb
   is not built yet).
+* **Metadata I/Os (Fig. 17: sequential {f17_seq:.0%}, random {f17_rand:.0%} of the drive's
+  I/Os against 7% and 39%; Pro {f17_pro_seq:.0%} and {f17_pro_rand:.0%} against 5% and
+  24%).** A sequential 4 KB stream reads and writes back one CMAC block per four I/Os; a
+  random I/O misses its CMAC block and often its level-1 node, and writes back what it
+  displaces.
+* **Cache size (Fig. 16b: Rand-RW hit ratio {f16_lo:.1%} at 64 KB to {f16_hi:.1%} at 4 MB,
+  against 13% to 50% over the paper's unstated sizes).** Uniform random I/O over 8 GB has no
+  reuse for a few MB of cache to catch; the paper's random streams had some.
 """
 
 
@@ -140,10 +158,28 @@ def collect(quick: bool) -> (List[Dict[str, Any]], Dict[str, Any]):
         row13(f"{stack} runtime / dshield, mean of the sequential patterns", _mean([ratio[stack][p] / ratio["dshield"][p] for p in SEQUENTIAL]))
     for name, pats in (("sequential", SEQUENTIAL), ("random", [p for p in PATTERNS if p not in SEQUENTIAL])):
         row13(f"dshield-pro runtime / insecure, mean of the {name} patterns", _mean([ratio["dshield-pro"][p] for p in pats]))
+    # Fig. 17: the metadata's share of the drive's I/Os (every data I/O is one command here).
+    for stack in ("dshield", "dshield-pro"):
+        for name, pats in (("sequential", SEQUENTIAL), ("random", [p for p in PATTERNS if p not in SEQUENTIAL])):
+            meta = sum(runs[f"{p}/{stack}"]["dshield"]["metadata_reads"] + runs[f"{p}/{stack}"]["dshield"]["metadata_writes"] for p in pats)
+            data = sum(runs[f"{p}/{stack}"]["io"]["ios"] for p in pats)
+            rows.append({"figure": "fig17", "metric": f"{stack} metadata I/Os / all disk I/Os, {name} patterns",
+                         "paper": PAPER.get(("fig17", f"{stack} metadata I/Os / all disk I/Os, {name} patterns")),
+                         "ours": round(meta / (meta + data), 4), "unit": "ratio"})
+    # Fig. 16b: the caches' size on Rand-RW.
+    for kib in CACHE_KIB:
+        r = runs[f"rand-rw/dshield/{kib}"] = api.run_io(preset="dshield", params=["run.progress=false", "io.pattern=rand-rw", "io.stack=dshield", f"io.ios={ios}", f"io.dshield_cache_kib={kib}"])
+        rows.append({"figure": "fig16", "metric": f"dshield CMAC hit ratio, Rand-RW, {kib} KB caches", "paper": None, "ours": round(r["dshield"]["cmac_hit_rate"], 4), "unit": "ratio"})
+        rows.append({"figure": "fig16", "metric": f"dshield runtime / insecure, Rand-RW, {kib} KB caches", "paper": None,
+                     "ours": round(r["io"]["runtime_us"] / runs["rand-rw/insecure"]["io"]["runtime_us"], 4), "unit": "x"})
     misses = [runs[f"{p}/dshield"]["dshield"] for p in PATTERNS if p.startswith("rand")]
     row13("dshield CMAC cache miss rate, random patterns", sum(d["cmac_misses"] for d in misses) / sum(d["cmac_misses"] + d["cmac_hits"] for d in misses), "ratio")
     io_config = api.config_json(preset="dshield")["io"]
     return rows, {"ios": ios, "ratio": ratio, "runs": runs, "io_config": io_config}
+
+
+def _ours(rows: List[Dict[str, Any]], metric: str) -> float:
+    return next(r["ours"] for r in rows if r["metric"] == metric)
 
 
 def _pro_hit(runs: Dict[str, Any]) -> float:
@@ -219,9 +255,15 @@ def report_md(rows: List[Dict[str, Any]], series: Dict[str, Any], out: str, quic
         "pro_seq": next(r["ours"] for r in rows if r["metric"] == "dshield-pro runtime / insecure, mean of the sequential patterns"),
         "pro_rand": next(r["ours"] for r in rows if r["metric"] == "dshield-pro runtime / insecure, mean of the random patterns"),
         "pro_hit": _pro_hit(series["runs"]),
+        "f17_seq": _ours(rows, "dshield metadata I/Os / all disk I/Os, sequential patterns"),
+        "f17_rand": _ours(rows, "dshield metadata I/Os / all disk I/Os, random patterns"),
+        "f17_pro_seq": _ours(rows, "dshield-pro metadata I/Os / all disk I/Os, sequential patterns"),
+        "f17_pro_rand": _ours(rows, "dshield-pro metadata I/Os / all disk I/Os, random patterns"),
+        "f16_lo": _ours(rows, f"dshield CMAC hit ratio, Rand-RW, {CACHE_KIB[0]} KB caches"),
+        "f16_hi": _ours(rows, f"dshield CMAC hit ratio, Rand-RW, {CACHE_KIB[-1]} KB caches"),
     }
     lines = [
-        "# D-Shield (HPCA'23) reproduced on secmem: the software baselines (Fig. 3) and the basic D-Shield (Fig. 13)",
+        "# D-Shield (HPCA'23) reproduced on secmem: the software baselines (Fig. 3), D-Shield and D-Shield-Pro (Figs. 13, 16b, 17)",
         "",
         f"Preset `dshield` (Table I drive, Table II FIO), counting mode, "
         f"{'--quick: ' if quick else ''}{series['ios']:,} I/Os per run, {len(series['runs'])} runs; {wall:.0f} s of simulation. "

@@ -55,7 +55,7 @@ def test_enc_int_reports_dm_integritys_journal_and_tag_traffic(cli):
     assert 0 < r["ssd"]["die_utilisation"] <= 1
 
 
-def test_reproduce_dshield_quick_compares_fig3_and_fig13_with_the_paper(cli, tmp_path):
+def test_reproduce_dshield_quick_compares_figs_3_13_16_and_17_with_the_paper(cli, tmp_path):
     out = tmp_path / "ds"
     cli("reproduce", "dshield", "--quick", "--out", out, check=True)
     rows = json.loads((out / "reproduce.json").read_text())
@@ -72,6 +72,13 @@ def test_reproduce_dshield_quick_compares_fig3_and_fig13_with_the_paper(cli, tmp
     assert all(fig13[f"dshield runtime / insecure, {p}"]["ours"] > 1.0 for p in ("Seq-R", "Rand-R", "Rand-W"))
     assert 0.0 <= fig13["dshield CMAC cache miss rate, random patterns"]["ours"] <= 1.0
     assert (out / "fig13.png").exists() and "D-Shield on random writes" in (out / "report.md").read_text()
+    # Fig. 17: the metadata's share of the drive's I/Os; Fig. 16b: a larger cache helps Rand-RW.
+    fig17 = {r["metric"]: r for r in rows if r["figure"] == "fig17"}
+    assert fig17["dshield metadata I/Os / all disk I/Os, random patterns"]["paper"] == 0.39
+    assert 0 < fig17["dshield metadata I/Os / all disk I/Os, sequential patterns"]["ours"] < fig17["dshield metadata I/Os / all disk I/Os, random patterns"]["ours"] < 1
+    hit = [r["ours"] for r in rows if r["figure"] == "fig16" and "hit ratio" in r["metric"]]
+    runtime = [r["ours"] for r in rows if r["figure"] == "fig16" and "runtime" in r["metric"]]
+    assert len(hit) == 4 and hit == sorted(hit) and runtime[-1] < runtime[0]
 
 
 def test_io_capture_records_sqlites_preads_and_pwrites_and_io_replays_them(cli, tmp_path):
