@@ -178,7 +178,7 @@ where
     engine.settle();
     pacing.finish(n)?;
     let end = engine.snapshot();
-    let mut rep = report_of(cfg, &engine, warm, &end, n, start, trace_name);
+    let mut rep = report_of(cfg, &engine, warm, &end, engine.dirty_lines_by_cache(), n, start, trace_name);
     pacing.mark(&mut rep);
     if cfg.run.flush_at_end && !pacing.interrupted.get() {
         rep["stats"]["flush_at_end"] = flush_at_end(cfg, &mut engine, &end, trace_name)?;
@@ -232,10 +232,12 @@ impl Pacing {
     fn of(cfg: &Config, total_hint: Option<u64>, start: Instant) -> Result<Pacing, SimError> {
         let warmup = cfg.run.warmup_requests;
         let limit = if cfg.run.max_requests == 0 { u64::MAX } else { cfg.run.max_requests };
-        let total = total_hint.map(|t| t.min(limit)).or((limit != u64::MAX).then_some(limit));
-        if let Some(total) = total_hint.map(|t| t.min(limit)) {
+        let known = total_hint.map(|t| t.min(limit));
+        if let Some(total) = known {
             ensure_roi_left(warmup, total)?;
         }
+        // For the progress line's ETA: the trace's length, else run.max_requests.
+        let total = known.or((limit != u64::MAX).then_some(limit));
         let progress = match (cfg.run.progress, std::io::stderr().is_terminal()) {
             (false, _) => Progress::Off,
             (true, true) => Progress::Line,
@@ -340,16 +342,18 @@ fn duration_text(secs: f64) -> String {
 }
 
 /// The report of a run of `n` records that `engine` simulated from `start`: its statistics
-/// from the warm-up snapshot to `end`.
-fn report_of(cfg: &Config, engine: &Engine, warm: Option<Snapshot>, end: &Snapshot, n: u64, start: Instant, trace_name: &str) -> Value {
+/// from the warm-up snapshot to `end`, and the dirty lines its caches held at `end`
+/// ([`Engine::dirty_lines_by_cache`], taken before any end-of-run flush).
+#[allow(clippy::too_many_arguments)] // the run's end state, its length and its name
+fn report_of(cfg: &Config, engine: &Engine, warm: Option<Snapshot>, end: &Snapshot, dirty: [(&str, usize); 6], n: u64, start: Instant, trace_name: &str) -> Value {
     let warm = warm.expect("the warm-up snapshot is taken before the last record");
     let roi = end.since(&warm);
     let wall = start.elapsed().as_secs_f64();
     let stats = report::stats(cfg, &roi, &engine.design.extra_stats());
     let meta = report::meta(cfg, trace_name.to_string(), cfg.run.functional, n, wall);
     let mut rep = report::report(cfg, &meta, stats);
-    for (cache, dirty) in engine.dirty_lines_by_cache() {
-        rep["stats"]["caches"][cache]["dirty_lines_at_end"] = serde_json::json!(dirty);
+    for (cache, lines) in dirty {
+        rep["stats"]["caches"][cache]["dirty_lines_at_end"] = serde_json::json!(lines);
     }
     if let Some((pages, page_bytes, unaligned)) = engine.translation() {
         rep["meta"]["translation"] = serde_json::json!({
@@ -583,11 +587,8 @@ where
             ),
         });
     }
-    let mut rep = report_of(cfg, &engine, warm, &end, n, start, trace_name);
     // The dirty lines were counted before the flush, in the timing half's hierarchy.
-    for (cache, dirty) in dirty_before_flush {
-        rep["stats"]["caches"][cache]["dirty_lines_at_end"] = serde_json::json!(dirty);
-    }
+    let mut rep = report_of(cfg, &engine, warm, &end, dirty_before_flush, n, start, trace_name);
     pacing.mark(&mut rep);
     if let Some(section) = flushed {
         rep["stats"]["flush_at_end"] = section;
