@@ -19,8 +19,8 @@ import hashlib
 import os
 import tempfile
 import threading
-from concurrent.futures import Executor, Future, ThreadPoolExecutor
-from typing import Any, Callable, Optional
+from concurrent.futures import FIRST_COMPLETED, Executor, Future, ThreadPoolExecutor, wait
+from typing import Any, Callable, Dict, Optional
 
 from .api import SecmemError
 
@@ -43,6 +43,23 @@ class Backend:
 
     def close(self) -> None:
         self._close()
+
+    def drain(self, futures: Dict[Future, Any], on_done: Callable[[Any, Future], None], tick: Optional[Callable[[], None]] = None) -> None:
+        """Calls ``on_done(key, future)`` as each of ``futures`` (future -> key) finishes, and
+        ``tick()`` at least once a second; ``on_done`` may submit more into ``futures``. An
+        exception, Ctrl-C included, stops the backend and cancels what has not started."""
+        try:
+            while futures:
+                done, _ = wait(list(futures), timeout=1.0, return_when=FIRST_COMPLETED)
+                for f in done:
+                    on_done(futures.pop(f), f)
+                if tick is not None:
+                    tick()
+        except BaseException:
+            self.stop()
+            for f in futures:
+                f.cancel()
+            raise
 
     def stop(self) -> None:
         """After an interrupt: points not yet started never start (local threads; the remote

@@ -17,7 +17,6 @@ import json
 import os
 import re
 import tempfile
-from concurrent.futures import FIRST_COMPLETED, wait
 from typing import Any, Dict, List, Optional
 
 from . import reproduce_table
@@ -51,30 +50,23 @@ def main(out: str = "reproduce", quick: bool = False, backend: str = "local", ad
     """Entry point of ``secmem reproduce all``."""
     be = open_backend(backend, workers or 1, address)
     failed: Dict[str, str] = {}
-    try:
-        futures = {be.executor.submit(_reproduce_one, module, quick): name for name, module in DESIGNS.items()}
+
+    def done(name: str, f) -> None:
         try:
-            while futures:
-                done, _ = wait(list(futures), return_when=FIRST_COMPLETED)
-                for f in done:
-                    name = futures.pop(f)
-                    try:
-                        files = f.result()
-                    except KeyboardInterrupt:
-                        raise
-                    except Exception as e:  # one design's failure keeps the others'
-                        failed[name] = f"{type(e).__name__}: {e}"
-                        continue
-                    os.makedirs(os.path.join(out, name), exist_ok=True)
-                    for fname, data in files.items():
-                        with open(os.path.join(out, name, fname), "wb") as fh:
-                            fh.write(data)
-                    print(f"reproduced {name} in {out}/{name}/")
-        except BaseException:
-            be.stop()
-            for f in futures:
-                f.cancel()
+            files = f.result()
+        except KeyboardInterrupt:
             raise
+        except Exception as e:  # one design's failure keeps the others'
+            failed[name] = f"{type(e).__name__}: {e}"
+            return
+        os.makedirs(os.path.join(out, name), exist_ok=True)
+        for fname, data in files.items():
+            with open(os.path.join(out, name, fname), "wb") as fh:
+                fh.write(data)
+        print(f"reproduced {name} in {out}/{name}/")
+
+    try:
+        be.drain({be.executor.submit(_reproduce_one, module, quick): name for name, module in DESIGNS.items()}, done)
     finally:
         be.close()
     designs = [n for n in DESIGNS if n not in failed]

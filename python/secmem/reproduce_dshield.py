@@ -195,39 +195,36 @@ def plots(series: Dict[str, Any], out: str) -> List[str]:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    def save(fig, ax, title: str, name: str) -> None:
+        """Every figure's pattern axis, labels and file."""
+        ax.set_xticks(list(xs))
+        ax.set_xticklabels([LABEL[p] for p in PATTERNS])
+        ax.set_ylabel("runtime / insecure")
+        ax.set_title(title)
+        ax.legend(fontsize=7)
+        fig.tight_layout()
+        fig.savefig(os.path.join(out, name), dpi=110)
+        plt.close(fig)
+
+    xs = range(len(PATTERNS))
     fig, ax = plt.subplots(figsize=(7, 3.5))
     width = 0.27
-    xs = range(len(PATTERNS))
     ax.bar([x - width for x in xs], [1.0] * len(PATTERNS), width, label="insecure")
     for k, stack in enumerate(("enc", "enc-int")):
         ax.bar([x + k * width for x in xs], [series["ratio"][stack][p] for p in PATTERNS], width, label=stack)
     ax.axhline(2.4, color="C1", ls="--", lw=1, label="paper enc mean (2.4x)")
     ax.axhline(16.1, color="C2", ls="--", lw=1, label="paper enc-int mean (16.1x)")
-    ax.set_xticks(list(xs))
-    ax.set_xticklabels([LABEL[p] for p in PATTERNS])
-    ax.set_ylabel("runtime / insecure")
-    ax.set_title("Fig 3: software storage protection on FIO")
-    ax.legend(fontsize=7)
-    fig.tight_layout()
-    fig.savefig(os.path.join(out, "fig3.png"), dpi=110)
-    plt.close(fig)
+    save(fig, ax, "Fig 3: software storage protection on FIO", "fig3.png")
 
     fig, ax = plt.subplots(figsize=(7, 3.5))
     width = 0.16
     for k, stack in enumerate(STACKS):
         ys = [1.0] * len(PATTERNS) if stack == "insecure" else [series["ratio"][stack][p] for p in PATTERNS]
         ax.bar([x + (k - 2) * width for x in xs], ys, width * 0.95, label=stack)
-    paper = {"rand-write": 1.49, "rand-read": 1.74, "rand-rw": 1.55}
+    paper = {p: PAPER[key] for p in PATTERNS if (key := ("fig13", f"dshield runtime / insecure, {LABEL[p]}")) in PAPER}
     ax.scatter([PATTERNS.index(p) + 1 * width for p in paper], list(paper.values()), color="k", marker="_", s=200, zorder=3, label="paper dshield")
-    ax.set_xticks(list(xs))
-    ax.set_xticklabels([LABEL[p] for p in PATTERNS])
     ax.set_yscale("log")
-    ax.set_ylabel("runtime / insecure")
-    ax.set_title("Fig 13: D-Shield against the software baselines")
-    ax.legend(fontsize=7)
-    fig.tight_layout()
-    fig.savefig(os.path.join(out, "fig13.png"), dpi=110)
-    plt.close(fig)
+    save(fig, ax, "Fig 13: D-Shield against the software baselines", "fig13.png")
     return ["fig3.png", "fig13.png"]
 
 

@@ -38,7 +38,6 @@ import os
 import sys
 import tempfile
 import time
-from concurrent.futures import FIRST_COMPLETED, wait
 from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple, Union
 
 from .api import SecmemError, _overrides, _path, _uint, config_json, flatten, run
@@ -216,42 +215,35 @@ def sweep(
                 attempts[i] = attempts.get(i, 0) + 1
                 futures[be.executor.submit(_run_point, preset, config_arg, trace_arg, suffix, per_point[i])] = i
 
+            def done(i: int, f) -> None:
+                try:
+                    files = f.result()
+                except KeyboardInterrupt:
+                    raise
+                except SecmemError as e:  # the engine's verdict on this point: no retry changes it
+                    failed[i] = str(_at_point(i, keys, points[i], e))
+                except Exception as e:  # a worker lost, a task killed: run it again
+                    if attempts[i] <= retries:
+                        submit(i)
+                        return
+                    failed[i] = f"point {i} ({describe(keys, points[i])}): failed {attempts[i]} times; last: {type(e).__name__}: {e}"
+                if i in failed:
+                    if out is not None:
+                        _write_point(dirs[i], {"error.txt": failed[i] + "\n"}, None)
+                        tables.append({"sweep.point": i, "sweep.error": failed[i]}, rows, failed)
+                    progress.failed += 1
+                    return
+                rep = json.loads(files["report.json"])
+                if out is not None:
+                    _write_point(dirs[i], files, {"hash": hashes[i], "values": {k: _lookup(resolved[i], k) for k in keys}})
+                rows[i] = row_of(i, rep)
+                progress.done += 1
+                if out is not None:
+                    tables.append(rows[i], rows, failed)
+
             for i in todo:
                 submit(i)
-            while futures:
-                finished, _ = wait(list(futures), timeout=1.0, return_when=FIRST_COMPLETED)
-                for f in finished:
-                    i = futures.pop(f)
-                    try:
-                        files = f.result()
-                    except KeyboardInterrupt:
-                        raise
-                    except SecmemError as e:  # the engine's verdict on this point: no retry changes it
-                        failed[i] = str(_at_point(i, keys, points[i], e))
-                    except Exception as e:  # a worker lost, a task killed: run it again
-                        if attempts[i] <= retries:
-                            submit(i)
-                            continue
-                        failed[i] = f"point {i} ({describe(keys, points[i])}): failed {attempts[i]} times; last: {type(e).__name__}: {e}"
-                    if i in failed:
-                        if out is not None:
-                            _write_point(dirs[i], {"error.txt": failed[i] + "\n"}, None)
-                            tables.append({"sweep.point": i, "sweep.error": failed[i]}, rows, failed)
-                        progress.failed += 1
-                        continue
-                    rep = json.loads(files["report.json"])
-                    if out is not None:
-                        _write_point(dirs[i], files, {"hash": hashes[i], "values": {k: _lookup(resolved[i], k) for k in keys}})
-                    rows[i] = row_of(i, rep)
-                    progress.done += 1
-                    if out is not None:
-                        tables.append(rows[i], rows, failed)
-                progress.show(running=min(len(futures), be.workers))
-        except BaseException:
-            be.stop()
-            for f in futures:
-                f.cancel()
-            raise
+            be.drain(futures, done, tick=lambda: progress.show(running=min(len(futures), be.workers)))
         finally:
             progress.clear()
             be.close()
