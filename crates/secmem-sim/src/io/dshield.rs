@@ -218,6 +218,9 @@ pub struct Metadata {
 /// Node cache keys: the level in the top byte, the index below (levels fit, indices are < 2^56).
 fn node_key(level: u32, i: u64) -> u64 { (u64::from(level) << 56) | i }
 
+/// The node a [`node_key`] names.
+fn node_of_key(key: u64) -> MetaBlock { MetaBlock::Node((key >> 56) as u32, key & ((1 << 56) - 1)) }
+
 impl Metadata {
     /// A namespace of `data_sectors`, with caches of `cache_kib` each (8 ways of 512 B blocks)
     /// and `minor_bits`-bit minor counters.
@@ -369,8 +372,7 @@ impl Metadata {
         self.fetch(p, w);
         let (_, victim) = self.node_cache.fill(key, write);
         if let Some(v) = victim.filter(|v| v.dirty) {
-            let (level, i) = ((v.line >> 56) as u32, v.line & ((1 << 56) - 1));
-            self.write_back(MetaBlock::Node(level, i), w);
+            self.write_back(node_of_key(v.line), w);
         }
     }
 
