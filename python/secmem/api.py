@@ -428,6 +428,47 @@ def io_capture(command: Sequence[str], output: str) -> Dict[str, int]:
     return json.loads(_call(_native.io_capture, list(command), _path(output, "output")))
 
 
+def io_attack(
+    preset: Optional[str] = None,
+    config: Optional[str] = None,
+    params=None,
+    ios: int = 4000,
+    per_class: int = 200,
+    seed: int = 1,
+    classes: Optional[Sequence[str]] = None,
+) -> Dict[str, Any]:
+    """Attacks on the drive under D-Shield (``io.stack`` dshield or dshield-pro), in functional
+    mode: a seeded workload of ``ios`` I/Os with real bytes, then ``per_class`` injections per
+    class (tamper, replay, splice, the drive in another slot or machine), each read back cold.
+    Returns ``{"classes": {class: {"injected", "detected", ...}}, "clean_reads",
+    "false_alarms", "all_detected", "untested_classes", "examples"}`` (docs/ssd.md)."""
+    _uint("ios", ios, minimum=1)
+    _uint("per_class", per_class, minimum=1)
+    _uint("seed", seed)
+    if isinstance(classes, (str, bytes)):
+        raise SecmemError(f"classes must be a list of attack class names, got the string {classes!r}")
+    cls = list(classes) if classes else None
+    return json.loads(_call(_native.io_attack, preset, _path(config, "config"), _overrides(params), ios, per_class, seed, cls))
+
+
+def io_crash(
+    preset: Optional[str] = None,
+    config: Optional[str] = None,
+    params=None,
+    ios: int = 4000,
+    points: int = 100,
+    seed: int = 1,
+) -> Dict[str, Any]:
+    """Crashes of D-Shield's DIE at ``points`` seeded I/Os of a functional workload, each
+    recovered with the paper's eADR drain of the on-chip metadata and without it; every block
+    written is read back against a plaintext oracle. Returns ``{"points", "recovered",
+    "mismatches", "in_flight_detected", "no_drain_blocks_lost", ...}`` (docs/ssd.md)."""
+    _uint("ios", ios, minimum=1)
+    _uint("points", points, minimum=1)
+    _uint("seed", seed)
+    return json.loads(_call(_native.io_crash, preset, _path(config, "config"), _overrides(params), ios, points, seed))
+
+
 def crash(
     preset: Optional[str] = None,
     trace: Optional[str] = None,

@@ -363,6 +363,21 @@ def cmd_io_capture(a) -> int:
     return 0
 
 
+def cmd_io_attack(a) -> int:
+    out = api.io_attack(
+        preset=a.preset, config=a.config, params=a.param, ios=a.ios, per_class=a.per_class, seed=a.seed,
+        classes=a.cls or None,
+    )
+    _print_and_save(a, out)
+    return 0 if out["all_detected"] else 1
+
+
+def cmd_io_crash(a) -> int:
+    out = api.io_crash(preset=a.preset, config=a.config, params=a.param, ios=a.ios, points=a.points, seed=a.seed)
+    _print_and_save(a, out)
+    return 0 if out["recovered"] == out["points"] and out["mismatches"] == 0 else 1
+
+
 def cmd_crash(a) -> int:
     out = api.crash(preset=a.preset, trace=a.trace, config=a.config, params=a.param, points=a.points, seed=a.seed)
     _print_and_save(a, out, FUNCTIONAL)
@@ -787,6 +802,38 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--out", type=_path_arg, required=True, help="the iolog to write")
     p.add_argument("command", nargs=argparse.REMAINDER, help="-- the program and its arguments")
     p.set_defaults(fn=cmd_io_capture)
+
+    p = sub.add_parser(
+        "io-attack", help="attacks on the drive under D-Shield: tamper, replay, splice, another slot or machine",
+        description="Runs a seeded functional workload through D-Shield (io.stack dshield or dshield-pro) with real "
+        "bytes, flushes its metadata, then injects each attack class into the drive and reads the target back cold; "
+        "exits 0 when every injection is detected with its class and no clean read raises an alarm (docs/ssd.md).",
+    )
+    p.add_argument("--preset")
+    p.add_argument("--config", type=_path_arg)
+    p.add_argument("--ios", type=int, default=4000, help="I/Os of the workload (default 4000)")
+    p.add_argument("--per-class", type=int, default=200, help="injections per attack class (default 200)")
+    p.add_argument("--seed", type=int, default=1)
+    p.add_argument("--class", dest="cls", action="append", default=[], help="only this class (repeatable)")
+    _add_params(p)
+    _add_out(p)
+    p.set_defaults(fn=cmd_io_attack)
+
+    p = sub.add_parser(
+        "io-crash", help="crashes of D-Shield's DMA Interception Engine, recovered with and without the eADR drain",
+        description="Crashes a seeded functional workload through D-Shield at --points I/Os (a write may be cut between "
+        "its metadata update and its data reaching the drive), recovers with the paper's eADR drain of the on-chip "
+        "metadata and without it, and reads every block back against a plaintext oracle; exits 0 when every "
+        "drained crash recovers and nothing reads back wrong undetected (docs/ssd.md).",
+    )
+    p.add_argument("--preset")
+    p.add_argument("--config", type=_path_arg)
+    p.add_argument("--ios", type=int, default=4000, help="I/Os of the workload (default 4000)")
+    p.add_argument("--points", type=int, default=100, help="seeded crash points (default 100)")
+    p.add_argument("--seed", type=int, default=1)
+    _add_params(p)
+    _add_out(p)
+    p.set_defaults(fn=cmd_io_crash)
 
     p = sub.add_parser("crash", help="crash injection with verified recovery (functional mode)")
     p.add_argument("--preset", help="preset name; `strict` is the recoverable baseline")

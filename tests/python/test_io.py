@@ -113,3 +113,31 @@ def test_run_drives_memory_and_storage_from_one_trace(cli, tmp_path):
     bad.write_text("# secmem-trace v2 os\nIOR 0 0x10 4096 0\n")
     res = cli("run", "--preset", "dshield", "--trace", bad, "--out", tmp_path / "bad")
     assert res.returncode != 0 and "512 B blocks" in res.stderr and "Traceback" not in res.stderr
+
+
+def test_io_attack_detects_every_class_on_the_drive_and_exits_1_when_one_is_missed(cli, tmp_path):
+    out = tmp_path / "atk"
+    res = cli("io-attack", "--preset", "dshield", "-p", "io.stack=dshield", "--per-class", "30", "--out", out, check=True)
+    r = json.loads(res.stdout)
+    assert r["all_detected"] and r["false_alarms"] == 0 and r["clean_reads"] > 1000
+    assert {"tamper-data", "replay-path", "splice-cmac", "other-machine", "tamper-tree-level-1"} <= set(r["classes"])
+    assert all(c["detected"] == c["injected"] == 30 and c["misattributed"] == 0 for c in r["classes"].values())
+    assert json.loads((out / "result.json").read_text())["result"] == r
+    # Without D-Shield there is nothing to attack: an error naming the field.
+    res = cli("io-attack", "--preset", "dshield", "-p", "io.stack=enc")
+    assert res.returncode != 0 and "io.stack" in res.stderr and "Traceback" not in res.stderr
+
+
+def test_io_crash_recovers_with_the_eadr_drain_and_never_returns_wrong_data_without_it(cli):
+    res = cli("io-crash", "--preset", "dshield", "-p", "io.stack=dshield-pro", "--ios", "1500", "--points", "20", check=True)
+    r = json.loads(res.stdout)
+    assert r["points"] == r["recovered"] == 20 and r["mismatches"] == 0
+    assert r["no_drain_blocks_lost"] > 0
+
+
+def test_functional_io_decrypts_and_verifies_every_block_it_reads(cli):
+    common = ["io", "--preset", "dshield", "-p", "io.stack=dshield", "-p", "io.pattern=rand-rw", "-p", "io.ios=3000", "-p", "io.space_gib=1"]
+    f = json.loads(cli(*common, "-p", "run.functional=true", check=True).stdout)
+    c = json.loads(cli(*common, check=True).stdout)
+    assert f["dshield"]["functional"]["blocks_verified"] > 0
+    assert f["io"]["runtime_us"] == c["io"]["runtime_us"] and f["dshield"]["metadata_reads"] == c["dshield"]["metadata_reads"]

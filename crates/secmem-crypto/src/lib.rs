@@ -40,6 +40,8 @@
 //!   64 B children; `node_hash` is SipHash-2-4 (tree key) over
 //!   `(level, index, child)`, so a hash is bound to its position and splicing subtrees
 //!   is detected. The root lives on chip.
+//! * **Storage** (module [`storage`]): D-Shield's per-drive keys, 512 B block pads with a
+//!   seed per 128-bit chunk, 88-bit block MACs (SipHash-2-4-128, truncated) and 8 B tree hashes.
 //! * **Pad-reuse detection** ([`PadReuseDetector`], module [`reuse`]): records each
 //!   pad used for encryption, per key, and returns [`PadReuse`] on a repeat.
 //!
@@ -67,6 +69,7 @@ pub mod keys;
 pub mod mac;
 pub mod pad;
 pub mod reuse;
+pub mod storage;
 pub mod tree_hash;
 
 pub use keys::Keys;

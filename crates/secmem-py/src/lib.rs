@@ -365,6 +365,28 @@ fn attack(
     Ok(serde_json::Value::Object(obj).to_string())
 }
 
+/// Attacks on the drive under D-Shield (`secmem io-attack`): JSON as `attack`'s.
+#[pyfunction]
+#[pyo3(signature = (preset=None, config=None, overrides=vec![], ios=4000, per_class=200, seed=1, classes=None))]
+#[allow(clippy::too_many_arguments)]
+fn io_attack(py: Python<'_>, preset: Option<&str>, config: Option<&str>, overrides: Vec<String>, ios: u64, per_class: u64, seed: u64, classes: Option<Vec<String>>) -> PyResult<String> {
+    let cfg = load(preset, config, overrides)?;
+    let out = engine_call(py, false, || secmem_sim::io::dshield::campaign::attack_campaign(&cfg, ios, classes.as_deref(), per_class, seed))?;
+    let mut v = serde_json::to_value(&out).unwrap();
+    v["all_detected"] = out.all_detected().into();
+    Ok(v.to_string())
+}
+
+/// Crashes of the DIE with recovery (`secmem io-crash`): JSON {"points", "recovered", ...}.
+#[pyfunction]
+#[pyo3(signature = (preset=None, config=None, overrides=vec![], ios=4000, points=100, seed=1))]
+#[allow(clippy::too_many_arguments)]
+fn io_crash(py: Python<'_>, preset: Option<&str>, config: Option<&str>, overrides: Vec<String>, ios: u64, points: u64, seed: u64) -> PyResult<String> {
+    let cfg = load(preset, config, overrides)?;
+    let out = engine_call(py, false, || secmem_sim::io::dshield::campaign::crash_campaign(&cfg, ios, points, seed))?;
+    Ok(serde_json::to_string(&out).unwrap())
+}
+
 /// Verifies a saved NVM image: JSON {"data_lines_verified", "integrity_failures", ...}.
 #[pyfunction]
 #[pyo3(signature = (path, preset=None, config=None, overrides=vec![]))]
@@ -522,6 +544,8 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(io_run, m)?)?;
     m.add_function(wrap_pyfunction!(io_calibrate, m)?)?;
     m.add_function(wrap_pyfunction!(io_capture, m)?)?;
+    m.add_function(wrap_pyfunction!(io_attack, m)?)?;
+    m.add_function(wrap_pyfunction!(io_crash, m)?)?;
     #[cfg(target_os = "linux")]
     m.add_function(wrap_pyfunction!(trace_capture_data_fd, m)?)?;
     m.add_function(wrap_pyfunction!(bench_scenarios, m)?)?;

@@ -246,11 +246,24 @@ struct Io {
 pub fn run_io(cfg: &Config) -> Result<Value, SimError> {
     let io = &cfg.io;
     let cfgerr = SimError::Config;
-    if cfg.run.functional {
-        return Err(cfgerr(ConfigError::new("run.functional", "I/O runs count and time; functional mode (real bytes through the DMA path) is not modelled for storage yet")));
+    if cfg.run.functional && !matches!(io.stack, IoStack::Dshield | IoStack::DshieldPro) {
+        return Err(cfgerr(ConfigError::new(
+            "run.functional",
+            format!("functional I/O runs (real bytes, encrypted and verified) need D-Shield's stack (io.stack = \"dshield\" or \"dshield-pro\"); the software stacks are timed only, got \"{}\"", io.stack.as_str()),
+        )));
     }
     cfg.ssd.validate("ssd").map_err(cfgerr)?;
-    let mut engine = Engine::new(cfg).map_err(cfgerr)?;
+    // Functional mode here is the drive's: its bytes are encrypted and verified by the DIE.
+    // Host memory (queues, buffers, the DMA path) is counted and timed only: the memory side's
+    // functional mode runs traces whose stores carry data, and DMA transfers carry none here.
+    let mut engine = if cfg.run.functional {
+        let mut counted = cfg.clone();
+        counted.run.functional = false;
+        Engine::new(&counted)
+    } else {
+        Engine::new(cfg)
+    }
+    .map_err(cfgerr)?;
     io.validate(cfg.ssd.capacity_gib).map_err(cfgerr)?;
     let freq = cfg.core.freq_mhz;
     let cyc = |us: f64| (us * freq as f64).round() as u64;
@@ -333,7 +346,14 @@ pub fn run_io(cfg: &Config) -> Result<Value, SimError> {
         if io.stack == IoStack::DshieldPro {
             meta = meta.with_memory_cache((io.dshield_pro_cache_mib << 20) / 512);
         }
-        dshield::Die::new(meta, io.dshield_op_64b_cycles, io.dshield_hash_512b_cycles, (io.threads * io.queue_depth) as usize, kernel_line)
+        if cfg.run.functional {
+            meta = meta.with_bytes(secmem_crypto::storage::StorageKeys::for_device(cfg.run.seed, 0));
+        }
+        let mut die = dshield::Die::new(meta, io.dshield_op_64b_cycles, io.dshield_hash_512b_cycles, (io.threads * io.queue_depth) as usize, kernel_line);
+        if cfg.run.functional {
+            die.oracle = Some(dshield::Oracle::new(io.seed));
+        }
+        die
     });
     let per_sector = |ns: f64, bytes: u32| cyc(ns * f64::from(bytes / 512) / 1000.0);
     // The software cryptography of a write before it is submitted, and of a read after it
@@ -599,6 +619,9 @@ pub fn run_io(cfg: &Config) -> Result<Value, SimError> {
             "metadata_share_of_drive": {"cmac": cmac_share, "tree": tree_share},
             "data_namespace_gib": (d.meta.geometry.data_sectors * 512) as f64 / (1u64 << 30) as f64,
         });
+        if let Some(o) = &d.oracle {
+            report["dshield"]["functional"] = json!({"blocks_written": o.blocks_written, "blocks_verified": o.blocks_verified});
+        }
     }
     if let Some(s) = &stack {
         let st = &s.stats;
@@ -621,6 +644,23 @@ mod tests {
         let mut o: Vec<String> = ["run.progress=false", "io.ios=2000", "io.space_gib=1", "ssd.capacity_gib=16"].iter().map(|s| s.to_string()).collect();
         o.extend(extra.iter().map(|s| s.to_string()));
         Config::load(Some("horus"), None, &o).unwrap()
+    }
+
+    #[test]
+    fn functional_d_shield_reads_back_what_it_wrote_with_the_counts_and_times_of_counting_mode() {
+        for stack in ["io.stack=dshield", "io.stack=dshield-pro"] {
+            let base = [stack, "io.pattern=rand-rw", "io.dshield_cache_kib=16", "io.dshield_pro_cache_mib=1"];
+            let counting = run_io(&cfg(&base)).unwrap();
+            let functional = run_io(&cfg(&[&base[..], &["run.functional=true"]].concat())).unwrap();
+            let f = &functional["dshield"]["functional"];
+            assert!(f["blocks_written"].as_u64().unwrap() > 5000 && f["blocks_verified"].as_u64().unwrap() > 5000, "{f}");
+            let mut d = functional["dshield"].clone();
+            d.as_object_mut().unwrap().remove("functional");
+            assert_eq!(d, counting["dshield"], "{stack}");
+            assert_eq!(functional["io"], counting["io"], "{stack}");
+        }
+        let e = run_io(&cfg(&["run.functional=true", "io.stack=enc"])).unwrap_err().to_string();
+        assert!(e.contains("run.functional") && e.contains("dshield"), "{e}");
     }
 
     #[test]

@@ -38,6 +38,10 @@
 //! The metadata lives in its own namespace (`nvme-create-mdns`); [`Geometry`] places it after
 //! the data: CMAC blocks first, then the tree level by level from the leaves' parents up.
 
+pub mod bytes;
+pub mod campaign;
+
+use bytes::{Block, Bytes, Detected};
 use rustc_hash::FxHashMap;
 use secmem_core::cache::{Replacement, SetAssocCache};
 
@@ -138,6 +142,22 @@ impl Geometry {
         }
     }
 
+    /// The metadata block stored at `sector` (None: a data sector).
+    pub fn block_at(&self, sector: u64) -> Option<MetaBlock> {
+        let mut r = sector.checked_sub(self.metadata_base)?;
+        if r < self.cmac_blocks {
+            return Some(MetaBlock::Cmac(r));
+        }
+        r -= self.cmac_blocks;
+        for (k, &n) in self.tree_nodes.iter().enumerate() {
+            if r < n {
+                return Some(MetaBlock::Node(k as u32 + 1, r));
+            }
+            r -= n;
+        }
+        None
+    }
+
     /// The sector a metadata block is stored at (in the drive's address space).
     pub fn sector_of(&self, b: MetaBlock) -> u64 {
         match b {
@@ -193,6 +213,7 @@ pub struct DieStats {
 }
 
 /// D-Shield-Pro's in-memory CMAC cache: direct-mapped, its directory on chip.
+#[derive(Clone)]
 struct MemoryCache {
     /// The CMAC block in each slot (`u64::MAX`: empty). The on-chip directory.
     directory: Vec<u64>,
@@ -204,6 +225,7 @@ struct MemoryCache {
 const USEFUL_MAX: u8 = 31;
 
 /// The DIE's metadata state: the two caches and the counters of every CMAC block written.
+#[derive(Clone)]
 pub struct Metadata {
     pub geometry: Geometry,
     cmac_cache: SetAssocCache,
@@ -212,6 +234,8 @@ pub struct Metadata {
     minors: FxHashMap<u64, [u64; BLOCKS_PER_CMAC as usize]>,
     minor_max: u64,
     memory_cache: Option<MemoryCache>,
+    /// Functional mode: the drive's bytes and the caches' content.
+    fx: Option<Box<Bytes>>,
     pub stats: DieStats,
 }
 
@@ -234,9 +258,19 @@ impl Metadata {
             minors: FxHashMap::default(),
             minor_max: if minor_bits >= 64 { u64::MAX } else { (1u64 << minor_bits) - 1 },
             memory_cache: None,
+            fx: None,
             stats: DieStats::default(),
         }
     }
+
+    /// Functional mode: real bytes under `keys`, on a drive that starts empty.
+    pub fn with_bytes(mut self, keys: secmem_crypto::storage::StorageKeys) -> Metadata {
+        self.fx = Some(Box::new(Bytes::new(keys)));
+        self
+    }
+
+    pub fn bytes(&self) -> Option<&Bytes> { self.fx.as_deref() }
+    pub fn bytes_mut(&mut self) -> Option<&mut Bytes> { self.fx.as_deref_mut() }
 
     /// D-Shield-Pro: a memory cache of `slots` CMAC blocks (empty, as after a namespace format).
     pub fn with_memory_cache(mut self, slots: u64) -> Metadata {
@@ -254,38 +288,71 @@ impl Metadata {
 
     /// A read of `n` data blocks from `first`: their CMAC blocks (and the tree path that
     /// verifies each fetched one), then each block's MAC checked and decrypted.
-    pub fn read(&mut self, first: u64, n: u64) -> MetaWork {
+    pub fn read(&mut self, first: u64, n: u64) -> MetaWork { self.read_impl(first, n, None) }
+
+    /// A write of `n` data blocks from `first`: their CMAC blocks, a minor increment each (an
+    /// overflow re-encrypts the block's 32), then each block encrypted and its MAC computed.
+    pub fn write(&mut self, first: u64, n: u64) -> MetaWork { self.write_impl(first, n, None).0 }
+
+    /// Functional mode: [`Metadata::read`] with the blocks' plaintext into `out` (`n` blocks),
+    /// or the first verification failure.
+    pub fn read_bytes(&mut self, first: u64, out: &mut [Block]) -> Result<MetaWork, Detected> {
+        let w = self.read_impl(first, out.len() as u64, Some(out));
+        self.take_failure().map_or(Ok(w), Err)
+    }
+
+    /// Functional mode: [`Metadata::write`] of `plain`; returns the ciphertexts to put on the
+    /// drive (the caller stores them, so that a crash can fall between), or the first
+    /// verification failure (of a block re-encrypted after an overflow, or of metadata).
+    pub fn write_bytes(&mut self, first: u64, plain: &[Block]) -> Result<(MetaWork, Vec<Block>), Detected> {
+        let (w, ct) = self.write_impl(first, plain.len() as u64, Some(plain));
+        self.take_failure().map_or(Ok((w, ct)), Err)
+    }
+
+    fn take_failure(&mut self) -> Option<Detected> { self.fx.as_mut().and_then(|f| f.failure.take()) }
+
+    /// The data blocks of `first..first + n` under CMAC block `c`.
+    fn in_group(c: u64, first: u64, n: u64) -> std::ops::Range<u64> { first.max(c * BLOCKS_PER_CMAC)..(first + n).min((c + 1) * BLOCKS_PER_CMAC) }
+
+    fn read_impl(&mut self, first: u64, n: u64, mut out: Option<&mut [Block]>) -> MetaWork {
         let mut w = MetaWork::default();
         for c in self.cmac_range(first, n) {
             self.need_cmac(c, false, &mut w);
             self.useful(c, true);
+            if let (Some(fx), Some(out)) = (self.fx.as_mut(), out.as_mut()) {
+                for s in Self::in_group(c, first, n) {
+                    fx.read_block(s, &mut out[(s - first) as usize]);
+                }
+            }
         }
         w.ops_64b += 8 * n;
         w.hashes_512b += n;
         w
     }
 
-    /// A write of `n` data blocks from `first`: their CMAC blocks, a minor increment each (an
-    /// overflow re-encrypts the block's 32), then each block encrypted and its MAC computed.
-    pub fn write(&mut self, first: u64, n: u64) -> MetaWork {
+    fn write_impl(&mut self, first: u64, n: u64, plain: Option<&[Block]>) -> (MetaWork, Vec<Block>) {
         let mut w = MetaWork::default();
+        let mut ct = Vec::with_capacity(if plain.is_some() { n as usize } else { 0 });
         for c in self.cmac_range(first, n) {
             self.need_cmac(c, true, &mut w);
             self.useful(c, false);
-        }
-        for s in first..first + n {
-            let c = self.geometry.cmac_of(s);
-            let minors = self.minors.entry(c).or_insert([0; BLOCKS_PER_CMAC as usize]);
-            let k = (s % BLOCKS_PER_CMAC) as usize;
-            if minors[k] == self.minor_max {
-                // The major counter moves on; every block it covers is encrypted anew.
-                *minors = [0; BLOCKS_PER_CMAC as usize];
-                self.stats.minor_overflows += 1;
-                let base = c * BLOCKS_PER_CMAC;
-                let others = (base..base + BLOCKS_PER_CMAC).filter(|&b| b != s && b < self.geometry.data_sectors);
-                w.reencrypted_blocks.extend(others);
+            for s in Self::in_group(c, first, n) {
+                let minors = self.minors.entry(c).or_insert([0; BLOCKS_PER_CMAC as usize]);
+                let k = (s % BLOCKS_PER_CMAC) as usize;
+                let overflow = minors[k] == self.minor_max;
+                if overflow {
+                    // The major counter moves on; every block it covers is encrypted anew.
+                    *minors = [0; BLOCKS_PER_CMAC as usize];
+                    self.stats.minor_overflows += 1;
+                    let base = c * BLOCKS_PER_CMAC;
+                    let others = (base..base + BLOCKS_PER_CMAC).filter(|&b| b != s && b < self.geometry.data_sectors);
+                    w.reencrypted_blocks.extend(others);
+                }
+                minors[k] += 1;
+                if let (Some(fx), Some(plain)) = (self.fx.as_mut(), plain) {
+                    ct.push(fx.write_block(s, &plain[(s - first) as usize], overflow, self.geometry.data_sectors));
+                }
             }
-            minors[k] += 1;
         }
         let re = w.reencrypted_blocks.len() as u64;
         self.stats.reencrypted_blocks += re;
@@ -293,7 +360,7 @@ impl Metadata {
         // and MACed.
         w.ops_64b += 8 * n + 16 * re;
         w.hashes_512b += n + 2 * re;
-        w
+        (w, ct)
     }
 
     fn cmac_range(&self, first: u64, n: u64) -> std::ops::RangeInclusive<u64> { self.geometry.cmac_of(first)..=self.geometry.cmac_of(first + n.max(1) - 1) }
@@ -316,6 +383,9 @@ impl Metadata {
                 // Verified by the memory's own protection as it is loaded.
                 self.stats.memory_cache_hits += 1;
                 w.memory_loads.push(slot);
+                if let Some(fx) = self.fx.as_mut() {
+                    fx.load_from_memory(c, slot);
+                }
             }
             Some((_, false)) => {
                 self.stats.memory_cache_misses += 1;
@@ -325,9 +395,6 @@ impl Metadata {
         }
         let (_, victim) = self.cmac_cache.fill(c, write);
         if let Some(v) = victim {
-            if v.dirty {
-                self.write_back(MetaBlock::Cmac(v.line), w);
-            }
             if let Some(m) = self.memory_cache.as_mut() {
                 // Into the memory cache if it was useful, over whatever held the slot (the
                 // drive has every block the memory cache holds); a changed block the memory
@@ -338,8 +405,22 @@ impl Metadata {
                     m.directory[slot as usize] = v.line;
                     self.stats.memory_cache_fills += 1;
                     w.memory_fills.push(slot);
+                    if let Some(fx) = self.fx.as_mut() {
+                        fx.fill_memory(v.line, slot);
+                    }
                 }
             }
+            self.leave(MetaBlock::Cmac(v.line), v.dirty, w);
+        }
+    }
+
+    /// A block leaves its cache: written back if dirty; its bytes leave the chip before the
+    /// write-back's own walk, which may fetch it again (from the drive, where it now is).
+    fn leave(&mut self, b: MetaBlock, dirty: bool, w: &mut MetaWork) {
+        if dirty {
+            self.write_back(b, true, w);
+        } else if let Some(fx) = self.fx.as_mut() {
+            fx.evict(b);
         }
     }
 
@@ -353,7 +434,22 @@ impl Metadata {
             MetaBlock::Node(..) => w.hashes_512b += 1,
         }
         if let Some(p) = self.geometry.parent(b) {
-            self.need_node(p, false, w);
+            self.ensure_node(p, false, w);
+        }
+        if let Some(fx) = self.fx.as_mut() {
+            fx.load(&self.geometry, b);
+        }
+    }
+
+    /// [`Metadata::need_node`] until `p` is present: write-backs that filling it sets off can
+    /// cascade through its set and evict it again (with few ways), and its child needs it.
+    fn ensure_node(&mut self, p: MetaBlock, write: bool, w: &mut MetaWork) {
+        let MetaBlock::Node(level, i) = p else { unreachable!("a parent is a node") };
+        loop {
+            self.need_node(p, write, w);
+            if level == self.geometry.top_level() || self.node_cache.probe(node_key(level, i)).is_some() {
+                return;
+            }
         }
     }
 
@@ -370,23 +466,96 @@ impl Metadata {
         }
         self.stats.node_misses += 1;
         self.fetch(p, w);
+        if let Some(slot) = self.node_cache.probe(key) {
+            // The walk above it evicted a dirty child of `p`, whose write-back brought `p` in.
+            if write {
+                self.node_cache.set_dirty(slot, true);
+            }
+            return;
+        }
         let (_, victim) = self.node_cache.fill(key, write);
-        if let Some(v) = victim.filter(|v| v.dirty) {
-            self.write_back(node_of_key(v.line), w);
+        if let Some(v) = victim {
+            self.leave(node_of_key(v.line), v.dirty, w);
         }
     }
 
     /// A dirty block leaves its cache: written to the drive, its new hash put into its parent
     /// (one 512 B hash over the parent's new content), which becomes dirty.
-    fn write_back(&mut self, b: MetaBlock, w: &mut MetaWork) {
+    fn write_back(&mut self, b: MetaBlock, leaving: bool, w: &mut MetaWork) {
         w.writes.push(b);
         self.stats.metadata_writes += 1;
         if let MetaBlock::Cmac(_) = b {
             w.ops_64b += COUNTER_BYTES.div_ceil(64);
         }
+        if let Some(fx) = self.fx.as_mut() {
+            fx.store(&self.geometry, b, leaving);
+        }
         if let Some(p) = self.geometry.parent(b) {
-            self.need_node(p, true, w);
+            self.ensure_node(p, true, w);
             w.hashes_512b += 1;
+            if let Some(fx) = self.fx.as_mut() {
+                // The hash of the latest copy written: the walk that brought the parent in may
+                // have fetched `b` again, changed it and written it back.
+                fx.set_parent_entry(&self.geometry, b);
+            }
+        }
+    }
+
+    /// Every dirty block written back, CMAC blocks first and then the tree level by level
+    /// upwards, so the drive and the on-chip top agree (a clean shutdown, or the paper's eADR
+    /// drain of the DIE's metadata). The blocks stay cached, clean.
+    pub fn flush(&mut self) -> MetaWork {
+        let mut w = MetaWork::default();
+        let dirty: Vec<_> = self.cmac_cache.valid_lines().filter(|l| l.1).map(|l| l.0).collect();
+        for c in dirty {
+            if let Some(slot) = self.cmac_cache.probe(c).filter(|&s| self.cmac_cache.is_dirty(s)) {
+                self.cmac_cache.set_dirty(slot, false);
+                self.write_back(MetaBlock::Cmac(c), false, &mut w);
+            }
+        }
+        for level in 1..self.geometry.top_level() {
+            let dirty: Vec<_> = self.node_cache.valid_lines().filter(|l| l.1 && matches!(node_of_key(l.0), MetaBlock::Node(lv, _) if lv == level)).map(|l| l.0).collect();
+            for key in dirty {
+                if let Some(slot) = self.node_cache.probe(key).filter(|&s| self.node_cache.is_dirty(s)) {
+                    self.node_cache.set_dirty(slot, false);
+                    self.write_back(node_of_key(key), false, &mut w);
+                }
+            }
+        }
+        w
+    }
+
+    /// The on-chip caches emptied, dirty content lost (a power failure without a drain; after
+    /// [`Metadata::flush`], a cold restart). The top node stays: it is the root of trust.
+    /// (Only after this may a flushed D-Shield-Pro run on: a flush leaves the memory cache's
+    /// copies of the blocks it wrote stale, and an empty directory forgets them.)
+    pub fn drop_caches(&mut self) {
+        self.cmac_cache.clear();
+        self.node_cache.clear();
+        if let Some(m) = self.memory_cache.as_mut() {
+            // D-Shield-Pro's directory is on chip too: the memory cache starts empty.
+            m.directory.fill(u64::MAX);
+            m.useful.clear();
+        }
+        if let Some(fx) = self.fx.as_mut() {
+            fx.drop_cached();
+        }
+    }
+
+    /// Functional mode's invariants against the caches' bookkeeping (tests; see
+    /// [`bytes::Bytes`]).
+    #[cfg(test)]
+    pub(crate) fn check(&self) -> Result<(), String> {
+        let fx = self.fx.as_ref().ok_or("not in functional mode")?;
+        let dirty = |b: MetaBlock| match b {
+            MetaBlock::Cmac(c) => self.cmac_cache.probe(c).map(|s| self.cmac_cache.is_dirty(s)),
+            MetaBlock::Node(l, i) => self.node_cache.probe(node_key(l, i)).map(|s| self.node_cache.is_dirty(s)),
+        };
+        fx.check_consistency(&self.geometry, &dirty)?;
+        let nodes = self.node_cache.valid_lines().map(|l| node_of_key(l.0));
+        match nodes.chain(self.cmac_cache.valid_lines().map(|l| MetaBlock::Cmac(l.0))).find(|&b| fx.cached(b).is_none()) {
+            Some(b) => Err(format!("{b:?} is cached without its bytes")),
+            None => Ok(()),
         }
     }
 
@@ -411,6 +580,34 @@ pub struct Die {
     engine_free: u64,
     pub engine_busy_cycles: u64,
     slots: Vec<SlotState>,
+    /// Functional mode: each write's data, and what each read must return.
+    pub oracle: Option<Oracle>,
+}
+
+/// Functional `secmem io`: the data the application writes (seeded, per block and version) and
+/// a count of the blocks read back, decrypted, verified and compared.
+#[derive(Default)]
+pub struct Oracle {
+    seed: u64,
+    /// Writes of each block so far (its data is a function of the block, the version and the seed).
+    versions: FxHashMap<u64, u32>,
+    pub blocks_written: u64,
+    pub blocks_verified: u64,
+}
+
+impl Oracle {
+    pub fn new(seed: u64) -> Oracle { Oracle { seed, ..Oracle::default() } }
+
+    /// Block `s`'s data at `version` (0: never written, zeros).
+    fn data(&self, s: u64, version: u32) -> Block {
+        use rand::{RngCore, SeedableRng};
+        let mut b = [0u8; 512];
+        if version > 0 {
+            let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(self.seed ^ s.rotate_left(20) ^ u64::from(version).rotate_left(52));
+            rng.fill_bytes(&mut b);
+        }
+        b
+    }
 }
 
 #[derive(Clone, Default)]
@@ -428,7 +625,7 @@ struct SlotState {
 impl Die {
     /// `memory_cache_line`: where D-Shield-Pro's in-memory cache lies (unused without one).
     pub fn new(meta: Metadata, op_64b_cycles: u64, hash_512b_cycles: u64, slots: usize, memory_cache_line: u64) -> Die {
-        Die { meta, memory_cache_line, op_64b_cycles, hash_512b_cycles, engine_free: 0, engine_busy_cycles: 0, slots: vec![SlotState::default(); slots] }
+        Die { meta, memory_cache_line, op_64b_cycles, hash_512b_cycles, engine_free: 0, engine_busy_cycles: 0, slots: vec![SlotState::default(); slots], oracle: None }
     }
 
     /// Application slot `slot` submits an I/O of `n` sectors from `first` at `at`: its
@@ -437,7 +634,11 @@ impl Die {
     #[allow(clippy::too_many_arguments)] // the I/O's fields, its core and time
     pub fn begin(&mut self, host: &mut super::host::Host, slot_of_io: usize, write: bool, first: u64, n: u64, core: u32, at: u64) -> Result<(), crate::run::SimError> {
         use super::host::{Cmd, Owner};
-        let work = if write { self.meta.write(first, n) } else { self.meta.read(first, n) };
+        let work = match self.oracle.as_mut() {
+            None if write => self.meta.write(first, n),
+            None => self.meta.read(first, n),
+            Some(o) => Self::with_bytes(&mut self.meta, o, write, first, n)?,
+        };
         let per_sector = 8 * self.op_64b_cycles + self.hash_512b_cycles;
         let s = &mut self.slots[slot_of_io];
         s.pending_reads = work.reads.len() as u32;
@@ -472,6 +673,41 @@ impl Die {
             host.issue(hidden(Owner::DieWrite, true, blk, 512), at)?;
         }
         Ok(())
+    }
+
+    /// Functional mode: the I/O's blocks encrypted and put on the drive (writes), or read from
+    /// it, verified, decrypted and compared with what was written (reads). The bytes move when
+    /// the DIE sees the I/O, so later I/Os see them whatever the drive's timing.
+    fn with_bytes(meta: &mut Metadata, o: &mut Oracle, write: bool, first: u64, n: u64) -> Result<MetaWork, crate::run::SimError> {
+        let fail = |message: String| crate::run::SimError::Integrity { trace: "io".into(), message };
+        if write {
+            let plain: Vec<Block> = (first..first + n)
+                .map(|s| {
+                    let v = o.versions.entry(s).or_insert(0);
+                    *v += 1;
+                    let v = *v;
+                    o.data(s, v)
+                })
+                .collect();
+            let (w, ct) = meta.write_bytes(first, &plain).map_err(|d| fail(d.to_string()))?;
+            let fx = meta.bytes_mut().expect("functional");
+            for (k, c) in ct.iter().enumerate() {
+                fx.drive.write(first + k as u64, c);
+            }
+            o.blocks_written += n;
+            Ok(w)
+        } else {
+            let mut out = vec![[0u8; 512]; n as usize];
+            let w = meta.read_bytes(first, &mut out).map_err(|d| fail(d.to_string()))?;
+            for (k, b) in out.iter().enumerate() {
+                let s = first + k as u64;
+                if *b != o.data(s, o.versions.get(&s).copied().unwrap_or(0)) {
+                    return Err(fail(format!("block {s} decrypted and verified to other data than was written")));
+                }
+            }
+            o.blocks_verified += n;
+            Ok(w)
+        }
     }
 
     /// One of `slot`'s metadata reads arrived at `at`.
@@ -533,6 +769,10 @@ mod tests {
         assert_eq!(g.sector_of(MetaBlock::Node(2, 0)), g.sector_of(MetaBlock::Node(1, l1 - 1)) + 1);
         assert_eq!(g.parent(MetaBlock::Cmac(130)), Some(MetaBlock::Node(1, 2)));
         assert_eq!(g.parent(MetaBlock::Node(g.top_level(), 0)), None);
+        for b in [MetaBlock::Cmac(0), MetaBlock::Cmac(g.cmac_blocks - 1), MetaBlock::Node(1, 0), MetaBlock::Node(2, 3)] {
+            assert_eq!(g.block_at(g.sector_of(b)), Some(b));
+        }
+        assert_eq!(g.block_at(5), None);
     }
 
     #[test]
