@@ -98,6 +98,7 @@ config_section! {
         dshield_minor_counter_bits: u32 = 38 => "D-Shield: bits of a CMAC block's minor counters (section V-B2: 38); a wrap moves the major and re-encrypts the 32 blocks";
         dshield_op_64b_cycles: u64 = 40 => "D-Shield: the memory controller's engine per 64 B encryption or hash, CPU cycles (Table I: 40)";
         dshield_hash_512b_cycles: u64 = 320 => "D-Shield: the engine per 512 B hash (a sector's MAC, a tree node), CPU cycles (Table I: 320)";
+        namespaces: String = String::new() => "D-Shield's Region Table: the drive's data namespaces as comma-separated NSID@FIRST_GIB+SIZE_GIB entries (e.g. \"1@0+200,2@256+200\"), each with its own CMAC blocks and tree in the metadata namespace at the drive's end, in this order; the pattern's threads take the namespaces in turn, a trace's files take them in order; each gets io.space_gib of I/O space (empty: one namespace, the largest the drive holds beside its metadata)";
         trace: String = String::new() => "An I/O trace to replay instead of the pattern: a fio iolog (v2 or v3) or an MQSim ASCII trace; each file gets io.space_gib of the drive; its I/Os share threads x queue_depth slots (empty: the pattern)";
     }
 }
@@ -243,6 +244,24 @@ struct Io {
 }
 
 /// Runs the `[io]` workload on the `[ssd]` drive beside `cfg`'s secure memory; the report.
+/// D-Shield's Region Table from `io.namespaces` (empty: one namespace over the drive), each
+/// namespace holding `io.space_gib` of I/O space.
+pub fn dshield_geometry(cfg: &Config) -> Result<dshield::Geometry, ConfigError> {
+    let io = &cfg.io;
+    let drive_sectors = (cfg.ssd.capacity_gib << 30) / 512;
+    let g = if io.namespaces.trim().is_empty() {
+        dshield::Geometry::for_drive(drive_sectors)
+    } else {
+        dshield::Geometry::parse(&io.namespaces, drive_sectors).map_err(|e| ConfigError::new("io.namespaces", e))?
+    };
+    for r in &g.regions {
+        ensure((io.space_gib << 30) / 512 <= r.data_sectors, "io.space_gib", || {
+            format!("D-Shield's namespace {} holds {} GiB of the drive's {} GiB (the rest is other namespaces and the metadata namespace): an I/O past its end", r.nsid, (r.data_sectors * 512) >> 30, cfg.ssd.capacity_gib)
+        })?;
+    }
+    Ok(g)
+}
+
 pub fn run_io(cfg: &Config) -> Result<Value, SimError> {
     let io = &cfg.io;
     let cfgerr = SimError::Config;
@@ -281,18 +300,13 @@ pub fn run_io(cfg: &Config) -> Result<Value, SimError> {
     } else {
         None
     };
-    // dshield: the data namespace, and the metadata namespace after it.
+    // dshield: the data namespaces, and the metadata namespace at the drive's end.
     let dshield = matches!(io.stack, IoStack::Dshield | IoStack::DshieldPro);
-    let die_geometry = dshield.then(|| dshield::Geometry::for_drive(drive_sectors));
-    if let Some(g) = &die_geometry {
-        ensure((io.space_gib << 30) / 512 <= g.data_sectors, "io.space_gib", || {
-            format!("D-Shield's data namespace holds {} GiB of the drive's {} GiB (the rest is its metadata namespace): an I/O past its end", (g.data_sectors * 512) >> 30, cfg.ssd.capacity_gib)
-        })
-        .map_err(cfgerr)?;
-    }
+    let die_geometry = if dshield { Some(dshield_geometry(cfg).map_err(cfgerr)?) } else { None };
     let logical_bytes = match (&layout, &die_geometry) {
         (Some(l), _) => l.provided_data_sectors * 512,
-        (None, Some(g)) => g.data_sectors * 512,
+        // A trace's files each take io.space_gib of a namespace (checked below).
+        (None, Some(g)) => g.regions.len() as u64 * (io.space_gib << 30),
         (None, None) => cfg.ssd.capacity_gib << 30,
     };
     // A trace replaces the pattern: its I/Os arrive at their times (or at once) and wait for
@@ -300,7 +314,22 @@ pub fn run_io(cfg: &Config) -> Result<Value, SimError> {
     let trace = if io.trace.is_empty() {
         None
     } else {
-        let t = trace::read(std::path::Path::new(&io.trace), io.space_gib << 30, logical_bytes).map_err(|e| cfgerr(ConfigError::new("io.trace", e)))?;
+        // Under D-Shield the files' namespaces are checked below, by the Region Table.
+        let drive_bytes = if die_geometry.is_some() { u64::MAX } else { logical_bytes };
+        let mut t = trace::read(std::path::Path::new(&io.trace), io.space_gib << 30, drive_bytes).map_err(|e| cfgerr(ConfigError::new("io.trace", e)))?;
+        let regions = die_geometry.as_ref().map_or(0, |g| g.regions.len());
+        if let Some(g) = &die_geometry {
+            for (i, r) in t.requests.iter_mut().enumerate() {
+                // File k is namespace k of the Region Table.
+                let file = r.offset / (io.space_gib << 30);
+                let Some(ns) = g.regions.get(file as usize) else {
+                    return Err(cfgerr(ConfigError::new("io.trace", format!(
+                        "I/O {} is on the trace's file {}, whose namespace has no region: io.namespaces has {regions} entr{} (one per file)", i + 1, file + 1, if regions == 1 { "y" } else { "ies" }
+                    ))));
+                };
+                r.offset = ns.first * 512 + r.offset % (io.space_gib << 30);
+            }
+        }
         Some(t)
     };
     let max_bytes = trace.as_ref().map_or(io.block_bytes, |t| t.requests.iter().map(|r| r.bytes).max().unwrap_or(512));
@@ -308,7 +337,11 @@ pub fn run_io(cfg: &Config) -> Result<Value, SimError> {
     if io.precondition {
         // Every data sector of the space, and under enc-int its tags, exist before the run.
         let bytes = layout.as_ref().map_or(io.space_gib << 30, |l| l.extent_sectors((io.space_gib << 30) / 512) * 512);
-        ssd.precondition(bytes);
+        match &die_geometry {
+            // Each namespace's space.
+            Some(g) => g.regions.iter().for_each(|r| ssd.precondition_range(r.first * 512, bytes)),
+            None => ssd.precondition(bytes),
+        }
         // Under dshield, the space's CMAC blocks and tree nodes too.
         for (first, n) in die_geometry.as_ref().map(|g| g.metadata_extents((io.space_gib << 30) / 512)).unwrap_or_default() {
             ssd.precondition_range(first * 512, n * 512);
@@ -342,7 +375,7 @@ pub fn run_io(cfg: &Config) -> Result<Value, SimError> {
     };
     let mut host = Host::new(&mut engine, port, io.threads, timing);
     let mut die = die_geometry.map(|g| {
-        let mut meta = dshield::Metadata::new(g.data_sectors, io.dshield_cache_kib, io.dshield_cache_ways as usize, io.dshield_minor_counter_bits);
+        let mut meta = dshield::Metadata::new(g, io.dshield_cache_kib, io.dshield_cache_ways as usize, io.dshield_minor_counter_bits);
         if io.stack == IoStack::DshieldPro {
             meta = meta.with_memory_cache((io.dshield_pro_cache_mib << 20) / 512);
         }
@@ -445,7 +478,8 @@ pub fn run_io(cfg: &Config) -> Result<Value, SimError> {
                     let r = &requests[ios[id].request];
                     Some((r.write, r.offset, r.bytes))
                 } else {
-                    streams.next(t).map(|(w, off)| (w, off, io.block_bytes))
+                    // Under D-Shield the threads take the namespaces in turn.
+                    streams.next(t).map(|(w, off)| (w, die.as_ref().map_or(off, |d| d.meta.geometry.regions[t % d.meta.geometry.regions.len()].first * 512 + off), io.block_bytes))
                 };
                 let Some((write, offset, bytes)) = next else { continue };
                 // A trace's I/O counts its wait for a slot from its arrival time.
@@ -617,7 +651,8 @@ pub fn run_io(cfg: &Config) -> Result<Value, SimError> {
             "memory_cache_hits": st.memory_cache_hits, "memory_cache_misses": st.memory_cache_misses, "memory_cache_fills": st.memory_cache_fills,
             "engine_busy_us": us(d.engine_busy_cycles),
             "metadata_share_of_drive": {"cmac": cmac_share, "tree": tree_share},
-            "data_namespace_gib": (d.meta.geometry.data_sectors * 512) as f64 / (1u64 << 30) as f64,
+            "data_namespace_gib": (d.meta.geometry.data_sectors() * 512) as f64 / (1u64 << 30) as f64,
+            "namespaces": d.meta.geometry.regions.iter().map(|r| json!({"nsid": r.nsid, "first_gib": (r.first * 512) as f64 / (1u64 << 30) as f64, "data_gib": (r.data_sectors * 512) as f64 / (1u64 << 30) as f64, "metadata_first_sector": r.metadata_base})).collect::<Vec<_>>(),
         });
         if let Some(o) = &d.oracle {
             report["dshield"]["functional"] = json!({"blocks_written": o.blocks_written, "blocks_verified": o.blocks_verified});
@@ -661,6 +696,32 @@ mod tests {
         }
         let e = run_io(&cfg(&["run.functional=true", "io.stack=enc"])).unwrap_err().to_string();
         assert!(e.contains("run.functional") && e.contains("dshield"), "{e}");
+    }
+
+    #[test]
+    fn d_shield_s_region_table_gives_each_namespace_its_own_tree_and_refuses_what_does_not_fit() {
+        let base = ["io.stack=dshield", "io.pattern=rand-rw", "io.threads=2", "io.namespaces=\"1@0+4, 2@8+4\""];
+        let r = run_io(&cfg(&base)).unwrap();
+        let ns = r["dshield"]["namespaces"].as_array().unwrap();
+        assert_eq!((ns.len(), ns[1]["nsid"].as_u64(), ns[1]["first_gib"].as_f64()), (2, Some(2), Some(8.0)));
+        // Two trees of depth 3 (4 GiB each): the cold misses walk both.
+        let one = run_io(&cfg(&["io.stack=dshield", "io.pattern=rand-rw", "io.threads=2", "io.namespaces=\"1@0+4\""])).unwrap();
+        assert!(r["dshield"]["node_misses"].as_u64() > one["dshield"]["node_misses"].as_u64(), "{} vs {}", r["dshield"], one["dshield"]);
+        // The functional run reads back what each namespace wrote.
+        let f = run_io(&cfg(&[&base[..], &["run.functional=true"]].concat())).unwrap();
+        assert_eq!(f["io"], r["io"]);
+        for (spec, want) in [("1@0+4,2@2+4", "overlaps namespace 1"), ("1@0+4,1@8+4", "already in the table"), ("1@0+16", "metadata namespace"), ("1@0+4,2@8", "entry 2")] {
+            let e = run_io(&cfg(&["io.stack=dshield", &format!("io.namespaces=\"{spec}\"")])).unwrap_err().to_string();
+            assert!(e.contains("io.namespaces") && e.contains(want), "{spec}: {e}");
+        }
+        let e = run_io(&cfg(&["io.stack=dshield", "io.namespaces=\"1@0+4\"", "io.space_gib=5"])).unwrap_err().to_string();
+        assert!(e.contains("io.space_gib") && e.contains("namespace 1"), "{e}");
+        // A trace's second file on a one-namespace table: no region for it.
+        let p = std::env::temp_dir().join(format!("secmem-ns-{}.iolog", std::process::id()));
+        std::fs::write(&p, "fio version 2 iolog\n/a add\n/b add\n/a open\n/b open\n/a read 0 4096\n/b read 0 4096\n").unwrap();
+        let e = run_io(&cfg(&["io.stack=dshield", "io.namespaces=\"1@0+4\"", &format!("io.trace=\"{}\"", p.display())])).unwrap_err().to_string();
+        let _ = std::fs::remove_file(&p);
+        assert!(e.contains("io.trace") && e.contains("I/O 2") && e.contains("no region"), "{e}");
     }
 
     #[test]
@@ -727,7 +788,7 @@ mod tests {
         assert!(e.contains("io.space_gib") && e.contains("metadata namespace"), "{e}");
         let g = dshield::Geometry::for_drive(16 << 21);
         let (c, t) = g.metadata_sectors();
-        assert!(g.data_sectors + c + t <= 16 << 21 && g.data_sectors > (16 << 21) * 96 / 100);
+        assert!(g.data_sectors() + c + t <= 16 << 21 && g.data_sectors() > (16 << 21) * 96 / 100);
     }
 
     #[test]

@@ -123,8 +123,8 @@ pub struct Bytes {
     pub drive: DriveImage,
     /// Verified content of the blocks in the on-chip caches.
     cached: FxHashMap<MetaBlock, Box<Block>>,
-    /// The top node (on chip).
-    pub top: Box<Block>,
+    /// Each namespace's top node (on chip), by its index in the region table.
+    pub tops: FxHashMap<usize, Box<Block>>,
     /// D-Shield-Pro: the in-memory cache's blocks by slot (held under the memory's own
     /// protection, which the memory side's attacks test).
     memory: FxHashMap<u64, (u64, Box<Block>)>,
@@ -144,7 +144,7 @@ fn slot_in_parent(b: MetaBlock) -> usize {
 
 impl Bytes {
     pub fn new(keys: StorageKeys) -> Bytes {
-        Bytes { keys, drive: DriveImage::default(), cached: FxHashMap::default(), top: Box::new([0; 512]), memory: FxHashMap::default(), writing_back: FxHashMap::default(), failure: None }
+        Bytes { keys, drive: DriveImage::default(), cached: FxHashMap::default(), tops: FxHashMap::default(), memory: FxHashMap::default(), writing_back: FxHashMap::default(), failure: None }
     }
 
     fn fail(&mut self, d: Detected) {
@@ -155,8 +155,8 @@ impl Bytes {
     fn parent_entry(&self, g: &Geometry, b: MetaBlock) -> u64 {
         let p = g.parent(b).expect("a stored block has a parent");
         let slot = slot_in_parent(b);
-        if p == MetaBlock::Node(g.top_level(), 0) {
-            entry(&self.top, slot)
+        if g.is_top(p) {
+            self.tops.get(&g.region_of(p)).map_or(0, |t| entry(t, slot))
         } else {
             // The walk put the parent in the cache before its child is checked.
             entry(self.cached.get(&p).expect("a verified parent is cached"), slot)
@@ -224,8 +224,8 @@ impl Bytes {
         }
         let p = g.parent(b).expect("a stored block has a parent");
         let slot = slot_in_parent(b);
-        if p == MetaBlock::Node(g.top_level(), 0) {
-            set_entry(&mut self.top, slot, hash);
+        if g.is_top(p) {
+            set_entry(self.tops.entry(g.region_of(p)).or_insert_with(|| Box::new([0; 512])), slot, hash);
         } else {
             set_entry(self.cached.get_mut(&p).expect("the parent was just made present"), slot, hash);
         }
@@ -268,13 +268,14 @@ impl Bytes {
     /// Data block `s` written with `plain`: its minor moves on (on `overflow`, the group's
     /// major does, and the other 31 blocks are read, verified and re-encrypted under it), the
     /// block is encrypted and its MAC stored. Returns the ciphertext for the drive.
-    pub(super) fn write_block(&mut self, s: u64, plain: &Block, overflow: bool, data_sectors: u64) -> Block {
+    /// (`data_end`: where the namespace's data ends; a group's blocks stop there.)
+    pub(super) fn write_block(&mut self, s: u64, plain: &Block, overflow: bool, data_end: u64) -> Block {
         let c = s / BLOCKS_PER_CMAC;
         let k = (s % BLOCKS_PER_CMAC) as usize;
         if overflow {
             let base = c * BLOCKS_PER_CMAC;
             let new_major = major(self.cmac(c)) + 1;
-            for b in (base..base + BLOCKS_PER_CMAC).filter(|&b| b != s && b < data_sectors) {
+            for b in (base..base + BLOCKS_PER_CMAC).filter(|&b| b != s && b < data_end) {
                 let mut p = [0; 512];
                 self.read_block(b, &mut p);
                 let mut ct = p;
@@ -316,8 +317,8 @@ impl Bytes {
             }
             let p = g.parent(b).expect("a stored block has a parent");
             let slot = slot_in_parent(b);
-            let e = if p == MetaBlock::Node(g.top_level(), 0) {
-                entry(&self.top, slot)
+            let e = if g.is_top(p) {
+                self.tops.get(&g.region_of(p)).map_or(0, |t| entry(t, slot))
             } else if let Some(pc) = self.cached.get(&p) {
                 entry(pc, slot)
             } else {

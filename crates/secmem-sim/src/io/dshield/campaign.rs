@@ -71,14 +71,14 @@ fn check_stack(cfg: &Config, command: &str) -> Result<(), SimError> {
     Ok(())
 }
 
-fn new_metadata(cfg: &Config) -> Metadata {
+fn new_metadata(cfg: &Config) -> Result<Metadata, SimError> {
     let io = &cfg.io;
-    let g = Geometry::for_drive((cfg.ssd.capacity_gib << 30) / 512);
-    let mut meta = Metadata::new(g.data_sectors, io.dshield_cache_kib, io.dshield_cache_ways as usize, io.dshield_minor_counter_bits);
+    let g = crate::io::dshield_geometry(cfg).map_err(SimError::Config)?;
+    let mut meta = Metadata::new(g, io.dshield_cache_kib, io.dshield_cache_ways as usize, io.dshield_minor_counter_bits);
     if io.stack == IoStack::DshieldPro {
         meta = meta.with_memory_cache((io.dshield_pro_cache_mib << 20) / 512);
     }
-    meta.with_bytes(StorageKeys::for_device(PROCESSOR_SEED, DEVICE))
+    Ok(meta.with_bytes(StorageKeys::for_device(PROCESSOR_SEED, DEVICE)))
 }
 
 fn random_block(rng: &mut rand_chacha::ChaCha8Rng) -> Block {
@@ -87,8 +87,8 @@ fn random_block(rng: &mut rand_chacha::ChaCha8Rng) -> Block {
     b
 }
 
-/// The I/Os: (write, first sector).
-fn workload(cfg: &Config, ios: u64, seed: u64) -> Vec<(bool, u64)> {
+/// The I/Os: (write, first sector); I/O `i` goes to namespace `i mod n` of `g`.
+fn workload(cfg: &Config, g: &Geometry, ios: u64, seed: u64) -> Vec<(bool, u64)> {
     let io = &cfg.io;
     let per_io = u64::from(io.block_bytes) / 512;
     let space_blocks = ((io.space_gib << 30) / 512 / per_io).max(1);
@@ -96,9 +96,10 @@ fn workload(cfg: &Config, ios: u64, seed: u64) -> Vec<(bool, u64)> {
     let stride = space_blocks / hot;
     let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(seed);
     (0..ios)
-        .map(|_| {
+        .map(|i| {
             let write = rng.gen_range(0..100) >= io.read_percent;
-            (write, rng.gen_range(0..hot) * stride * per_io)
+            let ns = &g.regions[i as usize % g.regions.len()];
+            (write, ns.first + rng.gen_range(0..hot) * stride * per_io)
         })
         .collect()
 }
@@ -108,9 +109,9 @@ impl Setup {
     /// the oracle as they go (a failure is a false alarm: the run stops with it).
     fn run(cfg: &Config, ios: u64, seed: u64, mut at_io: impl FnMut(usize, &mut Setup, bool, u64, &[Block]) -> Result<(), SimError>) -> Result<Setup, SimError> {
         let per_io = u64::from(cfg.io.block_bytes) / 512;
-        let mut s = Setup { meta: new_metadata(cfg), oracle: FxHashMap::default(), recorded: Default::default(), sectors_per_io: per_io };
+        let mut s = Setup { meta: new_metadata(cfg)?, oracle: FxHashMap::default(), recorded: Default::default(), sectors_per_io: per_io };
         let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(seed ^ 0xda7a);
-        let work = workload(cfg, ios, seed);
+        let work = workload(cfg, &s.meta.geometry, ios, seed);
         let mut buf = vec![[0u8; 512]; per_io as usize];
         for (i, &(write, first)) in work.iter().enumerate() {
             crate::interrupt::check()?;
@@ -203,7 +204,7 @@ pub fn attack_classes(g: &Geometry) -> Vec<String> {
 fn path_of(g: &Geometry, s: u64) -> Vec<MetaBlock> {
     let mut p = vec![MetaBlock::Cmac(g.cmac_of(s))];
     while let Some(b) = g.parent(*p.last().unwrap()) {
-        if b == MetaBlock::Node(g.top_level(), 0) {
+        if g.is_top(b) {
             break;
         }
         p.push(b);
@@ -339,8 +340,11 @@ fn inject(class: &str, s: &mut Setup, g: &Geometry, written: &[u64], rewritten: 
         }
         c if c.starts_with("tamper-tree-level-") => {
             let level: u32 = c["tamper-tree-level-".len()..].parse().ok()?;
-            let t = pick(written, rng)?;
-            let node = *path_of(g, t).iter().find(|b| matches!(b, MetaBlock::Node(l, _) if *l == level))?;
+            // A block of a namespace whose tree stores that level.
+            let at_level = |t: u64| path_of(g, t).into_iter().find(|b| matches!(b, MetaBlock::Node(l, _) if *l == level));
+            let cands: Vec<u64> = written.iter().copied().filter(|&t| at_level(t).is_some()).collect();
+            let t = pick(&cands, rng)?;
+            let node = at_level(t)?;
             let bit = rng.gen_range(0..4096);
             change(s, &mut inj, g.sector_of(node), &|b| flip(b, bit));
             (inj.target, inj.expected) = (t, Some(expected_of(node)));
@@ -553,6 +557,15 @@ mod tests {
     }
 
     #[test]
+    fn attacks_across_two_namespaces_are_detected_and_their_trees_are_apart() {
+        let c = cfg(&["io.namespaces=\"1@0+2, 5@100+300\"", "io.dshield_cache_kib=64"]);
+        let out = attack_campaign(&c, 2000, None, 15, 7).unwrap();
+        assert!(out.all_detected(), "{out:?}");
+        // The 300 GiB namespace stores four levels, the 2 GiB one two: level 4 only in one.
+        assert!(out.classes["tamper-tree-level-4"].injected == 15, "{:?}", out.classes.keys());
+    }
+
+    #[test]
     fn a_tampered_block_that_goes_unread_changes_nothing_and_the_campaign_is_deterministic() {
         let a = attack_campaign(&cfg(&[]), 600, Some(&["tamper-data".into(), "replay-path".into()]), 10, 9).unwrap();
         let b = attack_campaign(&cfg(&[]), 600, Some(&["tamper-data".into(), "replay-path".into()]), 10, 9).unwrap();
@@ -614,11 +627,10 @@ mod tests {
         let c = cfg(&["io.dshield_cache_kib=64"]);
         let mut counting = {
             let io = &c.io;
-            let g = Geometry::for_drive((c.ssd.capacity_gib << 30) / 512);
-            Metadata::new(g.data_sectors, io.dshield_cache_kib, io.dshield_cache_ways as usize, io.dshield_minor_counter_bits)
+            Metadata::new(crate::io::dshield_geometry(&c).unwrap(), io.dshield_cache_kib, io.dshield_cache_ways as usize, io.dshield_minor_counter_bits)
         };
         let s = Setup::run(&c, 1500, 2, |_, _, _, _, _| Ok(())).unwrap();
-        for (write, first) in workload(&c, 1500, 2) {
+        for (write, first) in workload(&c, &s.meta.geometry, 1500, 2) {
             if write {
                 counting.write(first, s.sectors_per_io);
             } else {

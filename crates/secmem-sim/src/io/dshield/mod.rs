@@ -35,15 +35,18 @@
 //!   the drive's and is dropped without a write-back. (Pro builds on D-Shield-Hyb in the
 //!   paper; here it builds on the basic D-Shield.)
 //!
-//! The metadata lives in its own namespace (`nvme-create-mdns`); [`Geometry`] places it after
-//! the data: CMAC blocks first, then the tree level by level from the leaves' parents up.
+//! The metadata lives in its own namespace (`nvme-create-mdns`); [`Geometry`], the Region
+//! Table, places each data namespace's metadata there: CMAC blocks first, then the tree level by
+//! level from the leaves' parents up.
 
 pub mod bytes;
 pub mod campaign;
+pub mod regions;
 
 use bytes::{Block, Bytes, Detected};
 use rustc_hash::FxHashMap;
 use secmem_core::cache::{Replacement, SetAssocCache};
+pub use regions::Geometry;
 
 /// Data blocks (512 B sectors) per CMAC block.
 pub const BLOCKS_PER_CMAC: u64 = 32;
@@ -52,122 +55,12 @@ pub const TREE_ARITY: u64 = 64;
 /// Bytes of one CMAC block's counters: a 64-bit major and 32 38-bit minors.
 pub const COUNTER_BYTES: u64 = 8 + 32 * 38 / 8;
 
-/// Where the data and metadata of one namespace lie, in 512 B sectors.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Geometry {
-    pub data_sectors: u64,
-    pub cmac_blocks: u64,
-    /// Nodes per tree level, from the leaves' parents (level 1) up to the top (one node).
-    pub tree_nodes: Vec<u64>,
-    /// The first sector of the metadata (after the data).
-    pub metadata_base: u64,
-}
-
 /// A metadata block of [`Geometry`].
 #[derive(Copy, Clone, Debug, PartialEq, Eq, Hash)]
 pub enum MetaBlock {
     Cmac(u64),
     /// A tree node: its level (1 = the CMAC blocks' parents) and index in the level.
     Node(u32, u64),
-}
-
-impl Geometry {
-    pub fn new(data_sectors: u64) -> Geometry {
-        let cmac_blocks = data_sectors.div_ceil(BLOCKS_PER_CMAC).max(1);
-        let mut tree_nodes = Vec::new();
-        let mut n = cmac_blocks;
-        loop {
-            n = n.div_ceil(TREE_ARITY);
-            tree_nodes.push(n);
-            if n == 1 {
-                break;
-            }
-        }
-        Geometry { data_sectors, cmac_blocks, tree_nodes, metadata_base: data_sectors }
-    }
-
-    /// The largest data namespace whose metadata fits beside it on a drive of
-    /// `drive_sectors` (the metadata namespace takes the rest).
-    pub fn for_drive(drive_sectors: u64) -> Geometry {
-        // The metadata is just over 1/32 of the data: start from data = drive * 32/33 and
-        // step down while it does not fit (a few steps).
-        let mut data = drive_sectors / 33 * 32;
-        loop {
-            let g = Geometry::new(data);
-            let (c, t) = g.metadata_sectors();
-            if data + c + t <= drive_sectors {
-                return g;
-            }
-            data -= (data + c + t - drive_sectors).max(1);
-        }
-    }
-
-    /// The metadata of the first `space_sectors` data sectors: `(first sector, sectors)`
-    /// extents, one per kind (CMAC blocks, then each stored tree level).
-    pub fn metadata_extents(&self, space_sectors: u64) -> Vec<(u64, u64)> {
-        let mut out = Vec::new();
-        let mut n = space_sectors.div_ceil(BLOCKS_PER_CMAC).max(1);
-        out.push((self.sector_of(MetaBlock::Cmac(0)), n));
-        for level in 1..self.top_level() {
-            n = n.div_ceil(TREE_ARITY);
-            out.push((self.sector_of(MetaBlock::Node(level, 0)), n));
-        }
-        out
-    }
-
-    /// The tree's top level: its one node is held on chip.
-    pub fn top_level(&self) -> u32 { self.tree_nodes.len() as u32 }
-
-    /// Sectors of CMAC blocks and of tree nodes stored on the drive (the top node is on chip).
-    pub fn metadata_sectors(&self) -> (u64, u64) {
-        let stored: u64 = self.tree_nodes[..self.tree_nodes.len() - 1].iter().sum();
-        (self.cmac_blocks, stored)
-    }
-
-    /// The metadata's share of the data's size: (CMAC blocks, tree).
-    pub fn overhead(&self) -> (f64, f64) {
-        let (c, t) = self.metadata_sectors();
-        (c as f64 / self.data_sectors as f64, t as f64 / self.data_sectors as f64)
-    }
-
-    pub fn cmac_of(&self, sector: u64) -> u64 { sector / BLOCKS_PER_CMAC }
-
-    /// The parent of a block: a CMAC block's level-1 node, a node's node one level up; None
-    /// for the top node.
-    pub fn parent(&self, b: MetaBlock) -> Option<MetaBlock> {
-        match b {
-            MetaBlock::Cmac(i) => Some(MetaBlock::Node(1, i / TREE_ARITY)),
-            MetaBlock::Node(level, _) if level >= self.top_level() => None,
-            MetaBlock::Node(level, i) => Some(MetaBlock::Node(level + 1, i / TREE_ARITY)),
-        }
-    }
-
-    /// The metadata block stored at `sector` (None: a data sector).
-    pub fn block_at(&self, sector: u64) -> Option<MetaBlock> {
-        let mut r = sector.checked_sub(self.metadata_base)?;
-        if r < self.cmac_blocks {
-            return Some(MetaBlock::Cmac(r));
-        }
-        r -= self.cmac_blocks;
-        for (k, &n) in self.tree_nodes.iter().enumerate() {
-            if r < n {
-                return Some(MetaBlock::Node(k as u32 + 1, r));
-            }
-            r -= n;
-        }
-        None
-    }
-
-    /// The sector a metadata block is stored at (in the drive's address space).
-    pub fn sector_of(&self, b: MetaBlock) -> u64 {
-        match b {
-            MetaBlock::Cmac(i) => self.metadata_base + i,
-            MetaBlock::Node(level, i) => {
-                let below: u64 = self.tree_nodes[..level as usize - 1].iter().sum();
-                self.metadata_base + self.cmac_blocks + below + i
-            }
-        }
-    }
 }
 
 /// What one data I/O costs the DIE beyond the data itself.
@@ -246,13 +139,13 @@ fn node_key(level: u32, i: u64) -> u64 { (u64::from(level) << 56) | i }
 fn node_of_key(key: u64) -> MetaBlock { MetaBlock::Node((key >> 56) as u32, key & ((1 << 56) - 1)) }
 
 impl Metadata {
-    /// A namespace of `data_sectors`, with caches of `cache_kib` each (8 ways of 512 B blocks)
-    /// and `minor_bits`-bit minor counters.
-    pub fn new(data_sectors: u64, cache_kib: u64, ways: usize, minor_bits: u32) -> Metadata {
+    /// The namespaces of `geometry`, with caches of `cache_kib` each (`ways` ways of 512 B
+    /// blocks, shared by every namespace) and `minor_bits`-bit minor counters.
+    pub fn new(geometry: Geometry, cache_kib: u64, ways: usize, minor_bits: u32) -> Metadata {
         let blocks = (cache_kib * 1024 / 512).max(ways as u64);
         let sets = (blocks / ways as u64).max(1);
         Metadata {
-            geometry: Geometry::new(data_sectors),
+            geometry,
             cmac_cache: SetAssocCache::with_geometry(sets, ways, Replacement::Lru),
             node_cache: SetAssocCache::with_geometry(sets, ways, Replacement::Lru),
             minors: FxHashMap::default(),
@@ -345,12 +238,13 @@ impl Metadata {
                     *minors = [0; BLOCKS_PER_CMAC as usize];
                     self.stats.minor_overflows += 1;
                     let base = c * BLOCKS_PER_CMAC;
-                    let others = (base..base + BLOCKS_PER_CMAC).filter(|&b| b != s && b < self.geometry.data_sectors);
+                    let end = self.geometry.data_end_of(s);
+                    let others = (base..base + BLOCKS_PER_CMAC).filter(|&b| b != s && b < end);
                     w.reencrypted_blocks.extend(others);
                 }
                 minors[k] += 1;
                 if let (Some(fx), Some(plain)) = (self.fx.as_mut(), plain) {
-                    ct.push(fx.write_block(s, &plain[(s - first) as usize], overflow, self.geometry.data_sectors));
+                    ct.push(fx.write_block(s, &plain[(s - first) as usize], overflow, self.geometry.data_end_of(s)));
                 }
             }
         }
@@ -447,7 +341,7 @@ impl Metadata {
         let MetaBlock::Node(level, i) = p else { unreachable!("a parent is a node") };
         loop {
             self.need_node(p, write, w);
-            if level == self.geometry.top_level() || self.node_cache.probe(node_key(level, i)).is_some() {
+            if self.geometry.is_top(p) || self.node_cache.probe(node_key(level, i)).is_some() {
                 return;
             }
         }
@@ -456,7 +350,7 @@ impl Metadata {
     /// Tree node `p` in the cache (on-chip top: always), dirty if `write`.
     fn need_node(&mut self, p: MetaBlock, write: bool, w: &mut MetaWork) {
         let MetaBlock::Node(level, i) = p else { unreachable!("a parent is a node") };
-        if level == self.geometry.top_level() {
+        if self.geometry.is_top(p) {
             return; // on chip
         }
         let key = node_key(level, i);
@@ -755,21 +649,22 @@ mod tests {
         assert!(tree < 0.0006 && tree > 0.0004, "{tree}");
         assert!(cmac + tree < 0.0318);
         // 2^25 CMAC blocks under a 64-ary tree: levels of 2^19, 2^13, 2^7, 2, 1 nodes.
-        assert_eq!(g.tree_nodes, vec![1 << 19, 1 << 13, 1 << 7, 2, 1]);
+        assert_eq!(g.regions[0].tree_nodes, vec![1 << 19, 1 << 13, 1 << 7, 2, 1]);
         assert_eq!(COUNTER_BYTES + 32 * 11, 512, "a major, 32 minors and 32 88-bit MACs fill one block");
     }
 
     #[test]
     fn metadata_blocks_lie_after_the_data_without_overlapping() {
         let g = Geometry::new(GIB_SECTORS);
-        let last_cmac = g.sector_of(MetaBlock::Cmac(g.cmac_blocks - 1));
+        let r = &g.regions[0];
+        let last_cmac = g.sector_of(MetaBlock::Cmac(r.cmac_blocks - 1));
         assert_eq!(g.sector_of(MetaBlock::Cmac(0)), GIB_SECTORS);
         assert_eq!(g.sector_of(MetaBlock::Node(1, 0)), last_cmac + 1);
-        let l1 = g.tree_nodes[0];
+        let l1 = r.tree_nodes[0];
         assert_eq!(g.sector_of(MetaBlock::Node(2, 0)), g.sector_of(MetaBlock::Node(1, l1 - 1)) + 1);
         assert_eq!(g.parent(MetaBlock::Cmac(130)), Some(MetaBlock::Node(1, 2)));
         assert_eq!(g.parent(MetaBlock::Node(g.top_level(), 0)), None);
-        for b in [MetaBlock::Cmac(0), MetaBlock::Cmac(g.cmac_blocks - 1), MetaBlock::Node(1, 0), MetaBlock::Node(2, 3)] {
+        for b in [MetaBlock::Cmac(0), MetaBlock::Cmac(r.cmac_blocks - 1), MetaBlock::Node(1, 0), MetaBlock::Node(2, 3)] {
             assert_eq!(g.block_at(g.sector_of(b)), Some(b));
         }
         assert_eq!(g.block_at(5), None);
@@ -777,7 +672,7 @@ mod tests {
 
     #[test]
     fn a_cold_read_walks_to_the_top_and_a_second_read_of_the_block_hits() {
-        let mut m = Metadata::new(GIB_SECTORS, 256, 8, 38);
+        let mut m = Metadata::new(Geometry::new(GIB_SECTORS), 256, 8, 38);
         let levels = m.geometry.top_level() as usize; // the top node is on chip
         let w = m.read(0, 8);
         assert_eq!(w.reads.len(), 1 + (levels - 1), "the CMAC block and every stored node above it: {:?}", w.reads);
@@ -794,7 +689,7 @@ mod tests {
     #[test]
     fn dirty_blocks_are_written_back_when_they_leave_and_dirty_their_parent() {
         // A cache of 8 blocks (4 KiB, 8 ways: one set): the ninth written block evicts the first.
-        let mut m = Metadata::new(GIB_SECTORS, 4, 8, 38);
+        let mut m = Metadata::new(Geometry::new(GIB_SECTORS), 4, 8, 38);
         let mut writes = Vec::new();
         for c in 0..9 {
             writes.extend(m.write(c * BLOCKS_PER_CMAC, 1).writes);
@@ -807,7 +702,7 @@ mod tests {
     #[test]
     fn pro_keeps_read_blocks_in_memory_and_never_serves_a_stale_copy() {
         // On chip: 8 blocks in one set; in memory: 1024 slots.
-        let mut m = Metadata::new(GIB_SECTORS, 4, 8, 38).with_memory_cache(1024);
+        let mut m = Metadata::new(Geometry::new(GIB_SECTORS), 4, 8, 38).with_memory_cache(1024);
         for c in 0..9 {
             m.read(c * BLOCKS_PER_CMAC, 1); // the ninth evicts block 0, read once: Useful 1
         }
@@ -823,7 +718,7 @@ mod tests {
         }
         assert!(filled.contains(&0), "block 0's slot refreshed: {filled:?}");
         // A block never read (Useful 0) and clean does not go to memory.
-        let mut n = Metadata::new(GIB_SECTORS, 4, 8, 38).with_memory_cache(1024);
+        let mut n = Metadata::new(Geometry::new(GIB_SECTORS), 4, 8, 38).with_memory_cache(1024);
         for c in 0..9 {
             n.write(c * BLOCKS_PER_CMAC, 1);
         }
@@ -832,7 +727,7 @@ mod tests {
 
     #[test]
     fn a_minor_overflow_moves_the_major_and_reencrypts_the_32_blocks() {
-        let mut m = Metadata::new(GIB_SECTORS, 256, 8, 2); // minors wrap after 3 writes
+        let mut m = Metadata::new(Geometry::new(GIB_SECTORS), 256, 8, 2); // minors wrap after 3 writes
         for _ in 0..3 {
             assert!(m.write(5, 1).reencrypted_blocks.is_empty());
         }
@@ -841,7 +736,7 @@ mod tests {
         assert!(!w.reencrypted_blocks.contains(&5) && w.reencrypted_blocks.iter().all(|&b| b < 32));
         assert_eq!(m.stats.minor_overflows, 1);
         // 38-bit minors (the paper's) do not overflow in a simulation's lifetime.
-        let mut real = Metadata::new(GIB_SECTORS, 256, 8, 38);
+        let mut real = Metadata::new(Geometry::new(GIB_SECTORS), 256, 8, 38);
         assert!((0..1000).all(|_| real.write(5, 1).reencrypted_blocks.is_empty()));
     }
 }
