@@ -18,6 +18,9 @@ const GIB: u64 = (1 << 30) / 512;
 /// Bits of a node's index within its level (the namespace is above).
 const LOCAL_BITS: u32 = 40;
 
+/// The name of node `local` (in its level) of namespace `r`'s tree.
+fn node_name(r: usize, local: u64) -> u64 { ((r as u64) << LOCAL_BITS) | local }
+
 /// One entry of the table.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Region {
@@ -210,7 +213,7 @@ impl Geometry {
     /// The top node of the tree `b` belongs to (held on chip).
     pub fn top_of(&self, b: MetaBlock) -> MetaBlock {
         let r = self.region_of(b);
-        MetaBlock::Node(self.regions[r].top_level(), (r as u64) << LOCAL_BITS)
+        MetaBlock::Node(self.regions[r].top_level(), node_name(r, 0))
     }
 
     pub fn is_top(&self, b: MetaBlock) -> bool { matches!(b, MetaBlock::Node(..)) && self.top_of(b) == b }
@@ -222,7 +225,7 @@ impl Geometry {
             MetaBlock::Cmac(c) => {
                 let r = self.region_of(b);
                 let local = c - self.regions[r].first_cmac();
-                Some(MetaBlock::Node(1, (r as u64) << LOCAL_BITS | local / TREE_ARITY))
+                Some(MetaBlock::Node(1, node_name(r, local / TREE_ARITY)))
             }
             MetaBlock::Node(level, i) => {
                 let r = (i >> LOCAL_BITS) as usize;
@@ -230,7 +233,7 @@ impl Geometry {
                     return None;
                 }
                 let local = i & ((1 << LOCAL_BITS) - 1);
-                Some(MetaBlock::Node(level + 1, (r as u64) << LOCAL_BITS | local / TREE_ARITY))
+                Some(MetaBlock::Node(level + 1, node_name(r, local / TREE_ARITY)))
             }
         }
     }
@@ -260,7 +263,7 @@ impl Geometry {
             off -= r.cmac_blocks;
             for (l, &n) in r.tree_nodes.iter().enumerate() {
                 if off < n {
-                    return Some(MetaBlock::Node(l as u32 + 1, (k as u64) << LOCAL_BITS | off));
+                    return Some(MetaBlock::Node(l as u32 + 1, node_name(k, off)));
                 }
                 off -= n;
             }
