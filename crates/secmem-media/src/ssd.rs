@@ -16,7 +16,9 @@
 //! buffered page is programmed at once to the next plane in channel-first round-robin order
 //! (striping), and frees its buffer slot when the program completes. A full buffer holds the
 //! next write until a slot frees. A write of part of a page that is already on flash reads
-//! the old page first (read-modify-write). Reading a page still in the buffer is a DRAM hit.
+//! the old page first (read-modify-write), unless the page is still in the buffer: then the
+//! rest of its bytes are in DRAM and the write merges with them. Reading a page still in the
+//! buffer is a DRAM hit.
 //!
 //! **FTL.** Page-level mapping, logical page to physical page. The table lives on flash in
 //! translation pages (`page_bytes / 4` entries each) and a set-associative LRU cache of
@@ -454,7 +456,9 @@ impl SsdMedia {
         }
         let mut data_ready = self.translate(lpn, true, accept);
         let old = self.map.get(&lpn).copied();
-        if bytes < self.page_bytes {
+        // A page still in the buffer has the rest of its bytes in DRAM: the write merges there.
+        let in_buffer = self.buffered.get(&lpn).is_some_and(|&done| done > accept);
+        if bytes < self.page_bytes && !in_buffer {
             if let Some(ppn) = old {
                 // Read-modify-write: the rest of the page comes from flash.
                 self.bump(C::PartialReads, 1);
@@ -685,6 +689,18 @@ mod tests {
         s.access(req(512, 512, AccessKind::Write, 1_000_000));
         assert_eq!(counter(&s, "partial_page_reads"), 1);
         s.access(req(1 << 20, 512, AccessKind::Write, 1_000_000)); // nothing there to merge
+        assert_eq!(counter(&s, "partial_page_reads"), 1);
+    }
+
+    #[test]
+    fn a_partial_write_of_a_page_still_in_the_buffer_merges_in_dram() {
+        let mut s = SsdMedia::new(&SsdConfig::default(), MHZ);
+        s.access(req(0, 4096, AccessKind::Write, 0));
+        // Its program (tens of microseconds) is still under way at 1 us: no flash read.
+        s.access(req(512, 512, AccessKind::Write, 1_000));
+        assert_eq!(counter(&s, "partial_page_reads"), 0);
+        // Long after, the page is on flash only: read-modify-write.
+        s.access(req(1024, 512, AccessKind::Write, 100_000_000));
         assert_eq!(counter(&s, "partial_page_reads"), 1);
     }
 
