@@ -421,8 +421,9 @@ def io_calibrate(sectors: int = 200_000) -> Dict[str, float]:
 def io_capture(command: Sequence[str], output: str) -> Dict[str, int]:
     """Runs ``command`` under ``strace`` and writes its ``pread64``/``pwrite64`` calls to
     ``output`` as a fio iolog (v3) that ``io.trace`` replays: one I/O per call at its time, on
-    the file it names, rounded out to whole 512 B sectors (docs/ssd.md). Returns ``{"reads",
-    "writes", "files", "skipped"}``."""
+    the file it names, rounded out to whole 512 B sectors, and each ``fsync``/``fdatasync`` as a
+    ``sync``/``datasync``, a barrier on replay (docs/ssd.md). Returns ``{"reads", "writes",
+    "syncs", "files", "skipped"}``."""
     if isinstance(command, str) or not command or not all(isinstance(c, str) for c in command):
         raise SecmemError("command must be a non-empty list of strings (the program and its arguments)")
     return json.loads(_call(_native.io_capture, list(command), _path(output, "output")))

@@ -795,8 +795,9 @@ def parser() -> argparse.ArgumentParser:
     p.set_defaults(fn=cmd_io_calibrate)
 
     p = sub.add_parser(
-        "io-capture", help="record a program's pread/pwrite calls (strace) as a fio iolog for io.trace",
-        description="Runs the command under strace -f and writes its pread64/pwrite64 calls, sector-aligned, as a "
+        "io-capture", help="record a program's pread/pwrite/fsync calls (strace) as a fio iolog for io.trace",
+        description="Runs the command under strace -f and writes its pread64/pwrite64 calls, sector-aligned, and its "
+        "fsync/fdatasync calls (replayed as barriers) as a "
         "fio iolog v3: secmem io-capture --out db.iolog -- sqlite3 bank.db < work.sql; secmem io -p io.trace=db.iolog",
     )
     p.add_argument("--out", type=_path_arg, required=True, help="the iolog to write")

@@ -314,7 +314,7 @@ fn io_calibrate(py: Python<'_>, sectors: usize) -> String {
 #[pyfunction]
 fn io_capture(py: Python<'_>, command: Vec<String>, output: &str) -> PyResult<String> {
     let c = py.allow_threads(|| secmem_sim::io::strace::capture(&command, Path::new(output))).map_err(err)?;
-    Ok(serde_json::json!({"reads": c.reads, "writes": c.writes, "files": c.files, "skipped": c.skipped}).to_string())
+    Ok(serde_json::json!({"reads": c.reads, "writes": c.writes, "syncs": c.syncs, "files": c.files, "skipped": c.skipped}).to_string())
 }
 
 /// Crash injection: JSON {"points", "recovered", "mismatches", ...}.

@@ -235,6 +235,9 @@ impl Journal {
     }
 
     /// The commit's journal writes are done: its sections are committed.
+    /// Whether some written entries are not committed yet, or a commit is under way.
+    pub fn commit_pending(&self) -> bool { self.free_section_entry > 0 || self.n_uncommitted > 0 || self.committing > 0 }
+
     pub fn end_commit(&mut self) {
         self.n_committed += self.committing;
         self.committing = 0;

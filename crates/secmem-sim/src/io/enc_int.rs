@@ -185,6 +185,19 @@ impl EncInt {
         Ok(())
     }
 
+    /// A flush (an application's fsync): every write so far must be in a committed journal
+    /// section, as dm-integrity commits on REQ_PREFLUSH. Starts a commit if one is needed and
+    /// none runs; true while the flush must still wait.
+    pub fn flush(&mut self, host: &mut Host, at: u64) -> Result<bool, SimError> {
+        if !self.journal.commit_pending() {
+            return Ok(false);
+        }
+        if !self.commit_running {
+            self.start_commit(host, at)?;
+        }
+        Ok(true)
+    }
+
     /// One of the commit's journal writes is done.
     pub fn commit_write_done(&mut self, host: &mut Host, at: u64) -> Result<(), SimError> {
         self.commit_outstanding -= 1;

@@ -98,7 +98,7 @@ config_section! {
         dshield_minor_counter_bits: u32 = 38 => "D-Shield: bits of a CMAC block's minor counters (section V-B2: 38); a wrap moves the major and re-encrypts the 32 blocks";
         dshield_op_64b_cycles: u64 = 40 => "D-Shield: the memory controller's engine per 64 B encryption or hash, CPU cycles (Table I: 40)";
         dshield_hash_512b_cycles: u64 = 320 => "D-Shield: the engine per 512 B hash (a sector's MAC, a tree node), CPU cycles (Table I: 320)";
-        namespaces: String = String::new() => "D-Shield's Region Table: the drive's data namespaces as comma-separated NSID@FIRST_GIB+SIZE_GIB entries (e.g. \"1@0+200,2@256+200\"), each with its own CMAC blocks and tree in the metadata namespace at the drive's end, in this order; the pattern's threads take the namespaces in turn, a trace's files take them in order; each gets io.space_gib of I/O space (empty: one namespace, the largest the drive holds beside its metadata)";
+        namespaces: String = String::new() => "D-Shield's Region Table: the drive's data namespaces as comma-separated NSID@FIRST_GIB+SIZE_GIB entries (e.g. \"1@0+200,2@256+200\"), each with its own CMAC blocks and tree in the metadata namespace at the drive's end, in this order; the pattern's threads take the namespaces in turn, a trace's files take them in order; each gets io.space_gib of I/O space (empty: one namespace, the largest the drive holds beside its metadata, a trace's files taking io.space_gib each of it)";
         trace: String = String::new() => "An I/O trace to replay instead of the pattern: a fio iolog (v2 or v3) or an MQSim ASCII trace; each file gets io.space_gib of the drive; its I/Os share threads x queue_depth slots (empty: the pattern)";
     }
 }
@@ -305,8 +305,7 @@ pub fn run_io(cfg: &Config) -> Result<Value, SimError> {
     let die_geometry = if dshield { Some(dshield_geometry(cfg).map_err(cfgerr)?) } else { None };
     let logical_bytes = match (&layout, &die_geometry) {
         (Some(l), _) => l.provided_data_sectors * 512,
-        // A trace's files each take io.space_gib of a namespace (checked below).
-        (None, Some(g)) => g.regions.len() as u64 * (io.space_gib << 30),
+        (None, Some(g)) => g.regions[0].data_sectors * 512,
         (None, None) => cfg.ssd.capacity_gib << 30,
     };
     // A trace replaces the pattern: its I/Os arrive at their times (or at once) and wait for
@@ -314,11 +313,12 @@ pub fn run_io(cfg: &Config) -> Result<Value, SimError> {
     let trace = if io.trace.is_empty() {
         None
     } else {
-        // Under D-Shield the files' namespaces are checked below, by the Region Table.
-        let drive_bytes = if die_geometry.is_some() { u64::MAX } else { logical_bytes };
+        // With a Region Table the files' namespaces are checked below; without one, the files
+        // take io.space_gib each of the one namespace (or of the drive).
+        let drive_bytes = if io.namespaces.trim().is_empty() || die_geometry.is_none() { logical_bytes } else { u64::MAX };
         let mut t = trace::read(std::path::Path::new(&io.trace), io.space_gib << 30, drive_bytes).map_err(|e| cfgerr(ConfigError::new("io.trace", e)))?;
         let regions = die_geometry.as_ref().map_or(0, |g| g.regions.len());
-        if let Some(g) = &die_geometry {
+        if let Some(g) = die_geometry.as_ref().filter(|_| !io.namespaces.trim().is_empty()) {
             for (i, r) in t.requests.iter_mut().enumerate() {
                 // File k is namespace k of the Region Table.
                 let file = r.offset / (io.space_gib << 30);
@@ -414,6 +414,53 @@ pub fn run_io(cfg: &Config) -> Result<Value, SimError> {
     let mut waiting: std::collections::VecDeque<usize> = std::collections::VecDeque::new();
     let mut latency = Histogram::default();
     let (mut reads, mut writes, mut last_done, mut bytes_moved) = (0u64, 0u64, 0u64, 0u64);
+    // A trace's flush (an fsync) is a barrier: no later request starts until every earlier
+    // one is done and the stack has made them durable. The flush's slot, start and whether
+    // its slot has taken it (its submission event ran); flushes done and the time they waited;
+    // the trace's data I/Os started and not yet done.
+    let mut barrier: Option<(usize, u64, bool)> = None;
+    let (mut flushes, mut flush_wait_cycles, mut in_flight) = (0u64, 0u64, 0u64);
+    // A trace's request `r` takes slot `slot` at `at` (a flush raises the barrier).
+    macro_rules! assign {
+        ($slot:expr, $r:expr, $at:expr) => {{
+            let (slot, r, at) = ($slot, $r, $at);
+            ios[slot].request = r;
+            if requests[r].flush {
+                barrier = Some((slot, at, false));
+            } else {
+                in_flight += 1;
+            }
+            host.push(at, Ev::Submit(slot));
+        }};
+    }
+    // The barrier falls once nothing before it is in flight and the stack's flush is done
+    // (dm-integrity commits its journal; the drive has power-loss protection, so its own
+    // flush is immediate); the driver's submission and completion of the flush command run on
+    // its thread's core. Then the waiting requests take the free slots, up to the next flush.
+    macro_rules! check_barrier {
+        ($at:expr) => {{
+            let at = $at;
+            if let Some((slot, started, true)) = barrier {
+                let stack_waits = match stack.as_mut() {
+                    Some(s) if in_flight == 0 => s.flush(&mut host, at)?,
+                    _ => false,
+                };
+                if in_flight == 0 && !stack_waits {
+                    barrier = None;
+                    flushes += 1;
+                    let end = host.run_on(ios[slot].thread, at, cyc(io.submit_us + io.complete_us));
+                    flush_wait_cycles += end - started;
+                    last_done = last_done.max(end);
+                    free_slots.push(slot);
+                    while barrier.is_none() && !waiting.is_empty() {
+                        let Some(free) = free_slots.pop() else { break };
+                        let next = waiting.pop_front().expect("not empty");
+                        assign!(free, next, end);
+                    }
+                }
+            }
+        }};
+    }
     // An application I/O is done at `done`: count it and start its slot's next.
     macro_rules! finish {
         ($id:expr, $done:expr) => {{
@@ -425,11 +472,17 @@ pub fn run_io(cfg: &Config) -> Result<Value, SimError> {
             last_done = last_done.max(done);
             if trace.is_none() {
                 host.push(done, Ev::Submit(id));
-            } else if let Some(next) = waiting.pop_front() {
-                o.request = next;
-                host.push(done, Ev::Submit(id));
             } else {
-                free_slots.push(id);
+                in_flight -= 1;
+                match waiting.pop_front() {
+                    Some(next) if barrier.is_none() => assign!(id, next, done),
+                    Some(next) => {
+                        waiting.push_front(next);
+                        free_slots.push(id);
+                    }
+                    None => free_slots.push(id),
+                }
+                check_barrier!(done);
             }
         }};
     }
@@ -465,10 +518,12 @@ pub fn run_io(cfg: &Config) -> Result<Value, SimError> {
                 s.start_commit(&mut host, now)?;
             }
             Ev::Arrive(r) => match free_slots.pop() {
-                // A trace's request takes a free slot, or waits in arrival order for one.
+                // A trace's request takes a free slot, or waits in arrival order for one (or
+                // for a flush before it).
+                Some(slot) if barrier.is_none() => assign!(slot, r, now),
                 Some(slot) => {
-                    ios[slot].request = r;
-                    host.push(now, Ev::Submit(slot));
+                    free_slots.push(slot);
+                    waiting.push_back(r);
                 }
                 None => waiting.push_back(r),
             },
@@ -476,6 +531,11 @@ pub fn run_io(cfg: &Config) -> Result<Value, SimError> {
                 let t = ios[id].thread as usize;
                 let next = if trace.is_some() {
                     let r = &requests[ios[id].request];
+                    if r.flush {
+                        barrier = barrier.map(|(slot, started, _)| (slot, started, true));
+                        check_barrier!(now);
+                        continue;
+                    }
                     Some((r.write, r.offset, r.bytes))
                 } else {
                     // Under D-Shield the threads take the namespaces in turn.
@@ -563,7 +623,10 @@ pub fn run_io(cfg: &Config) -> Result<Value, SimError> {
                             _ => verified!(id, end),
                         }
                     }
-                    Owner::Commit => stack.as_mut().expect("enc-int").commit_write_done(&mut host, end)?,
+                    Owner::Commit => {
+                        stack.as_mut().expect("enc-int").commit_write_done(&mut host, end)?;
+                        check_barrier!(end);
+                    }
                     Owner::WriterData | Owner::MetaWrite => stack.as_mut().expect("enc-int").writer_command_done(&mut host, end)?,
                     Owner::EvictWrite | Owner::DieWrite => {}
                     Owner::DieRead(slot) => die.as_mut().expect("dshield").metadata_arrived(&mut host, slot, end),
@@ -621,7 +684,7 @@ pub fn run_io(cfg: &Config) -> Result<Value, SimError> {
     let mut report = json!({
         "io": {
             "pattern": trace.as_ref().map_or(io.pattern.as_str(), |t| t.format),
-            "trace_flushes_and_trims": trace.as_ref().map_or(0, |t| t.flushes_and_trims), "threads": io.threads, "queue_depth": io.queue_depth, "block_bytes": io.block_bytes,
+            "trace_flushes_and_trims": trace.as_ref().map_or(0, |t| t.flushes_and_trims), "flushes": flushes, "flush_wait_us": us(flush_wait_cycles), "threads": io.threads, "queue_depth": io.queue_depth, "block_bytes": io.block_bytes,
             "ios": n, "reads": reads, "writes": writes,
             "runtime_us": runtime_us,
             "iops": if runtime_us > 0.0 { n as f64 / runtime_us * 1e6 } else { 0.0 },
@@ -696,6 +759,37 @@ mod tests {
         }
         let e = run_io(&cfg(&["run.functional=true", "io.stack=enc"])).unwrap_err().to_string();
         assert!(e.contains("run.functional") && e.contains("dshield"), "{e}");
+    }
+
+    #[test]
+    fn a_traces_fsync_waits_for_the_writes_before_it_and_for_dm_integritys_commit() {
+        // Four writes then a sync, repeated; the same without the syncs.
+        let mut with = String::from("fio version 2 iolog\n/db add\n/db open\n");
+        let mut without = with.clone();
+        for k in 0..200u64 {
+            for j in 0..4u64 {
+                let line = format!("/db write {} 4096\n", ((k * 4 + j) * 7919 % 200_000) * 4096);
+                with.push_str(&line);
+                without.push_str(&line);
+            }
+            with.push_str("/db sync 0 0\n");
+        }
+        let dir = std::env::temp_dir();
+        let (pw, po) = (dir.join(format!("secmem-sync-{}.iolog", std::process::id())), dir.join(format!("secmem-nosync-{}.iolog", std::process::id())));
+        std::fs::write(&pw, with).unwrap();
+        std::fs::write(&po, without).unwrap();
+        let run = |stack: &str, p: &std::path::Path| run_io(&cfg(&[stack, "io.threads=4", &format!("io.trace=\"{}\"", p.display())])).unwrap();
+        for stack in ["io.stack=insecure", "io.stack=enc-int"] {
+            let (a, b) = (run(stack, &pw), run(stack, &po));
+            assert_eq!(a["io"]["flushes"].as_u64(), Some(200), "{stack}");
+            assert_eq!((a["io"]["writes"].as_u64(), b["io"]["flushes"].as_u64()), (Some(800), Some(0)));
+            // Four writes at a time at most: the barrier takes away the overlap of the next four.
+            assert!(a["io"]["runtime_us"].as_f64() > b["io"]["runtime_us"].as_f64(), "{stack}: {} vs {}", a["io"], b["io"]);
+        }
+        // dm-integrity: each sync commits the journal, so a write no longer completes in memory alone.
+        let (a, b) = (run("io.stack=enc-int", &pw), run("io.stack=enc-int", &po));
+        assert!(a["integrity"]["journal_commits"].as_u64().unwrap() >= 200 && b["integrity"]["journal_commits"].as_u64().unwrap() < 10, "{} vs {}", a["integrity"], b["integrity"]);
+        let _ = (std::fs::remove_file(&pw), std::fs::remove_file(&po));
     }
 
     #[test]

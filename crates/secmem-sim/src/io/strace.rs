@@ -1,6 +1,7 @@
-//! I/O traces of real programs: their `pread64` and `pwrite64` calls as `strace` records them
-//! (`strace -f -ttt -y -s 0 -e trace=pread64,pwrite64`), written as a fio iolog (version 3)
-//! that `io.trace` replays.
+//! I/O traces of real programs: their `pread64`, `pwrite64`, `fsync` and `fdatasync` calls as
+//! `strace` records them (`strace -f -ttt -y -s 0 -e trace=pread64,pwrite64,fsync,fdatasync`),
+//! written as a fio iolog (version 3) that `io.trace` replays. An `fsync` becomes a `sync`
+//! action and an `fdatasync` a `datasync` on the file it names: the replay's barriers.
 //!
 //! Each call becomes one I/O at its time (microseconds from the first call), on the file it
 //! names (`-y` prints the path behind each descriptor; each file gets its own region of the
@@ -15,11 +16,20 @@ use std::io::{BufRead, Write};
 use std::path::Path;
 use std::process::Command;
 
+/// What a call does.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub enum Op {
+    Read,
+    Write,
+    Sync,
+    Datasync,
+}
+
 /// One call, as recorded.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Call {
     pub time_s: f64,
-    pub write: bool,
+    pub op: Op,
     pub file: String,
     pub offset: u64,
     pub bytes: u64,
@@ -30,6 +40,8 @@ pub struct Call {
 pub struct Captured {
     pub reads: u64,
     pub writes: u64,
+    /// `fsync` and `fdatasync` calls.
+    pub syncs: u64,
     pub files: u64,
     /// Calls left out: failed, empty, or on a descriptor `strace` could not name.
     pub skipped: u64,
@@ -61,14 +73,18 @@ pub fn parse(text: impl BufRead) -> Result<(Vec<Call>, u64), String> {
         } else {
             call.to_string()
         };
-        let write = if call.starts_with("pwrite64(") {
-            true
+        let op = if call.starts_with("pwrite64(") {
+            Op::Write
         } else if call.starts_with("pread64(") {
-            false
+            Op::Read
+        } else if call.starts_with("fsync(") {
+            Op::Sync
+        } else if call.starts_with("fdatasync(") {
+            Op::Datasync
         } else {
             continue; // signals, exits and other calls
         };
-        let c = parse_call(&call, write, time_s).map_err(|e| format!("line {}: {e}: {}", i + 1, line))?;
+        let c = parse_call(&call, op, time_s).map_err(|e| format!("line {}: {e}: {}", i + 1, line))?;
         match c {
             Some(c) => calls.push(c),
             None => skipped += 1,
@@ -77,11 +93,19 @@ pub fn parse(text: impl BufRead) -> Result<(Vec<Call>, u64), String> {
     Ok((calls, skipped))
 }
 
-/// `pread64(3</path>, ""..., 4096, 8192) = 4096`: the call, or None when it moved nothing.
-fn parse_call(call: &str, write: bool, time_s: f64) -> Result<Option<Call>, String> {
+/// `pread64(3</path>, ""..., 4096, 8192) = 4096` or `fsync(3</path>) = 0`: the call, or None
+/// when it moved nothing or failed.
+fn parse_call(call: &str, op: Op, time_s: f64) -> Result<Option<Call>, String> {
     let args = &call[call.find('(').expect("starts with the name and '('") + 1..];
     let (args, ret) = args.rsplit_once(") = ").ok_or("no result")?;
     let ret: i64 = ret.split_whitespace().next().and_then(|r| r.parse().ok()).ok_or("a result that is not a number")?;
+    if matches!(op, Op::Sync | Op::Datasync) {
+        let file = match (args.find('<'), args.rfind('>')) {
+            (Some(a), Some(b)) if a < b && ret == 0 => args[a + 1..b].to_string(),
+            _ => return Ok(None), // failed, or a descriptor strace could not name
+        };
+        return Ok(Some(Call { time_s, op, file, offset: 0, bytes: 0 }));
+    }
     let file = match (args.find('<'), args.find(">,")) {
         (Some(a), Some(b)) if a < b => args[a + 1..b].to_string(),
         _ => return Ok(None), // a descriptor strace could not name
@@ -91,7 +115,7 @@ fn parse_call(call: &str, write: bool, time_s: f64) -> Result<Option<Call>, Stri
     if ret <= 0 {
         return Ok(None);
     }
-    Ok(Some(Call { time_s, write, file, offset, bytes: ret as u64 }))
+    Ok(Some(Call { time_s, op, file, offset, bytes: ret as u64 }))
 }
 
 /// Writes `calls` as a fio iolog v3 (sector-aligned); how many files it names.
@@ -109,18 +133,23 @@ pub fn write_iolog(calls: &[Call], out: &mut impl Write) -> std::io::Result<u64>
         }
         let start = c.offset / 512 * 512;
         let end = (c.offset + c.bytes).div_ceil(512) * 512;
-        writeln!(out, "{us} {file} {} {start} {}", if c.write { "write" } else { "read" }, end - start)?;
+        match c.op {
+            Op::Read => writeln!(out, "{us} {file} read {start} {}", end - start)?,
+            Op::Write => writeln!(out, "{us} {file} write {start} {}", end - start)?,
+            Op::Sync => writeln!(out, "{us} {file} sync 0 0")?,
+            Op::Datasync => writeln!(out, "{us} {file} datasync 0 0")?,
+        }
     }
     Ok(files.len() as u64)
 }
 
-/// Runs `command` under `strace` and writes its pread64/pwrite64 calls to `out` as a fio
-/// iolog (v3).
+/// Runs `command` under `strace` and writes its pread64/pwrite64/fsync/fdatasync calls to
+/// `out` as a fio iolog (v3).
 pub fn capture(command: &[String], out: &Path) -> Result<Captured, String> {
     let Some((prog, args)) = command.split_first() else { return Err("no command to run".into()) };
     let log = out.with_extension("strace");
     let status = Command::new("strace")
-        .args(["-f", "-ttt", "-y", "-s", "0", "-e", "trace=pread64,pwrite64", "-e", "signal=none", "-o"])
+        .args(["-f", "-ttt", "-y", "-s", "0", "-e", "trace=pread64,pwrite64,fsync,fdatasync", "-e", "signal=none", "-o"])
         .arg(&log)
         .arg("--")
         .arg(prog)
@@ -137,7 +166,8 @@ pub fn capture(command: &[String], out: &Path) -> Result<Captured, String> {
     let (calls, skipped) = parsed?;
     let mut f = std::io::BufWriter::new(std::fs::File::create(out).map_err(|e| format!("{}: {e}", out.display()))?);
     let files = write_iolog(&calls, &mut f).and_then(|n| f.flush().map(|_| n)).map_err(|e| format!("{}: {e}", out.display()))?;
-    Ok(Captured { reads: calls.iter().filter(|c| !c.write).count() as u64, writes: calls.iter().filter(|c| c.write).count() as u64, files, skipped })
+    let count = |op| calls.iter().filter(|c| c.op == op).count() as u64;
+    Ok(Captured { reads: count(Op::Read), writes: count(Op::Write), syncs: count(Op::Sync) + count(Op::Datasync), files, skipped })
 }
 
 #[cfg(test)]
@@ -154,26 +184,30 @@ mod tests {
 4243 1700000000.000500 <... pread64 resumed>\"\"..., 1024, 512) = 1024
 4242 1700000000.000600 pread64(7, \"\"..., 512, 0) = 512
 4242 1700000000.000700 pread64(3</tmp/a.db>, 0x7ffd, 4096, 4096) = -1 EBADF (Bad file descriptor)
+4242 1700000000.000750 fsync(3</tmp/a.db>) = 0
+4242 1700000000.000760 fdatasync(9) = 0
 4242 1700000000.000800 +++ exited with 0 +++
 ";
         let (calls, skipped) = parse(log.as_bytes()).unwrap();
-        assert_eq!(calls.len(), 3);
-        assert_eq!(skipped, 3, "an empty read, an unnamed descriptor, a failed call");
-        assert_eq!(calls[2], Call { time_s: 1700000000.0005, write: false, file: "/tmp/b.wal".into(), offset: 512, bytes: 1024 });
+        assert_eq!(calls.len(), 4);
+        assert_eq!(skipped, 4, "an empty read, an unnamed descriptor, a failed call, an unnamed fdatasync");
+        assert_eq!(calls[2], Call { time_s: 1700000000.0005, op: Op::Read, file: "/tmp/b.wal".into(), offset: 512, bytes: 1024 });
+        assert_eq!(calls[3], Call { time_s: 1700000000.00075, op: Op::Sync, file: "/tmp/a.db".into(), offset: 0, bytes: 0 });
         let mut out = Vec::new();
         assert_eq!(write_iolog(&calls, &mut out).unwrap(), 2);
         let text = String::from_utf8(out).unwrap();
         assert_eq!(
             text,
             "fio version 3 iolog\n0 /tmp/a.db add\n0 /tmp/a.db open\n0 /tmp/a.db read 0 512\n200 /tmp/a.db write 8192 4096\n\
-             400 /tmp/b.wal add\n400 /tmp/b.wal open\n400 /tmp/b.wal read 512 1024\n"
+             400 /tmp/b.wal add\n400 /tmp/b.wal open\n400 /tmp/b.wal read 512 1024\n650 /tmp/a.db sync 0 0\n"
         );
         // The iolog reader takes it back.
         let p = std::env::temp_dir().join(format!("secmem-strace-{}.iolog", std::process::id()));
         std::fs::write(&p, &text).unwrap();
         let t = super::super::trace::read(&p, 1 << 30, 16 << 30).unwrap();
         let _ = std::fs::remove_file(&p);
-        assert_eq!(t.requests.len(), 3);
+        assert_eq!(t.requests.len(), 4);
+        assert!(t.requests[3].flush);
         assert_eq!((t.requests[2].offset, t.requests[2].bytes), ((1 << 30) + 512, 1024), "the second file's region");
     }
 
@@ -199,7 +233,8 @@ mod tests {
         let c = capture(&cmd, &out).unwrap();
         assert!(c.writes > 10 && c.files >= 1, "{c:?}");
         let t = super::super::trace::read(&out, 1 << 30, 16 << 30).unwrap();
-        assert_eq!(t.requests.len() as u64, c.reads + c.writes);
+        assert_eq!(t.requests.len() as u64, c.reads + c.writes + c.syncs);
+        assert!(c.syncs > 0, "sqlite syncs its journal and database: {c:?}");
         assert!(t.requests.iter().all(|r| r.bytes % 512 == 0 && r.offset % 512 == 0));
         let _ = std::fs::remove_dir_all(&dir);
     }

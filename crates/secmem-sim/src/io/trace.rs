@@ -11,9 +11,10 @@
 //!   1 = read; 512 B sectors), one I/O per line, arriving at its time.
 //!
 //! Files of an iolog (and MQSim devices) map to consecutive regions of the drive, each
-//! `io.space_gib` long, in the order they are first named. `sync`, `datasync` and `trim` are
-//! counted and not simulated (the drive programs every buffered page at once, so a flush has
-//! nothing to wait for beyond the writes before it). Every malformed line is an error naming
+//! `io.space_gib` long, in the order they are first named. `sync` and `datasync` are flushes
+//! (an application's `fsync`): barriers that wait for every I/O before them, and for what the
+//! stack must make durable (dm-integrity's journal commit); the drive itself has power-loss
+//! protection, so a flush adds no drive work. `trim` is counted and not simulated. Every malformed line is an error naming
 //! the file and line: an unknown action, I/O on a file never added or not open, an I/O past
 //! its region, a length that is not a whole number of 512 B blocks, timestamps going back.
 
@@ -27,6 +28,8 @@ pub struct IoRequest {
     /// When it arrives (ns from the start); `None`: as soon as a queue slot is free.
     pub arrival_ns: Option<u64>,
     pub write: bool,
+    /// A flush (`sync`, `datasync`): a barrier, no data.
+    pub flush: bool,
     /// Byte offset on the drive.
     pub offset: u64,
     pub bytes: u32,
@@ -82,7 +85,7 @@ pub fn read(path: &Path, region_bytes: u64, drive_bytes: u64) -> Result<IoTrace,
             if offset + bytes > region_bytes || (region + 1) * region_bytes > drive_bytes {
                 return Err(format!("{at}: I/O at {offset} + {bytes} bytes is past the end of its {region_bytes}-byte region of the drive (io.space_gib; ssd.capacity_gib)"));
             }
-            Ok(IoRequest { arrival_ns: None, write: false, offset: region * region_bytes + offset, bytes: bytes as u32 })
+            Ok(IoRequest { arrival_ns: None, write: false, flush: false, offset: region * region_bytes + offset, bytes: bytes as u32 })
         };
         if version == 0 {
             let [arrival, device, sector, sectors, kind] = toks[..] else {
@@ -150,9 +153,11 @@ pub fn read(path: &Path, region_bytes: u64, drive_bytes: u64) -> Result<IoTrace,
                     Some(_) => return Err(format!("{at}: {action} on '{file}', which is not open")),
                     None => return Err(format!("{at}: {action} on '{file}', a file it never opened")),
                 };
+                let arrival = stamp.map(|us| us * 1000).or((clock_ns > 0).then_some(clock_ns));
                 if matches!(action, "sync" | "datasync") {
                     // fio writes these with or without an offset and length.
                     out.flushes_and_trims += 1;
+                    out.requests.push(IoRequest { arrival_ns: arrival, write: false, flush: true, offset: region * region_bytes, bytes: 0 });
                     continue;
                 }
                 want_args(2)?;
@@ -161,7 +166,6 @@ pub fn read(path: &Path, region_bytes: u64, drive_bytes: u64) -> Result<IoTrace,
                     out.flushes_and_trims += 1;
                     continue;
                 }
-                let arrival = stamp.map(|us| us * 1000).or((clock_ns > 0).then_some(clock_ns));
                 out.requests.push(IoRequest { write: action == "write", arrival_ns: arrival, ..r });
             }
             other => {
@@ -172,7 +176,7 @@ pub fn read(path: &Path, region_bytes: u64, drive_bytes: u64) -> Result<IoTrace,
             }
         }
     }
-    if out.requests.is_empty() {
+    if out.requests.iter().all(|r| r.flush) {
         return Err(format!("{name}: no reads or writes in the I/O trace"));
     }
     Ok(out)
@@ -197,8 +201,8 @@ mod tests {
         assert_eq!(
             t.requests,
             vec![
-                IoRequest { arrival_ns: Some(245_000), write: false, offset: 61440, bytes: 4096 },
-                IoRequest { arrival_ns: Some(798_000), write: true, offset: 491520, bytes: 4096 },
+                IoRequest { arrival_ns: Some(245_000), write: false, flush: false, offset: 61440, bytes: 4096 },
+                IoRequest { arrival_ns: Some(798_000), write: true, flush: false, offset: 491520, bytes: 4096 },
             ]
         );
     }
@@ -206,16 +210,18 @@ mod tests {
     #[test]
     fn v2_waits_space_the_ios_and_files_get_their_own_regions() {
         let t = parse("fio version 2 iolog\n/a add\n/b add\n/a open\n/b open\n/a read 0 4096\n/b wait 500 0\n/b write 512 1024\n/a sync 0 0\n").unwrap();
-        assert_eq!(t.requests[0], IoRequest { arrival_ns: None, write: false, offset: 0, bytes: 4096 });
-        assert_eq!(t.requests[1], IoRequest { arrival_ns: Some(500_000), write: true, offset: (1 << 30) + 512, bytes: 1024 });
+        assert_eq!(t.requests[0], IoRequest { arrival_ns: None, write: false, flush: false, offset: 0, bytes: 4096 });
+        assert_eq!(t.requests[1], IoRequest { arrival_ns: Some(500_000), write: true, flush: false, offset: (1 << 30) + 512, bytes: 1024 });
         assert_eq!(t.flushes_and_trims, 1);
+        // The sync is a barrier request at its file's region, carrying no data.
+        assert_eq!(t.requests[2], IoRequest { arrival_ns: Some(500_000), write: false, flush: true, offset: 0, bytes: 0 });
     }
 
     #[test]
     fn an_mqsim_trace_is_sectors_and_nanoseconds() {
         let t = parse("0 0 8 8 1\n1500 0 16 16 0\n").unwrap();
         assert_eq!(t.format, "mqsim");
-        assert_eq!(t.requests[1], IoRequest { arrival_ns: Some(1500), write: true, offset: 8192, bytes: 8192 });
+        assert_eq!(t.requests[1], IoRequest { arrival_ns: Some(1500), write: true, flush: false, offset: 8192, bytes: 8192 });
     }
 
     #[test]
