@@ -9,8 +9,10 @@ use secmem_core::error::ConfigError;
 use secmem_core::Cycle;
 use secmem_media::{AccessKind, MemRequest, TrafficClass};
 use secmem_schemes::controller::PortId;
+use std::cell::RefCell;
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
+use std::rc::Rc;
 
 /// Who a command works for.
 #[derive(Copy, Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
@@ -31,6 +33,25 @@ pub enum Owner {
     DieRead(usize),
     /// D-Shield's DIE writes a dirty metadata block back.
     DieWrite,
+    /// D-Shield-Hyb's DIE reads a metadata block that no command waits for.
+    DieFetch,
+}
+
+/// The protection domain a line the drive moves for an application lives in.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub enum LineDomain {
+    /// The memory's: through the secure memory controller's encryption and MACs.
+    Memory,
+    /// The storage's: kept as the drive's ciphertext, past the memory's encryption; the line's
+    /// page's counter block records it (`recorded`: its record changed, so the block is dirty).
+    Storage { recorded: bool },
+}
+
+/// Who decides each DMA'd line's domain (D-Shield-Hyb's DIE, by its protection-domain vectors).
+pub trait LineDomains {
+    /// The drive moves host line `line`, part of drive sector `sector`, into memory
+    /// (`to_memory`) or out of it.
+    fn dma_line(&mut self, line: u64, sector: u64, to_memory: bool) -> LineDomain;
 }
 
 #[derive(Copy, Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
@@ -122,7 +143,11 @@ pub struct Host<'e> {
     /// Largest command, bytes: larger transfers are split.
     max_transfer: u64,
     pub dma_lines: u64,
+    /// Application DMA lines through the memory's encryption (a pad and a MAC each).
+    pub secure_dma_lines: u64,
     pub commands: u64,
+    /// Where application lines live, when not all in the memory's domain.
+    pub domains: Option<Rc<RefCell<dyn LineDomains>>>,
     /// Commands stopped at their hold (`Cmd::held`) since the last [`Host::take_held`]: the
     /// command, its id and the time its data reached the hold.
     held: Vec<(Cmd, usize, u64)>,
@@ -149,7 +174,9 @@ impl<'e> Host<'e> {
             pcie: t.pcie,
             max_transfer: t.max_transfer,
             dma_lines: 0,
+            secure_dma_lines: 0,
             commands: 0,
+            domains: None,
             held: Vec::new(),
             resume: Vec::new(),
         }
@@ -186,6 +213,16 @@ impl<'e> Host<'e> {
         let e = &mut *self.engine;
         let r = if write { e.design.serve_write(&mut e.mc, line, None, Cycle(at)).map(|c| c.0) } else { e.design.serve_read(&mut e.mc, line, Cycle(at)).map(|(c, _)| c.0) };
         r.map_err(|e| SimError::Config(ConfigError::new("", format!("memory access of the I/O path failed: {e}"))))
+    }
+
+    /// A storage-domain line moves as it is: its page's counter block is read for the line's
+    /// domain (and changed when `recorded`), the line itself goes to or from the device
+    /// without the memory's pad or MAC.
+    fn storage_domain_line(&mut self, line: u64, to_memory: bool, recorded: bool, at: u64) -> Result<u64, SimError> {
+        let mc = &mut self.engine.mc;
+        let ctr = mc.fetch_counter_block(line >> 6, recorded, Cycle(at)).map_err(|e| SimError::Config(ConfigError::new("", format!("memory access of the I/O path failed: {e}"))))?;
+        let data = if to_memory { mc.device_write(line * 64, TrafficClass::Data, Cycle(at)) } else { mc.device_read(line * 64, TrafficClass::Data, Cycle(at)) };
+        Ok(ctr.0.max(data.0))
     }
 
     // A core's submission queue is page 2c past the base, its completion queue page 2c+1.
@@ -251,7 +288,18 @@ impl<'e> Host<'e> {
         }
         let mut done = at;
         for k in 0..lines {
-            done = done.max(self.mem(c.buf_line + k, to_memory, at)?);
+            let line = c.buf_line + k;
+            let domain = match (&self.domains, c.owner) {
+                (Some(d), Owner::App(_)) => d.borrow_mut().dma_line(line, c.offset / 512 + k / 8, to_memory),
+                _ => LineDomain::Memory,
+            };
+            done = done.max(match domain {
+                LineDomain::Memory => {
+                    self.secure_dma_lines += u64::from(matches!(c.owner, Owner::App(_)));
+                    self.mem(line, to_memory, at)?
+                }
+                LineDomain::Storage { recorded } => self.storage_domain_line(line, to_memory, recorded, at)?,
+            });
         }
         Ok(done)
     }

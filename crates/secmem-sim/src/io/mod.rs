@@ -60,7 +60,8 @@ config_enum! {
         Enc => "enc": "dm-crypt (aes-xts-plain64): each 512 B sector encrypted before a write is submitted and decrypted after a read completes, in software on the thread's core (io.aes_xts_ns_per_sector)",
         EncInt => "enc-int": "dm-crypt over dm-integrity in journal mode: each sector also gets an HMAC-SHA256 tag on the core (io.hmac_sha256_ns_per_sector); writes go through the journal and are copied to their place, tags live in interleaved metadata read and written through a buffer cache, from dm-integrity's on-disk format",
         Dshield => "dshield": "D-Shield (HPCA'23): the processor's DMA Interception Engine encrypts and verifies each sector on the memory controller's engine, with fused counter/MAC blocks and a Merkle tree read and written through a hidden metadata queue pair and two on-chip caches (io.dshield_*); the cores run the insecure path",
-        DshieldPro => "dshield-pro": "D-Shield-Pro (section VII): D-Shield with a direct-mapped cache of CMAC blocks in host memory behind the on-chip one (io.dshield_pro_cache_mib), filled with the blocks whose Useful count is non-zero as they leave the chip"
+        DshieldHyb => "dshield-hyb": "D-Shield-Hyb (section VI): D-Shield whose reads leave the drive's data in memory in the storage protection domain (a PD bit per line in the memory's counter blocks), neither decrypted nor re-encrypted, their completion not held; a sector written back unchanged from the lines it was read into needs no cryptography",
+        DshieldPro => "dshield-pro": "D-Shield-Pro (section VII): D-Shield-Hyb with a direct-mapped cache of CMAC blocks in host memory behind the on-chip one (io.dshield_pro_cache_mib), filled with the blocks whose Useful count is non-zero as they leave the chip"
     }
 }
 
@@ -156,7 +157,7 @@ impl IoConfig {
             IoStack::Enc => self.aes_xts_ns_per_sector,
             IoStack::EncInt => self.aes_xts_ns_per_sector + self.hmac_sha256_ns_per_sector,
             // In hardware, on the memory controller's engine: no core time.
-            IoStack::Dshield | IoStack::DshieldPro => 0.0,
+            IoStack::Dshield | IoStack::DshieldHyb | IoStack::DshieldPro => 0.0,
         }
     }
 
@@ -265,10 +266,10 @@ pub fn dshield_geometry(cfg: &Config) -> Result<dshield::Geometry, ConfigError> 
 pub fn run_io(cfg: &Config) -> Result<Value, SimError> {
     let io = &cfg.io;
     let cfgerr = SimError::Config;
-    if cfg.run.functional && !matches!(io.stack, IoStack::Dshield | IoStack::DshieldPro) {
+    if cfg.run.functional && io.stack != IoStack::Dshield {
         return Err(cfgerr(ConfigError::new(
             "run.functional",
-            format!("functional I/O runs (real bytes, encrypted and verified) need D-Shield's stack (io.stack = \"dshield\" or \"dshield-pro\"); the software stacks are timed only, got \"{}\"", io.stack.as_str()),
+            format!("functional I/O runs (real bytes, encrypted and verified) need D-Shield's stack (io.stack = \"dshield\"): the software stacks are timed only, and D-Shield-Hyb and -Pro keep read data in memory in the storage domain, bytes the I/O run does not carry (secmem io-attack and io-crash take dshield-pro); got \"{}\"", io.stack.as_str()),
         )));
     }
     cfg.ssd.validate("ssd").map_err(cfgerr)?;
@@ -301,7 +302,7 @@ pub fn run_io(cfg: &Config) -> Result<Value, SimError> {
         None
     };
     // dshield: the data namespaces, and the metadata namespace at the drive's end.
-    let dshield = matches!(io.stack, IoStack::Dshield | IoStack::DshieldPro);
+    let dshield = matches!(io.stack, IoStack::Dshield | IoStack::DshieldHyb | IoStack::DshieldPro);
     let die_geometry = if dshield { Some(dshield_geometry(cfg).map_err(cfgerr)?) } else { None };
     let logical_bytes = match (&layout, &die_geometry) {
         (Some(l), _) => l.provided_data_sectors * 512,
@@ -385,6 +386,11 @@ pub fn run_io(cfg: &Config) -> Result<Value, SimError> {
         let mut die = dshield::Die::new(meta, io.dshield_op_64b_cycles, io.dshield_hash_512b_cycles, (io.threads * io.queue_depth) as usize, kernel_line);
         if cfg.run.functional {
             die.oracle = Some(dshield::Oracle::new(io.seed));
+        }
+        if matches!(io.stack, IoStack::DshieldHyb | IoStack::DshieldPro) {
+            let domains = std::rc::Rc::new(std::cell::RefCell::new(dshield::hyb::ProtectionDomains::default()));
+            die.hyb = Some(domains.clone());
+            host.domains = Some(domains);
         }
         die
     });
@@ -585,11 +591,12 @@ pub fn run_io(cfg: &Config) -> Result<Value, SimError> {
                     }
                     (None, _) => {
                         // D-Shield sees the I/O's addresses as its commands pass and starts
-                        // their metadata; its commands wait at the DIE for it.
-                        if let Some(d) = die.as_mut() {
-                            d.begin(&mut host, id, write, offset / 512, u64::from(bytes) / 512, o.thread, at)?;
-                        }
-                        ios[id].pending = host.issue_split_held(Owner::App(id), write, offset, u64::from(bytes), buffer_line(o.thread, o.slot), o.thread, at, die.is_some())?;
+                        // their metadata; its commands wait at the DIE for it (but Hyb's reads).
+                        let held = match die.as_mut() {
+                            Some(d) => d.begin(&mut host, id, write, offset / 512, u64::from(bytes) / 512, buffer_line(o.thread, o.slot), o.thread, at)?,
+                            None => false,
+                        };
+                        ios[id].pending = host.issue_split_held(Owner::App(id), write, offset, u64::from(bytes), buffer_line(o.thread, o.slot), o.thread, at, held)?;
                     }
                 }
             }
@@ -628,7 +635,7 @@ pub fn run_io(cfg: &Config) -> Result<Value, SimError> {
                         check_barrier!(end);
                     }
                     Owner::WriterData | Owner::MetaWrite => stack.as_mut().expect("enc-int").writer_command_done(&mut host, end)?,
-                    Owner::EvictWrite | Owner::DieWrite => {}
+                    Owner::EvictWrite | Owner::DieWrite | Owner::DieFetch => {}
                     Owner::DieRead(slot) => die.as_mut().expect("dshield").metadata_arrived(&mut host, slot, end),
                     Owner::MetaRead(b) => {
                         for w in stack.as_mut().expect("enc-int").buffer_read(b) {
@@ -720,6 +727,16 @@ pub fn run_io(cfg: &Config) -> Result<Value, SimError> {
         if let Some(o) = &d.oracle {
             report["dshield"]["functional"] = json!({"blocks_written": o.blocks_written, "blocks_verified": o.blocks_verified});
         }
+        // Cryptographic work in 64 B operations: the DIE's on the engine (a 512 B hash is
+        // eight), and the memory's pad and MAC for each application line it encrypts or
+        // decrypts on the DMA path.
+        report["dshield"]["engine_ops_64b"] = json!(d.engine_ops_64b);
+        report["dshield"]["engine_hashes_512b"] = json!(d.engine_hashes_512b);
+        report["dshield"]["memory_dma_lines_encrypted"] = json!(host.secure_dma_lines);
+        report["dshield"]["crypto_ops_64b"] = json!(d.engine_ops_64b + 8 * d.engine_hashes_512b + 2 * host.secure_dma_lines);
+        if let Some(h) = &d.hyb {
+            report["dshield"]["hyb"] = serde_json::to_value(&h.borrow().stats).expect("plain counters");
+        }
     }
     if let Some(s) = &stack {
         let st = &s.stats;
@@ -746,8 +763,8 @@ mod tests {
 
     #[test]
     fn functional_d_shield_reads_back_what_it_wrote_with_the_counts_and_times_of_counting_mode() {
-        for stack in ["io.stack=dshield", "io.stack=dshield-pro"] {
-            let base = [stack, "io.pattern=rand-rw", "io.dshield_cache_kib=16", "io.dshield_pro_cache_mib=1"];
+        for stack in ["io.stack=dshield"] {
+            let base = [stack, "io.pattern=rand-rw", "io.dshield_cache_kib=16"];
             let counting = run_io(&cfg(&base)).unwrap();
             let functional = run_io(&cfg(&[&base[..], &["run.functional=true"]].concat())).unwrap();
             let f = &functional["dshield"]["functional"];
@@ -757,8 +774,10 @@ mod tests {
             assert_eq!(d, counting["dshield"], "{stack}");
             assert_eq!(functional["io"], counting["io"], "{stack}");
         }
-        let e = run_io(&cfg(&["run.functional=true", "io.stack=enc"])).unwrap_err().to_string();
-        assert!(e.contains("run.functional") && e.contains("dshield"), "{e}");
+        for stack in ["io.stack=enc", "io.stack=dshield-hyb", "io.stack=dshield-pro"] {
+            let e = run_io(&cfg(&["run.functional=true", stack])).unwrap_err().to_string();
+            assert!(e.contains("run.functional") && e.contains("dshield"), "{e}");
+        }
     }
 
     #[test]
@@ -816,6 +835,43 @@ mod tests {
         let e = run_io(&cfg(&["io.stack=dshield", "io.namespaces=\"1@0+4\"", &format!("io.trace=\"{}\"", p.display())])).unwrap_err().to_string();
         let _ = std::fs::remove_file(&p);
         assert!(e.contains("io.trace") && e.contains("I/O 2") && e.contains("no region"), "{e}");
+    }
+
+    #[test]
+    fn hyb_reads_land_in_memory_unconverted_and_unheld_with_fewer_crypto_operations() {
+        let p50 = |r: &Value| r["io"]["latency_us"]["p50"].as_f64().unwrap();
+        let base = ["io.threads=1", "io.pattern=rand-read"];
+        let (insecure, ds, hyb) = (run_io(&cfg(&base)).unwrap(), run_io(&cfg(&[&base[..], &["io.stack=dshield"]].concat())).unwrap(), run_io(&cfg(&[&base[..], &["io.stack=dshield-hyb"]].concat())).unwrap());
+        // The completion is not held for the engine: Hyb's read is the insecure one, give or
+        // take the counter blocks its lines' PD bits live in.
+        assert!(p50(&hyb) < p50(&ds) && p50(&hyb) < 1.1 * p50(&insecure), "hyb {} dshield {} insecure {}", p50(&hyb), p50(&ds), p50(&insecure));
+        let h = &hyb["dshield"];
+        assert_eq!(h["hyb"]["deferred_sector_checks"].as_u64(), Some(2000 * 8));
+        assert_eq!(h["hyb"]["storage_domain_lines"].as_u64(), Some(2000 * 64));
+        assert_eq!(h["memory_dma_lines_encrypted"].as_u64(), Some(0));
+        // The same metadata is fetched; the sectors' and the memory's cryptography is not done.
+        assert_eq!(h["metadata_reads"], ds["dshield"]["metadata_reads"]);
+        let (c_ds, c_hyb) = (ds["dshield"]["crypto_ops_64b"].as_u64().unwrap(), h["crypto_ops_64b"].as_u64().unwrap());
+        assert!(c_hyb * 4 < c_ds, "{c_hyb} vs {c_ds}");
+    }
+
+    #[test]
+    fn hyb_writes_a_sector_back_unchanged_without_cryptography_and_a_moved_one_with_it() {
+        // One slot: read a block, write it back where it came from, then write it elsewhere.
+        let p = std::env::temp_dir().join(format!("secmem-hyb-{}.iolog", std::process::id()));
+        let mut t = String::from("fio version 2 iolog\n/f add\n/f open\n");
+        for k in 0..50u64 {
+            t.push_str(&format!("/f read {o} 4096\n/f write {o} 4096\n/f write {m} 4096\n", o = k * 1 << 20, m = (k * 1 << 20) + 65536));
+        }
+        std::fs::write(&p, t).unwrap();
+        let run = |stack: &str| run_io(&cfg(&[stack, "io.threads=1", &format!("io.trace=\"{}\"", p.display())])).unwrap();
+        let (ds, hyb) = (run("io.stack=dshield"), run("io.stack=dshield-hyb"));
+        let _ = std::fs::remove_file(&p);
+        let h = &hyb["dshield"]["hyb"];
+        assert_eq!((h["unchanged_sectors_written"].as_u64(), h["moved_sectors_written"].as_u64()), (Some(50 * 8), Some(50 * 8)));
+        // An unchanged sector keeps its counters: half the writes leave their minors alone.
+        assert!(hyb["dshield"]["engine_ops_64b"].as_u64() < ds["dshield"]["engine_ops_64b"].as_u64());
+        assert_eq!(hyb["dshield"]["memory_dma_lines_encrypted"].as_u64(), Some(0), "the buffer never left the storage domain");
     }
 
     #[test]

@@ -65,7 +65,7 @@ struct Setup {
 fn check_stack(cfg: &Config, command: &str) -> Result<(), SimError> {
     cfg.ssd.validate("ssd").map_err(SimError::Config)?;
     cfg.io.validate(cfg.ssd.capacity_gib).map_err(SimError::Config)?;
-    if !matches!(cfg.io.stack, IoStack::Dshield | IoStack::DshieldPro) {
+    if !matches!(cfg.io.stack, IoStack::Dshield | IoStack::DshieldHyb | IoStack::DshieldPro) {
         return Err(SimError::Config(ConfigError::new("io.stack", format!("{command} tests D-Shield's protection of the drive: set io.stack = \"dshield\" or \"dshield-pro\", got \"{}\"", cfg.io.stack.as_str()))));
     }
     Ok(())

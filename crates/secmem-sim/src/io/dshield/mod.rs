@@ -41,6 +41,7 @@
 
 pub mod bytes;
 pub mod campaign;
+pub mod hyb;
 pub mod regions;
 
 use bytes::{Block, Bytes, Detected};
@@ -84,6 +85,17 @@ pub struct MetaWork {
 }
 
 impl MetaWork {
+    /// `other`'s work after this one's.
+    fn add(&mut self, other: MetaWork) {
+        self.reads.extend(other.reads);
+        self.writes.extend(other.writes);
+        self.reencrypted_blocks.extend(other.reencrypted_blocks);
+        self.memory_loads.extend(other.memory_loads);
+        self.memory_fills.extend(other.memory_fills);
+        self.ops_64b += other.ops_64b;
+        self.hashes_512b += other.hashes_512b;
+    }
+
     /// Engine cycles at `op_64b_cycles` per 64 B operation and `hash_512b_cycles` per 512 B hash.
     pub fn engine_cycles(&self, op_64b_cycles: u64, hash_512b_cycles: u64) -> u64 { self.ops_64b * op_64b_cycles + self.hashes_512b * hash_512b_cycles }
 }
@@ -473,7 +485,12 @@ pub struct Die {
     /// When the engine is next free.
     engine_free: u64,
     pub engine_busy_cycles: u64,
+    /// What the engine ran for the DIE: 64 B operations and 512 B hashes.
+    pub engine_ops_64b: u64,
+    pub engine_hashes_512b: u64,
     slots: Vec<SlotState>,
+    /// D-Shield-Hyb: the protection-domain vectors, shared with the host's DMA path.
+    pub hyb: Option<std::rc::Rc<std::cell::RefCell<hyb::ProtectionDomains>>>,
     /// Functional mode: each write's data, and what each read must return.
     pub oracle: Option<Oracle>,
 }
@@ -512,6 +529,8 @@ struct SlotState {
     /// Engine cycles of the I/O's metadata (counter and tree hashes, re-encryption), charged
     /// with its first command released.
     metadata_cycles: u64,
+    /// Engine cycles each sector of a released command costs (0: all in `metadata_cycles`).
+    sector_cycles: u64,
     /// Its commands at the hold: id, arrival, sectors.
     held: Vec<(usize, u64, u64)>,
 }
@@ -519,29 +538,70 @@ struct SlotState {
 impl Die {
     /// `memory_cache_line`: where D-Shield-Pro's in-memory cache lies (unused without one).
     pub fn new(meta: Metadata, op_64b_cycles: u64, hash_512b_cycles: u64, slots: usize, memory_cache_line: u64) -> Die {
-        Die { meta, memory_cache_line, op_64b_cycles, hash_512b_cycles, engine_free: 0, engine_busy_cycles: 0, slots: vec![SlotState::default(); slots], oracle: None }
+        Die { meta, memory_cache_line, op_64b_cycles, hash_512b_cycles, engine_free: 0, engine_busy_cycles: 0, engine_ops_64b: 0, engine_hashes_512b: 0, slots: vec![SlotState::default(); slots], oracle: None, hyb: None }
     }
 
-    /// Application slot `slot` submits an I/O of `n` sectors from `first` at `at`: its
-    /// metadata reads go out on the hidden queue pair (and any dirty blocks they displace are
-    /// written back). `core` is the thread whose queues the hidden commands' entries share.
-    #[allow(clippy::too_many_arguments)] // the I/O's fields, its core and time
-    pub fn begin(&mut self, host: &mut super::host::Host, slot_of_io: usize, write: bool, first: u64, n: u64, core: u32, at: u64) -> Result<(), crate::run::SimError> {
+    /// Application slot `slot` submits an I/O of `n` sectors from `first` at `at`, its buffer
+    /// at host line `buf_line`: its metadata reads go out on the hidden queue pair (and any
+    /// dirty blocks they displace are written back). `core` is the thread whose queues the
+    /// hidden commands' entries share. Returns whether the I/O's commands wait at the DIE
+    /// (D-Shield-Hyb's reads do not).
+    #[allow(clippy::too_many_arguments)] // the I/O's fields, its buffer, core and time
+    pub fn begin(&mut self, host: &mut super::host::Host, slot_of_io: usize, write: bool, first: u64, n: u64, buf_line: u64, core: u32, at: u64) -> Result<bool, crate::run::SimError> {
         use super::host::{Cmd, Owner};
-        let work = match self.oracle.as_mut() {
-            None if write => self.meta.write(first, n),
-            None => self.meta.read(first, n),
-            Some(o) => Self::with_bytes(&mut self.meta, o, write, first, n)?,
-        };
         let per_sector = 8 * self.op_64b_cycles + self.hash_512b_cycles;
+        let (work, held, sector_cycles) = match (self.hyb.clone(), self.oracle.as_mut()) {
+            (None, None) if write => (self.meta.write(first, n), true, per_sector),
+            (None, None) => (self.meta.read(first, n), true, per_sector),
+            (None, Some(o)) => (Self::with_bytes(&mut self.meta, o, write, first, n)?, true, per_sector),
+            (Some(h), _) if write => {
+                // Each sector by where its lines are: unchanged, from another sector, or memory's.
+                let mut w = MetaWork::default();
+                for k in 0..n {
+                    let s = first + k;
+                    let source = h.borrow_mut().source(s, buf_line + 8 * k);
+                    match source {
+                        hyb::SectorSource::Unchanged => {}
+                        hyb::SectorSource::Storage { from, .. } => {
+                            w.add(self.meta.read(from, 1));
+                            w.add(self.meta.write(s, 1));
+                        }
+                        hyb::SectorSource::Memory => w.add(self.meta.write(s, 1)),
+                    }
+                }
+                (w, true, 0)
+            }
+            (Some(h), _) => {
+                // The data goes to memory as it is; its metadata is fetched and verified now,
+                // for the processor's read, which checks and decrypts the sectors.
+                let mut w = self.meta.read(first, n);
+                w.ops_64b -= 8 * n;
+                w.hashes_512b -= n;
+                h.borrow_mut().stats.deferred_sector_checks += n;
+                (w, false, 0)
+            }
+        };
+        self.engine_ops_64b += work.ops_64b;
+        self.engine_hashes_512b += work.hashes_512b;
+        let cycles = work.engine_cycles(self.op_64b_cycles, self.hash_512b_cycles);
         let s = &mut self.slots[slot_of_io];
-        s.pending_reads = work.reads.len() as u32;
-        s.ready_at = at;
-        s.metadata_cycles = work.engine_cycles(self.op_64b_cycles, self.hash_512b_cycles).saturating_sub(n * per_sector);
         let g = &self.meta.geometry;
         let hidden = |owner, write, sector: u64, bytes: u32| Cmd::hidden(owner, write, sector * 512, bytes, core);
-        for b in &work.reads {
-            host.issue(hidden(Owner::DieRead(slot_of_io), false, g.sector_of(*b), 512), at)?;
+        if held {
+            s.pending_reads = work.reads.len() as u32;
+            s.ready_at = at;
+            s.sector_cycles = sector_cycles;
+            s.metadata_cycles = cycles.saturating_sub(n * sector_cycles);
+            for b in &work.reads {
+                host.issue(hidden(Owner::DieRead(slot_of_io), false, g.sector_of(*b), 512), at)?;
+            }
+        } else {
+            // Nothing waits: the engine verifies the metadata as it can.
+            self.engine_free = self.engine_free.max(at) + cycles;
+            self.engine_busy_cycles += cycles;
+            for b in &work.reads {
+                host.issue(hidden(Owner::DieFetch, false, g.sector_of(*b), 512), at)?;
+            }
         }
         for b in &work.writes {
             host.issue(hidden(Owner::DieWrite, true, g.sector_of(*b), 512), at)?;
@@ -566,7 +626,7 @@ impl Die {
             host.issue(hidden(Owner::DieWrite, false, blk, 512), at)?;
             host.issue(hidden(Owner::DieWrite, true, blk, 512), at)?;
         }
-        Ok(())
+        Ok(held)
     }
 
     /// Functional mode: the I/O's blocks encrypted and put on the drive (writes), or read from
@@ -622,10 +682,9 @@ impl Die {
         if self.slots[slot].pending_reads > 0 {
             return;
         }
-        let per_sector = 8 * self.op_64b_cycles + self.hash_512b_cycles;
         let s = &mut self.slots[slot];
         for (id, at, sectors) in s.held.drain(..) {
-            let cycles = sectors * per_sector + std::mem::take(&mut s.metadata_cycles);
+            let cycles = sectors * s.sector_cycles + std::mem::take(&mut s.metadata_cycles);
             let start = self.engine_free.max(at).max(s.ready_at);
             self.engine_free = start + cycles;
             self.engine_busy_cycles += cycles;
