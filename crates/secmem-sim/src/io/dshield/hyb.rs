@@ -5,7 +5,7 @@
 //!   a bit per line (the block keeps its size: its minors shrink to 6 bits). A set bit says
 //!   the line holds the drive's ciphertext, to be checked and decrypted with the storage
 //!   metadata when the processor reads it. The counter block's traffic is the memory
-//!   controller's own ([`super::super::host::LineDomain`]); the bits are kept here.
+//!   controller's own (the host's `LineDomain`); the bits are kept here.
 //! * **Page frame to logic block table.** For each 512 B chunk of memory in the storage domain,
 //!   the drive sector it came from: where its storage metadata is.
 //! * **Reads** DMA the drive's ciphertext into memory as it is (PD bits set), and their
