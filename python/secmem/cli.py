@@ -363,6 +363,14 @@ def cmd_io_capture(a) -> int:
     return 0
 
 
+def _add_io_campaign(p) -> None:
+    """The options io-attack and io-crash share: the config and the seeded workload."""
+    p.add_argument("--preset")
+    p.add_argument("--config", type=_path_arg)
+    p.add_argument("--ios", type=int, default=4000, help="I/Os of the workload (default 4000)")
+    p.add_argument("--seed", type=int, default=1)
+
+
 def cmd_io_attack(a) -> int:
     out = api.io_attack(
         preset=a.preset, config=a.config, params=a.param, ios=a.ios, per_class=a.per_class, seed=a.seed,
@@ -810,11 +818,8 @@ def parser() -> argparse.ArgumentParser:
         "bytes, flushes its metadata, then injects each attack class into the drive and reads the target back cold; "
         "exits 0 when every injection is detected with its class and no clean read raises an alarm (docs/ssd.md).",
     )
-    p.add_argument("--preset")
-    p.add_argument("--config", type=_path_arg)
-    p.add_argument("--ios", type=int, default=4000, help="I/Os of the workload (default 4000)")
+    _add_io_campaign(p)
     p.add_argument("--per-class", type=int, default=200, help="injections per attack class (default 200)")
-    p.add_argument("--seed", type=int, default=1)
     p.add_argument("--class", dest="cls", action="append", default=[], help="only this class (repeatable)")
     _add_params(p)
     _add_out(p)
@@ -827,11 +832,8 @@ def parser() -> argparse.ArgumentParser:
         "metadata and without it, and reads every block back against a plaintext oracle; exits 0 when every "
         "drained crash recovers and nothing reads back wrong undetected (docs/ssd.md).",
     )
-    p.add_argument("--preset")
-    p.add_argument("--config", type=_path_arg)
-    p.add_argument("--ios", type=int, default=4000, help="I/Os of the workload (default 4000)")
+    _add_io_campaign(p)
     p.add_argument("--points", type=int, default=100, help="seeded crash points (default 100)")
-    p.add_argument("--seed", type=int, default=1)
     _add_params(p)
     _add_out(p)
     p.set_defaults(fn=cmd_io_crash)

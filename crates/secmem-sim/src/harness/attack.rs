@@ -46,6 +46,8 @@ use secmem_schemes::{Design, IntegrityError, SecureMc};
 use serde::Serialize;
 use std::collections::BTreeMap;
 
+/// One attack class's injections and what became of them (the memory's campaigns and the
+/// drive's, `io::dshield::campaign`).
 #[derive(Clone, Debug, Default, Serialize, PartialEq)]
 pub struct ClassOutcome {
     pub injected: u64,
@@ -54,7 +56,18 @@ pub struct ClassOutcome {
     pub misattributed: u64,
     /// Not detected and the returned plaintext differs from the oracle.
     pub tampered_plaintext_returned: u64,
+    /// A foreign key's pads decrypted the data to its plaintext (the drive moved to another
+    /// machine); reported only when it happened.
+    #[serde(skip_serializing_if = "is_zero")]
+    pub plaintext_exposed: u64,
 }
+
+impl ClassOutcome {
+    /// Every injection detected, as what it was, and nothing leaked.
+    pub fn clean(&self) -> bool { self.injected > 0 && self.detected == self.injected && self.misattributed == 0 && self.tampered_plaintext_returned == 0 && self.plaintext_exposed == 0 }
+}
+
+fn is_zero(v: &u64) -> bool { *v == 0 }
 
 #[derive(Clone, Debug, Default, Serialize)]
 pub struct AttackOutcome {

@@ -46,6 +46,7 @@ use rand::{Rng, SeedableRng};
 use rustc_hash::FxHashMap;
 use secmem_core::error::ConfigError;
 use secmem_crypto::storage::StorageKeys;
+pub use crate::harness::attack::ClassOutcome;
 use serde::Serialize;
 use std::collections::BTreeMap;
 
@@ -155,21 +156,6 @@ impl Setup {
 fn integrity(message: String) -> SimError { SimError::Integrity { trace: "io workload".into(), message } }
 fn false_alarm(d: &Detected) -> SimError { integrity(format!("false alarm on an untouched drive: {d}")) }
 
-#[derive(Clone, Debug, Default, Serialize, PartialEq)]
-pub struct ClassOutcome {
-    pub injected: u64,
-    pub detected: u64,
-    /// Detected, but as another class or block than expected.
-    pub misattributed: u64,
-    /// Not detected and the returned plaintext differs from the oracle.
-    pub tampered_plaintext_returned: u64,
-    /// `other-machine`: that processor's pads decrypted the block to its plaintext.
-    #[serde(skip_serializing_if = "is_zero")]
-    pub plaintext_exposed: u64,
-}
-
-fn is_zero(v: &u64) -> bool { *v == 0 }
-
 #[derive(Clone, Debug, Default, Serialize)]
 pub struct AttackOutcome {
     pub classes: BTreeMap<String, ClassOutcome>,
@@ -187,7 +173,7 @@ impl AttackOutcome {
         self.false_alarms == 0
             && self.untested_classes.is_empty()
             && !self.classes.is_empty()
-            && self.classes.values().all(|c| c.injected > 0 && c.detected == c.injected && c.misattributed == 0 && c.tampered_plaintext_returned == 0 && c.plaintext_exposed == 0)
+            && self.classes.values().all(ClassOutcome::clean)
     }
 }
 
