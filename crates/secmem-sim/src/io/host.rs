@@ -218,7 +218,7 @@ impl<'e> Host<'e> {
     /// A storage-domain line moves as it is: its page's counter block is read for the line's
     /// domain (and changed when `recorded`), the line itself goes to or from the device
     /// without the memory's pad or MAC.
-    fn storage_domain_line(&mut self, line: u64, to_memory: bool, recorded: bool, at: u64) -> Result<u64, SimError> {
+    pub fn storage_domain_line(&mut self, line: u64, to_memory: bool, recorded: bool, at: u64) -> Result<u64, SimError> {
         let mc = &mut self.engine.mc;
         let ctr = mc.fetch_counter_block(line >> 6, recorded, Cycle(at)).map_err(|e| SimError::Config(ConfigError::new("", format!("memory access of the I/O path failed: {e}"))))?;
         let data = if to_memory { mc.device_write(line * 64, TrafficClass::Data, Cycle(at)) } else { mc.device_read(line * 64, TrafficClass::Data, Cycle(at)) };

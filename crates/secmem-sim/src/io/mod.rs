@@ -99,6 +99,7 @@ config_section! {
         dshield_minor_counter_bits: u32 = 38 => "D-Shield: bits of a CMAC block's minor counters (section V-B2: 38); a wrap moves the major and re-encrypts the 32 blocks";
         dshield_op_64b_cycles: u64 = 40 => "D-Shield: the memory controller's engine per 64 B encryption or hash, CPU cycles (Table I: 40)";
         dshield_hash_512b_cycles: u64 = 320 => "D-Shield: the engine per 512 B hash (a sector's MAC, a tree node), CPU cycles (Table I: 320)";
+        touch_data: bool = false => "The application uses its data: after each read it reads every line of the block on its core, and before each write it writes every line, through the memory controller (a database using its pages; fio touches neither). Under D-Shield-Hyb a read line still in the storage domain is checked and decrypted with the storage metadata then, and a written one moves to the memory domain";
         namespaces: String = String::new() => "D-Shield's Region Table: the drive's data namespaces as comma-separated NSID@FIRST_GIB+SIZE_GIB entries (e.g. \"1@0+200,2@256+200\"), each with its own CMAC blocks and tree in the metadata namespace at the drive's end, in this order; the pattern's threads take the namespaces in turn, a trace's files take them in order; each gets io.space_gib of I/O space (empty: one namespace, the largest the drive holds beside its metadata, a trace's files taking io.space_gib each of it)";
         trace: String = String::new() => "An I/O trace to replay instead of the pattern: a fio iolog (v2 or v3) or an MQSim ASCII trace; each file gets io.space_gib of the drive; its I/Os share threads x queue_depth slots (empty: the pattern)";
     }
@@ -468,9 +469,43 @@ pub fn run_io(cfg: &Config) -> Result<Value, SimError> {
         }};
     }
     // An application I/O is done at `done`: count it and start its slot's next.
+    // With io.touch_data, the application reads the block a read brought, a sector at a time:
+    // a storage-domain sector (D-Shield-Hyb) is checked by the DIE and read past the memory's
+    // encryption; any other line through the secure memory controller.
+    let mut cpu_secure_lines = 0u64;
+    macro_rules! touched {
+        ($id:expr, $at:expr) => {{
+            let (o, at) = (ios[$id], $at);
+            let first_line = buffer_line(o.thread, o.slot);
+            let mut done = at;
+            for k in 0..u64::from(o.bytes).div_ceil(512) {
+                let line = first_line + 8 * k;
+                let storage = die.as_ref().and_then(|d| d.hyb.as_ref()).and_then(|h| {
+                    let h = h.borrow();
+                    if h.in_storage(line) { h.sector_of_line(line) } else { None }
+                });
+                match storage {
+                    Some(sector) => {
+                        done = done.max(die.as_mut().expect("hyb").processor_check(&mut host, sector, o.thread, at)?);
+                        for j in 0..8 {
+                            done = done.max(host.storage_domain_line(line + j, false, false, at)?);
+                        }
+                    }
+                    None => {
+                        for j in 0..8 {
+                            cpu_secure_lines += 1;
+                            done = done.max(host.mem(line + j, false, at)?);
+                        }
+                    }
+                }
+            }
+            done
+        }};
+    }
     macro_rules! finish {
         ($id:expr, $done:expr) => {{
             let (id, done) = ($id, $done);
+            let done = if io.touch_data && !ios[id].write && !requests.get(ios[id].request).is_some_and(|r| r.flush) { touched!(id, done) } else { done };
             let o = &mut ios[id];
             latency.record(done - o.started);
             if o.write { writes += 1 } else { reads += 1 }
@@ -552,6 +587,19 @@ pub fn run_io(cfg: &Config) -> Result<Value, SimError> {
                 let started = trace.as_ref().and_then(|_| arrival(&requests[ios[id].request])).map_or(now, |a| a.min(now));
                 let o = Io { write, offset, bytes, started, pending: 0, verifying: false, ..ios[id] };
                 ios[id] = o;
+                // With io.touch_data the application writes the block first (its stores reach
+                // memory as the caches write them back; the I/O does not wait for them), and
+                // under D-Shield-Hyb each line moves to the memory's domain.
+                if io.touch_data && write {
+                    let first_line = buffer_line(o.thread, o.slot);
+                    for k in 0..u64::from(bytes).div_ceil(64) {
+                        if let Some(h) = die.as_ref().and_then(|d| d.hyb.as_ref()) {
+                            h.borrow_mut().processor_write(first_line + k);
+                        }
+                        cpu_secure_lines += 1;
+                        host.mem(first_line + k, true, now)?;
+                    }
+                }
                 // A write is encrypted (and tagged) before the driver sees it.
                 let c = if write { crypto(bytes) } else { 0 };
                 crypto_busy += c;
@@ -729,11 +777,12 @@ pub fn run_io(cfg: &Config) -> Result<Value, SimError> {
         }
         // Cryptographic work in 64 B operations: the DIE's on the engine (a 512 B hash is
         // eight), and the memory's pad and MAC for each application line it encrypts or
-        // decrypts on the DMA path.
+        // decrypts, on the DMA path and for the application's own use (io.touch_data).
         report["dshield"]["engine_ops_64b"] = json!(d.engine_ops_64b);
         report["dshield"]["engine_hashes_512b"] = json!(d.engine_hashes_512b);
         report["dshield"]["memory_dma_lines_encrypted"] = json!(host.secure_dma_lines);
-        report["dshield"]["crypto_ops_64b"] = json!(d.engine_ops_64b + 8 * d.engine_hashes_512b + 2 * host.secure_dma_lines);
+        report["dshield"]["memory_cpu_lines_encrypted"] = json!(cpu_secure_lines);
+        report["dshield"]["crypto_ops_64b"] = json!(d.engine_ops_64b + 8 * d.engine_hashes_512b + 2 * (host.secure_dma_lines + cpu_secure_lines));
         if let Some(h) = &d.hyb {
             report["dshield"]["hyb"] = serde_json::to_value(&h.borrow().stats).expect("plain counters");
         }
@@ -851,6 +900,28 @@ mod tests {
         assert_eq!(h["metadata_reads"], ds["dshield"]["metadata_reads"]);
         let (c_ds, c_hyb) = (ds["dshield"]["crypto_ops_64b"].as_u64().unwrap(), h["crypto_ops_64b"].as_u64().unwrap());
         assert!(c_hyb * 4 < c_ds, "{c_hyb} vs {c_ds}");
+    }
+
+    #[test]
+    fn with_the_application_using_its_data_hyb_checks_reads_late_and_writes_move_lines_home() {
+        let base = ["io.threads=1", "io.pattern=rand-rw", "io.touch_data=true"];
+        let (ds, hyb) = (run_io(&cfg(&[&base[..], &["io.stack=dshield"]].concat())).unwrap(), run_io(&cfg(&[&base[..], &["io.stack=dshield-hyb"]].concat())).unwrap());
+        let (reads, writes) = (hyb["io"]["reads"].as_u64().unwrap(), hyb["io"]["writes"].as_u64().unwrap());
+        let h = &hyb["dshield"]["hyb"];
+        // Every sector read is checked when the application reads it, none at the DMA.
+        assert_eq!(h["processor_checked_sectors"].as_u64(), Some(reads * 8));
+        assert_eq!(h["deferred_sector_checks"].as_u64(), Some(reads * 8));
+        // The application's writes bring back to the memory's domain the lines earlier reads
+        // left in the storage's (one slot: its buffer alternates).
+        assert!(h["lines_moved_to_memory"].as_u64().unwrap() > 0, "{h}");
+        // Under D-Shield every line the application reads or writes goes through the memory's
+        // encryption; under Hyb the read lines do not.
+        assert_eq!(ds["dshield"]["memory_cpu_lines_encrypted"].as_u64(), Some((reads + writes) * 64));
+        assert_eq!(hyb["dshield"]["memory_cpu_lines_encrypted"].as_u64(), Some(writes * 64));
+        let (c_ds, c_hyb) = (ds["dshield"]["crypto_ops_64b"].as_u64().unwrap(), hyb["dshield"]["crypto_ops_64b"].as_u64().unwrap());
+        // Per 4 KB read D-Shield runs 384 64 B operations (the check, the DMA's encryption, the
+        // application's decryption), Hyb 128 (the check); a write costs both 384.
+        assert!(c_hyb * 4 < c_ds * 3, "{c_hyb} vs {c_ds}");
     }
 
     #[test]

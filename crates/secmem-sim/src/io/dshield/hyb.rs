@@ -15,8 +15,10 @@
 //!   same sector* store it with no cryptography (its content has not changed). Other sectors
 //!   are encrypted for the drive as in D-Shield; their storage-domain lines (from another
 //!   sector) are first checked and decrypted with their own sector's metadata.
-//! * **Processor writes** would move lines back to the memory domain (clear their bits); the
-//!   I/O workloads here do not touch their buffers with the processor, so none do.
+//! * **The processor** (with `io.touch_data`) reads each block an I/O read: a storage-domain
+//!   sector is checked and decrypted by the engine with its CMAC then, its lines read past the
+//!   memory's encryption. It writes each block before an I/O writes it: the lines move to the
+//!   memory domain (their bits cleared), encrypted by the memory controller.
 
 use super::super::host::{LineDomain, LineDomains};
 use rustc_hash::FxHashMap;
@@ -43,6 +45,10 @@ pub struct HybStats {
     pub unchanged_sectors_written: u64,
     /// Sectors written from storage-domain lines of another sector (decrypted, re-encrypted).
     pub moved_sectors_written: u64,
+    /// Storage-domain sectors the processor read: checked and decrypted then.
+    pub processor_checked_sectors: u64,
+    /// Storage-domain lines the processor wrote, which moved to the memory domain.
+    pub lines_moved_to_memory: u64,
 }
 
 #[derive(Default)]
@@ -55,7 +61,23 @@ pub struct ProtectionDomains {
 }
 
 impl ProtectionDomains {
-    fn in_storage(&self, line: u64) -> bool { self.pd.get(&(line >> 6)).is_some_and(|v| v & (1 << (line & 63)) != 0) }
+    pub fn in_storage(&self, line: u64) -> bool { self.pd.get(&(line >> 6)).is_some_and(|v| v & (1 << (line & 63)) != 0) }
+
+    /// The drive sector a storage-domain line's chunk came from.
+    pub fn sector_of_line(&self, line: u64) -> Option<u64> { self.sector_of_chunk.get(&(line >> 3)).copied() }
+
+    /// The processor writes `line`: it moves to the memory domain (section VI: encrypted with
+    /// the memory's metadata whatever its bit said). Whether its bit was set.
+    pub fn processor_write(&mut self, line: u64) -> bool {
+        let Some(v) = self.pd.get_mut(&(line >> 6)) else { return false };
+        let bit = 1 << (line & 63);
+        let was = *v & bit != 0;
+        *v &= !bit;
+        if was {
+            self.stats.lines_moved_to_memory += 1;
+        }
+        was
+    }
 
     /// A write of drive sector `sector` from the 8 memory lines at `first_line`.
     pub fn source(&mut self, sector: u64, first_line: u64) -> SectorSource {
@@ -110,6 +132,9 @@ mod tests {
         assert_eq!(d.source(7, 64), SectorSource::Storage { from: 100, lines: 8 });
         // Lines never read from the drive are the memory's.
         assert_eq!(d.source(7, 0), SectorSource::Memory);
+        // A processor write moves a line to the memory's domain: the sector is no longer unchanged.
+        assert!(d.processor_write(65) && !d.processor_write(65));
+        assert_eq!(d.source(100, 64), SectorSource::Storage { from: 100, lines: 7 });
         assert_eq!(d.dma_line(0, 7, false), LineDomain::Memory);
     }
 }

@@ -664,6 +664,30 @@ impl Die {
         }
     }
 
+    /// D-Shield-Hyb: the processor reads storage-domain sector `sector` at `at`; the engine
+    /// checks and decrypts it with its CMAC block (fetched again if it left the cache: those
+    /// reads go out, and the check is not held for them, a simplification). When it is done.
+    pub fn processor_check(&mut self, host: &mut super::host::Host, sector: u64, core: u32, at: u64) -> Result<u64, crate::run::SimError> {
+        use super::host::{Cmd, Owner};
+        let w = self.meta.read(sector, 1);
+        self.engine_ops_64b += w.ops_64b;
+        self.engine_hashes_512b += w.hashes_512b;
+        let cycles = w.engine_cycles(self.op_64b_cycles, self.hash_512b_cycles);
+        self.engine_free = self.engine_free.max(at) + cycles;
+        self.engine_busy_cycles += cycles;
+        let g = &self.meta.geometry;
+        for b in &w.reads {
+            host.issue(Cmd::hidden(Owner::DieFetch, false, g.sector_of(*b) * 512, 512, core), at)?;
+        }
+        for b in &w.writes {
+            host.issue(Cmd::hidden(Owner::DieWrite, true, g.sector_of(*b) * 512, 512, core), at)?;
+        }
+        if let Some(h) = &self.hyb {
+            h.borrow_mut().stats.processor_checked_sectors += 1;
+        }
+        Ok(self.engine_free)
+    }
+
     /// One of `slot`'s metadata reads arrived at `at`.
     pub fn metadata_arrived(&mut self, host: &mut super::host::Host, slot: usize, at: u64) {
         let s = &mut self.slots[slot];
