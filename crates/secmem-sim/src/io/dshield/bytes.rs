@@ -15,14 +15,14 @@
 //! * **On chip**: the verified content of every block in the DIE's two caches, and the top
 //!   node. The caches' bookkeeping stays in [`super::Metadata`]; this keeps their bytes.
 
-use super::{Geometry, MetaBlock, BLOCKS_PER_CMAC, TREE_ARITY};
+use super::{Geometry, MetaBlock, BLOCKS_PER_CMAC, COUNTER_BYTES, TREE_ARITY};
 use rustc_hash::FxHashMap;
 use secmem_crypto::storage::StorageKeys;
 
 pub type Block = [u8; 512];
 
 /// Bytes of a CMAC block's counters (the tree leaf's input).
-pub const COUNTER_REGION: usize = 160;
+pub const COUNTER_REGION: usize = COUNTER_BYTES as usize;
 const MINOR_MASK: u64 = (1 << 38) - 1;
 const MAC_MASK: u128 = (1 << 88) - 1;
 
@@ -265,17 +265,17 @@ impl Bytes {
         *out = ct;
     }
 
-    /// Data block `s` written with `plain`: its minor moves on (on `overflow`, the group's
-    /// major does, and the other 31 blocks are read, verified and re-encrypted under it), the
-    /// block is encrypted and its MAC stored. Returns the ciphertext for the drive.
-    /// (`data_end`: where the namespace's data ends; a group's blocks stop there.)
-    pub(super) fn write_block(&mut self, s: u64, plain: &Block, overflow: bool, data_end: u64) -> Block {
+    /// Data block `s` written with `plain`: its minor moves on (after an overflow, the group's
+    /// major does, and `reencrypted`, the group's other blocks, are read, verified and
+    /// encrypted again under it), the block is encrypted and its MAC stored. Returns the
+    /// ciphertext for the drive.
+    pub(super) fn write_block(&mut self, s: u64, plain: &Block, reencrypted: Option<&[u64]>) -> Block {
         let c = s / BLOCKS_PER_CMAC;
         let k = (s % BLOCKS_PER_CMAC) as usize;
-        if overflow {
+        if let Some(others) = reencrypted {
             let base = c * BLOCKS_PER_CMAC;
             let new_major = major(self.cmac(c)) + 1;
-            for b in (base..base + BLOCKS_PER_CMAC).filter(|&b| b != s && b < data_end) {
+            for &b in others {
                 let mut p = [0; 512];
                 self.read_block(b, &mut p);
                 let mut ct = p;

@@ -32,8 +32,8 @@
 //!   *Useful* count, up on each read of its data blocks and down on each write; a block
 //!   leaving the on-chip cache with a non-zero count goes into the memory cache. Dirty blocks
 //!   are written to the drive as they leave (write-through), so a memory-cache block is always
-//!   the drive's and is dropped without a write-back. (Pro builds on D-Shield-Hyb in the
-//!   paper; here it builds on the basic D-Shield.)
+//!   the drive's and is dropped without a write-back. Pro builds on D-Shield-Hyb ([`hyb`]), as
+//!   in the paper.
 //!
 //! The metadata lives in its own namespace (`nvme-create-mdns`); [`Geometry`], the Region
 //! Table, places each data namespace's metadata there: CMAC blocks first, then the tree level by
@@ -244,19 +244,21 @@ impl Metadata {
             for s in Self::in_group(c, first, n) {
                 let minors = self.minors.entry(c).or_insert([0; BLOCKS_PER_CMAC as usize]);
                 let k = (s % BLOCKS_PER_CMAC) as usize;
-                let overflow = minors[k] == self.minor_max;
-                if overflow {
-                    // The major counter moves on; every block it covers is encrypted anew.
+                // An overflow moves the major counter on; every other block of the group (up to
+                // the namespace's end) is encrypted anew.
+                let reencrypted: Option<Vec<u64>> = (minors[k] == self.minor_max).then(|| {
                     *minors = [0; BLOCKS_PER_CMAC as usize];
-                    self.stats.minor_overflows += 1;
                     let base = c * BLOCKS_PER_CMAC;
                     let end = self.geometry.data_end_of(s);
-                    let others = (base..base + BLOCKS_PER_CMAC).filter(|&b| b != s && b < end);
+                    (base..base + BLOCKS_PER_CMAC).filter(|&b| b != s && b < end).collect()
+                });
+                minors[k] += 1;
+                if let Some(others) = &reencrypted {
+                    self.stats.minor_overflows += 1;
                     w.reencrypted_blocks.extend(others);
                 }
-                minors[k] += 1;
                 if let (Some(fx), Some(plain)) = (self.fx.as_mut(), plain) {
-                    ct.push(fx.write_block(s, &plain[(s - first) as usize], overflow, self.geometry.data_end_of(s)));
+                    ct.push(fx.write_block(s, &plain[(s - first) as usize], reencrypted.as_deref()));
                 }
             }
         }
@@ -548,7 +550,7 @@ impl Die {
     /// (D-Shield-Hyb's reads do not).
     #[allow(clippy::too_many_arguments)] // the I/O's fields, its buffer, core and time
     pub fn begin(&mut self, host: &mut super::host::Host, slot_of_io: usize, write: bool, first: u64, n: u64, buf_line: u64, core: u32, at: u64) -> Result<bool, crate::run::SimError> {
-        use super::host::{Cmd, Owner};
+        use super::host::Owner;
         let per_sector = 8 * self.op_64b_cycles + self.hash_512b_cycles;
         let (work, held, sector_cycles) = match (self.hyb.clone(), self.oracle.as_mut()) {
             (None, None) if write => (self.meta.write(first, n), true, per_sector),
@@ -581,52 +583,67 @@ impl Die {
                 (w, false, 0)
             }
         };
+        if !held {
+            self.run_unheld(host, &work, core, at)?;
+            return Ok(false);
+        }
         self.engine_ops_64b += work.ops_64b;
         self.engine_hashes_512b += work.hashes_512b;
         let cycles = work.engine_cycles(self.op_64b_cycles, self.hash_512b_cycles);
         let s = &mut self.slots[slot_of_io];
-        let g = &self.meta.geometry;
-        let hidden = |owner, write, sector: u64, bytes: u32| Cmd::hidden(owner, write, sector * 512, bytes, core);
-        if held {
-            s.pending_reads = work.reads.len() as u32;
-            s.ready_at = at;
-            s.sector_cycles = sector_cycles;
-            s.metadata_cycles = cycles.saturating_sub(n * sector_cycles);
-            for b in &work.reads {
-                host.issue(hidden(Owner::DieRead(slot_of_io), false, g.sector_of(*b), 512), at)?;
-            }
-        } else {
-            // Nothing waits: the engine verifies the metadata as it can.
-            self.engine_free = self.engine_free.max(at) + cycles;
-            self.engine_busy_cycles += cycles;
-            for b in &work.reads {
-                host.issue(hidden(Owner::DieFetch, false, g.sector_of(*b), 512), at)?;
-            }
+        s.pending_reads = work.reads.len() as u32;
+        s.sector_cycles = sector_cycles;
+        s.metadata_cycles = cycles.saturating_sub(n * sector_cycles);
+        self.issue_hidden(host, &work.reads, Owner::DieRead(slot_of_io), false, core, at)?;
+        self.slots[slot_of_io].ready_at = self.issue_side_work(host, &work, core, at)?;
+        Ok(true)
+    }
+
+    /// Hidden commands for `blocks`, for `owner`.
+    fn issue_hidden(&self, host: &mut super::host::Host, blocks: &[MetaBlock], owner: super::host::Owner, write: bool, core: u32, at: u64) -> Result<(), crate::run::SimError> {
+        for b in blocks {
+            host.issue(super::host::Cmd::hidden(owner, write, self.meta.geometry.sector_of(*b) * 512, 512, core), at)?;
         }
-        for b in &work.writes {
-            host.issue(hidden(Owner::DieWrite, true, g.sector_of(*b), 512), at)?;
-        }
-        // D-Shield-Pro: blocks loaded from the memory cache (8 lines through the secure memory
-        // controller, which decrypts and verifies them) are waited for; fills are not.
+        Ok(())
+    }
+
+    /// What `work` asks of the drive and of memory beside its metadata reads: dirty blocks
+    /// written back, D-Shield-Pro's memory-cache loads (8 lines through the secure memory
+    /// controller, which decrypts and verifies them) and fills, and the blocks re-encrypted
+    /// after a minor overflow (read and written again; their engine work is in the work's
+    /// cycles). Only the loads are waited for: returns when the last is in (`at` if none).
+    fn issue_side_work(&self, host: &mut super::host::Host, work: &MetaWork, core: u32, at: u64) -> Result<u64, crate::run::SimError> {
+        use super::host::{Cmd, Owner};
+        self.issue_hidden(host, &work.writes, Owner::DieWrite, true, core, at)?;
+        let mut loaded = at;
         for &slot in &work.memory_loads {
-            let mut done = at;
             for k in 0..8 {
-                done = done.max(host.mem(self.memory_cache_line + slot * 8 + k, false, at)?);
+                loaded = loaded.max(host.mem(self.memory_cache_line + slot * 8 + k, false, at)?);
             }
-            self.slots[slot_of_io].ready_at = self.slots[slot_of_io].ready_at.max(done);
         }
         for &slot in &work.memory_fills {
             for k in 0..8 {
                 host.mem(self.memory_cache_line + slot * 8 + k, true, at)?;
             }
         }
-        // Re-encryption after a minor overflow: the blocks are read and written again (their
-        // engine work is in metadata_cycles); nothing waits for it.
         for &blk in &work.reencrypted_blocks {
-            host.issue(hidden(Owner::DieWrite, false, blk, 512), at)?;
-            host.issue(hidden(Owner::DieWrite, true, blk, 512), at)?;
+            host.issue(Cmd::hidden(Owner::DieWrite, false, blk * 512, 512, core), at)?;
+            host.issue(Cmd::hidden(Owner::DieWrite, true, blk * 512, 512, core), at)?;
         }
-        Ok(held)
+        Ok(loaded)
+    }
+
+    /// Work nothing is held for (D-Shield-Hyb): its metadata reads go out unawaited, and the
+    /// engine runs it once what it loads from memory is in. When the engine is done.
+    fn run_unheld(&mut self, host: &mut super::host::Host, work: &MetaWork, core: u32, at: u64) -> Result<u64, crate::run::SimError> {
+        self.engine_ops_64b += work.ops_64b;
+        self.engine_hashes_512b += work.hashes_512b;
+        self.issue_hidden(host, &work.reads, super::host::Owner::DieFetch, false, core, at)?;
+        let loaded = self.issue_side_work(host, work, core, at)?;
+        let cycles = work.engine_cycles(self.op_64b_cycles, self.hash_512b_cycles);
+        self.engine_free = self.engine_free.max(loaded) + cycles;
+        self.engine_busy_cycles += cycles;
+        Ok(self.engine_free)
     }
 
     /// Functional mode: the I/O's blocks encrypted and put on the drive (writes), or read from
@@ -668,24 +685,11 @@ impl Die {
     /// checks and decrypts it with its CMAC block (fetched again if it left the cache: those
     /// reads go out, and the check is not held for them, a simplification). When it is done.
     pub fn processor_check(&mut self, host: &mut super::host::Host, sector: u64, core: u32, at: u64) -> Result<u64, crate::run::SimError> {
-        use super::host::{Cmd, Owner};
         let w = self.meta.read(sector, 1);
-        self.engine_ops_64b += w.ops_64b;
-        self.engine_hashes_512b += w.hashes_512b;
-        let cycles = w.engine_cycles(self.op_64b_cycles, self.hash_512b_cycles);
-        self.engine_free = self.engine_free.max(at) + cycles;
-        self.engine_busy_cycles += cycles;
-        let g = &self.meta.geometry;
-        for b in &w.reads {
-            host.issue(Cmd::hidden(Owner::DieFetch, false, g.sector_of(*b) * 512, 512, core), at)?;
-        }
-        for b in &w.writes {
-            host.issue(Cmd::hidden(Owner::DieWrite, true, g.sector_of(*b) * 512, 512, core), at)?;
-        }
         if let Some(h) = &self.hyb {
             h.borrow_mut().stats.processor_checked_sectors += 1;
         }
-        Ok(self.engine_free)
+        self.run_unheld(host, &w, core, at)
     }
 
     /// One of `slot`'s metadata reads arrived at `at`.
