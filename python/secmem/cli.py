@@ -814,7 +814,7 @@ def parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser(
         "io-attack", help="attacks on the drive under D-Shield: tamper, replay, splice, another slot or machine",
-        description="Runs a seeded functional workload through D-Shield (io.stack dshield or dshield-pro) with real "
+        description="Runs a seeded functional workload through D-Shield (io.stack dshield, dshield-hyb or dshield-pro) with real "
         "bytes, flushes its metadata, then injects each attack class into the drive and reads the target back cold; "
         "exits 0 when every injection is detected with its class and no clean read raises an alarm (docs/ssd.md).",
     )

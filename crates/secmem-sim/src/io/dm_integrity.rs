@@ -234,10 +234,10 @@ impl Journal {
         Some(range)
     }
 
-    /// The commit's journal writes are done: its sections are committed.
     /// Whether some written entries are not committed yet, or a commit is under way.
     pub fn commit_pending(&self) -> bool { self.free_section_entry > 0 || self.n_uncommitted > 0 || self.committing > 0 }
 
+    /// The commit's journal writes are done: its sections are committed.
     pub fn end_commit(&mut self) {
         self.n_committed += self.committing;
         self.committing = 0;

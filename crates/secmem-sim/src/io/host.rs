@@ -37,6 +37,9 @@ pub enum Owner {
     DieFetch,
 }
 
+/// A memory access of the I/O path that the secure memory refused.
+fn io_path_error(e: impl std::fmt::Display) -> SimError { SimError::Config(ConfigError::new("", format!("memory access of the I/O path failed: {e}"))) }
+
 /// The protection domain a line the drive moves for an application lives in.
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
 pub enum LineDomain {
@@ -212,7 +215,7 @@ impl<'e> Host<'e> {
         }
         let e = &mut *self.engine;
         let r = if write { e.design.serve_write(&mut e.mc, line, None, Cycle(at)).map(|c| c.0) } else { e.design.serve_read(&mut e.mc, line, Cycle(at)).map(|(c, _)| c.0) };
-        r.map_err(|e| SimError::Config(ConfigError::new("", format!("memory access of the I/O path failed: {e}"))))
+        r.map_err(io_path_error)
     }
 
     /// A storage-domain line moves as it is: its page's counter block is read for the line's
@@ -220,7 +223,7 @@ impl<'e> Host<'e> {
     /// without the memory's pad or MAC.
     pub fn storage_domain_line(&mut self, line: u64, to_memory: bool, recorded: bool, at: u64) -> Result<u64, SimError> {
         let mc = &mut self.engine.mc;
-        let ctr = mc.fetch_counter_block(line >> 6, recorded, Cycle(at)).map_err(|e| SimError::Config(ConfigError::new("", format!("memory access of the I/O path failed: {e}"))))?;
+        let ctr = mc.fetch_counter_block(line >> 6, recorded, Cycle(at)).map_err(io_path_error)?;
         let data = if to_memory { mc.device_write(line * 64, TrafficClass::Data, Cycle(at)) } else { mc.device_read(line * 64, TrafficClass::Data, Cycle(at)) };
         Ok(ctr.0.max(data.0))
     }

@@ -245,7 +245,6 @@ struct Io {
     verifying: bool,
 }
 
-/// Runs the `[io]` workload on the `[ssd]` drive beside `cfg`'s secure memory; the report.
 /// D-Shield's Region Table from `io.namespaces` (empty: one namespace over the drive), each
 /// namespace holding `io.space_gib` of I/O space.
 pub fn dshield_geometry(cfg: &Config) -> Result<dshield::Geometry, ConfigError> {
@@ -264,6 +263,7 @@ pub fn dshield_geometry(cfg: &Config) -> Result<dshield::Geometry, ConfigError> 
     Ok(g)
 }
 
+/// Runs the `[io]` workload on the `[ssd]` drive beside `cfg`'s secure memory; the report.
 pub fn run_io(cfg: &Config) -> Result<Value, SimError> {
     let io = &cfg.io;
     let cfgerr = SimError::Config;
@@ -315,14 +315,14 @@ pub fn run_io(cfg: &Config) -> Result<Value, SimError> {
     let trace = if io.trace.is_empty() {
         None
     } else {
-        // With a Region Table the files' namespaces are checked below; without one, the files
+        // With a Region Table file k is namespace k (checked below); without one, the files
         // take io.space_gib each of the one namespace (or of the drive).
-        let drive_bytes = if io.namespaces.trim().is_empty() || die_geometry.is_none() { logical_bytes } else { u64::MAX };
+        let table = die_geometry.as_ref().filter(|_| !io.namespaces.trim().is_empty());
+        let drive_bytes = if table.is_some() { u64::MAX } else { logical_bytes };
         let mut t = trace::read(std::path::Path::new(&io.trace), io.space_gib << 30, drive_bytes).map_err(|e| cfgerr(ConfigError::new("io.trace", e)))?;
-        let regions = die_geometry.as_ref().map_or(0, |g| g.regions.len());
-        if let Some(g) = die_geometry.as_ref().filter(|_| !io.namespaces.trim().is_empty()) {
+        if let Some(g) = table {
+            let regions = g.regions.len();
             for (i, r) in t.requests.iter_mut().enumerate() {
-                // File k is namespace k of the Region Table.
                 let file = r.offset / (io.space_gib << 30);
                 let Some(ns) = g.regions.get(file as usize) else {
                     return Err(cfgerr(ConfigError::new("io.trace", format!(
@@ -468,7 +468,6 @@ pub fn run_io(cfg: &Config) -> Result<Value, SimError> {
             }
         }};
     }
-    // An application I/O is done at `done`: count it and start its slot's next.
     // With io.touch_data, the application reads the block a read brought, a sector at a time:
     // a storage-domain sector (D-Shield-Hyb) is checked by the DIE and read past the memory's
     // encryption; any other line through the secure memory controller.
@@ -502,10 +501,12 @@ pub fn run_io(cfg: &Config) -> Result<Value, SimError> {
             done
         }};
     }
+    // An application I/O is done at `done` (a read's, once the application has read its block
+    // with io.touch_data): count it and start its slot's next.
     macro_rules! finish {
         ($id:expr, $done:expr) => {{
             let (id, done) = ($id, $done);
-            let done = if io.touch_data && !ios[id].write && !requests.get(ios[id].request).is_some_and(|r| r.flush) { touched!(id, done) } else { done };
+            let done = if io.touch_data && !ios[id].write { touched!(id, done) } else { done };
             let o = &mut ios[id];
             latency.record(done - o.started);
             if o.write { writes += 1 } else { reads += 1 }
@@ -771,18 +772,16 @@ pub fn run_io(cfg: &Config) -> Result<Value, SimError> {
             "metadata_share_of_drive": {"cmac": cmac_share, "tree": tree_share},
             "data_namespace_gib": (d.meta.geometry.data_sectors() * 512) as f64 / (1u64 << 30) as f64,
             "namespaces": d.meta.geometry.regions.iter().map(|r| json!({"nsid": r.nsid, "first_gib": (r.first * 512) as f64 / (1u64 << 30) as f64, "data_gib": (r.data_sectors * 512) as f64 / (1u64 << 30) as f64, "metadata_first_sector": r.metadata_base})).collect::<Vec<_>>(),
+            // Cryptographic work in 64 B operations: the DIE's on the engine (a 512 B hash is
+            // eight), and the memory's pad and MAC for each application line it encrypts or
+            // decrypts, on the DMA path and for the application's own use (io.touch_data).
+            "engine_ops_64b": d.engine_ops_64b, "engine_hashes_512b": d.engine_hashes_512b,
+            "memory_dma_lines_encrypted": host.secure_dma_lines, "memory_cpu_lines_encrypted": cpu_secure_lines,
+            "crypto_ops_64b": d.engine_ops_64b + 8 * d.engine_hashes_512b + 2 * (host.secure_dma_lines + cpu_secure_lines),
         });
         if let Some(o) = &d.oracle {
             report["dshield"]["functional"] = json!({"blocks_written": o.blocks_written, "blocks_verified": o.blocks_verified});
         }
-        // Cryptographic work in 64 B operations: the DIE's on the engine (a 512 B hash is
-        // eight), and the memory's pad and MAC for each application line it encrypts or
-        // decrypts, on the DMA path and for the application's own use (io.touch_data).
-        report["dshield"]["engine_ops_64b"] = json!(d.engine_ops_64b);
-        report["dshield"]["engine_hashes_512b"] = json!(d.engine_hashes_512b);
-        report["dshield"]["memory_dma_lines_encrypted"] = json!(host.secure_dma_lines);
-        report["dshield"]["memory_cpu_lines_encrypted"] = json!(cpu_secure_lines);
-        report["dshield"]["crypto_ops_64b"] = json!(d.engine_ops_64b + 8 * d.engine_hashes_512b + 2 * (host.secure_dma_lines + cpu_secure_lines));
         if let Some(h) = &d.hyb {
             report["dshield"]["hyb"] = serde_json::to_value(&h.borrow().stats).expect("plain counters");
         }

@@ -14,8 +14,8 @@
 //! `io.space_gib` long, in the order they are first named. `sync` and `datasync` are flushes
 //! (an application's `fsync`): barriers that wait for every I/O before them, and for what the
 //! stack must make durable (dm-integrity's journal commit); the drive itself has power-loss
-//! protection, so a flush adds no drive work. `trim` is counted and not simulated. Every malformed line is an error naming
-//! the file and line: an unknown action, I/O on a file never added or not open, an I/O past
+//! protection, so a flush adds no drive work. `trim` is counted and not simulated. Every
+//! malformed line is an error naming the file and line: an unknown action, I/O on a file never added or not open, an I/O past
 //! its region, a length that is not a whole number of 512 B blocks, timestamps going back.
 
 use std::collections::HashMap;
