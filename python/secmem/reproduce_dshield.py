@@ -31,6 +31,11 @@ CACHE_KIB = [64, 256, 1024, 4096]
 # a 64 MB database of 1 KB records), replayed as fast as the drive allows.
 YCSB = {"rwm": "RWm", "rh": "Rh", "ro": "Ro"}
 TRACES = os.path.join(os.path.dirname(__file__), "traces")
+# The shared crypto engine's issue models (`security.crypto_engine`), the preset's first, and
+# where they are compared.
+ENGINES = ["serial", "pipelined", "unlimited"]
+ENGINE_PATTERNS = ["seq-read", "rand-read", "rand-rw"]
+ENGINE_STACKS = ["insecure", "dshield", "dshield-hyb"]
 
 # Section III: "2.4x on average for encryption only and 16.1x for encryption with integrity
 # protection" (per-pattern bars are not quoted).
@@ -122,7 +127,17 @@ REPORT_NOTES = """
 * **D-Shield on random reads ({rand_r_ds:.2f}x against 1.74x).** A read's metadata reads
   start at its submission and run beside the data's on other planes, and nothing is written
   back, so at one I/O per thread a read waits mostly for the engine (8 pads and a MAC per
-  sector: 1.3 us for 4 KB).
+  sector: 1.3 us for 4 KB), behind the memory side's work on the same engine (below).
+* **One crypto engine for memory and storage.** The DIE delegates its cryptography to the
+  memory controller's engine, where it queues with the memory side's pads and MACs for every
+  DMA line (section VIII). The preset's engine is serial, as Table I's costs imply (a 512 B
+  hash is eight 64 B operations end to end). The `engine` rows run the same patterns on a
+  pipelined engine (4 cycles per 64 B) and an unlimited one: on Rand-R D-Shield is
+  {eng_serial:.2f}x / {eng_pipe:.2f}x / {eng_unl:.2f}x insecure, so the engine's throughput is
+  {eng_share:.0%} of D-Shield's read overhead; the serial engine is
+  {eng_util:.0%} busy under D-Shield on Rand-R and {eng_util_ins:.0%} under insecure (the
+  memory side alone). D-Shield-Hyb on Seq-R is {hyb_seq:.2f}x insecure on the serial engine:
+  its reads skip the memory side's pad and MAC for every DMA line, which insecure pays.
 * **Sequential (enc / D-Shield {seq_enc:.2f}x, enc-int / D-Shield {seq_encint:.2f}x against
   2.6x and 9x).** Our software baselines are cheaper than the paper's (above), and D-Shield's
   sequential writes pay a CMAC write-back per 16 KB ({seq_w_ds:.2f}x insecure on Seq-W).
@@ -246,6 +261,23 @@ def collect(quick: bool) -> (List[Dict[str, Any]], Dict[str, Any]):
             rows.append({"figure": "fig14", "metric": f"{stack} throughput / insecure, YCSB-{YCSB[w]} on SQLite", "paper": None, "ours": round(thr[stack][w], 4), "unit": "ratio"})
         metric = f"{stack} throughput / insecure, mean of the key-value workloads"
         rows.append({"figure": "fig14", "metric": metric, "paper": PAPER.get(("fig14", metric)), "ours": round(_mean(list(thr[stack].values())), 4), "unit": "ratio"})
+    # The shared engine's throughput: the preset's serial engine (Table I) beside a pipelined
+    # and an unlimited one, on the patterns where the engine's share is largest.
+    for mode in ENGINES[1:]:
+        for pat in ENGINE_PATTERNS:
+            for stack in ENGINE_STACKS:
+                runs[f"{pat}/{stack}/engine-{mode}"] = api.run_io(preset="dshield", params=[
+                    "run.progress=false", f"io.pattern={pat}", f"io.stack={stack}", f"io.ios={ios}", f"security.crypto_engine={mode}"])
+    for mode in ENGINES:
+        key = (lambda pat, st: f"{pat}/{st}") if mode == ENGINES[0] else (lambda pat, st, m=mode: f"{pat}/{st}/engine-{m}")
+        for pat in ENGINE_PATTERNS:
+            base = runs[key(pat, "insecure")]
+            for stack in ENGINE_STACKS[1:]:
+                rows.append({"figure": "engine", "metric": f"{stack} runtime / insecure, {LABEL[pat]}, {mode} engine", "paper": None,
+                             "ours": round(runs[key(pat, stack)]["io"]["runtime_us"] / base["io"]["runtime_us"], 4), "unit": "x"})
+            for stack in ENGINE_STACKS if mode != "unlimited" else []:
+                rows.append({"figure": "engine", "metric": f"{stack} crypto engine utilisation, {LABEL[pat]}, {mode} engine", "paper": None,
+                             "ours": round(runs[key(pat, stack)]["crypto_engine"]["utilisation"], 4), "unit": "ratio"})
     misses = [runs[f"{p}/dshield"]["dshield"] for p in PATTERNS if p.startswith("rand")]
     row13("dshield CMAC cache miss rate, random patterns", sum(d["cmac_misses"] for d in misses) / sum(d["cmac_misses"] + d["cmac_hits"] for d in misses), "ratio")
     io_config = api.config_json(preset="dshield")["io"]
@@ -362,6 +394,13 @@ def report_md(rows: List[Dict[str, Any]], series: Dict[str, Any], out: str, quic
         "f14_encint_rwm": series["throughput"]["enc-int"]["rwm"],
         "f14_flushes": series["runs"]["ycsb-rwm/insecure"]["io"]["flushes"],
         "f14_hit": series["runs"]["ycsb-rwm/dshield"]["dshield"]["cmac_hit_rate"],
+        "eng_serial": _ours(rows, "dshield runtime / insecure, Rand-R, serial engine"),
+        "eng_pipe": _ours(rows, "dshield runtime / insecure, Rand-R, pipelined engine"),
+        "eng_unl": _ours(rows, "dshield runtime / insecure, Rand-R, unlimited engine"),
+        "eng_share": (lambda s, u: (s - u) / (s - 1) if s > 1 else 0.0)(_ours(rows, "dshield runtime / insecure, Rand-R, serial engine"), _ours(rows, "dshield runtime / insecure, Rand-R, unlimited engine")),
+        "eng_util": _ours(rows, "dshield crypto engine utilisation, Rand-R, serial engine"),
+        "eng_util_ins": _ours(rows, "insecure crypto engine utilisation, Rand-R, serial engine"),
+        "hyb_seq": _ours(rows, "dshield-hyb runtime / insecure, Seq-R, serial engine"),
     }
     lines = [
         "# D-Shield (HPCA'23) reproduced on secmem: the software baselines (Fig. 3), D-Shield, D-Shield-Hyb and D-Shield-Pro (Figs. 13, 14, 16b, 17)",

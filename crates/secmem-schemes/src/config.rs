@@ -29,6 +29,16 @@ config_enum! {
     }
 }
 
+config_enum! {
+    /// How many operations the memory controller's crypto engine accepts at once
+    /// (`controller::engine`).
+    pub enum EngineIssue {
+        Unlimited => "unlimited": "latency only: every operation starts when its inputs are ready (the memory papers' model)",
+        Pipelined => "pipelined": "each 64 B of input holds the engine's input for security.crypto_engine_cycles_per_64b cycles; later operations queue",
+        Serial => "serial": "one operation at a time, each holding the engine for its whole latency; later operations queue"
+    }
+}
+
 config_section! {
     /// Secure memory: encryption, authentication and their costs.
     pub struct SecurityConfig {
@@ -38,6 +48,8 @@ config_section! {
         aes_latency_cycles: u64 = 40 => "Latency of one AES pad generation, CPU cycles (Horus Table I: 40)";
         mac_latency_cycles: u64 = 160 => "Latency of one MAC computation over a data line, CPU cycles (Horus Table I single hash: 160)";
         hash_latency_cycles: u64 = 160 => "Latency of one integrity-tree node hash, CPU cycles (Horus Table I: 160)";
+        crypto_engine: EngineIssue = EngineIssue::Unlimited => "The crypto engine's throughput, shared by everything that delegates crypto to the memory controller: unlimited (latency only, as Horus and Lelantus model it), pipelined or serial";
+        crypto_engine_cycles_per_64b: u64 = 4 => "Pipelined engine: cycles each 64 B of input holds its input (initiation interval), CPU cycles (4: a fully pipelined AES-128 unit takes one 16 B block per cycle)";
         verify_on_critical_path: bool = false => "Reads also wait for the data MAC check; false overlaps it with data use (speculative, as in BMF and Horus). A fetched counter is always verified against the tree before its pad is used";
         metadata_persistence: MetadataPersistence = MetadataPersistence::WriteBack => "write-back (recovery-oblivious), strict (write-through metadata, recoverable from NVM) or battery-backed (write-back metadata caches that survive power loss)";
         counter_init: CounterInit = CounterInit::Zero => "Value of every counter block at boot: zero, or random (major 0, minors uniformly random in their range, derived from run.seed and the page, so a line's first overflow comes after 2^bits - 1 - init writes; Lelantus section V-A initialises counters randomly to model overflow)";
@@ -84,6 +96,9 @@ impl SecurityConfig {
         ] {
             secmem_core::error::ensure_latency_cycles(v, &format!("{path}.{name}"))?;
         }
+        ensure((1..=1_000_000).contains(&self.crypto_engine_cycles_per_64b), &format!("{path}.crypto_engine_cycles_per_64b"), || {
+            format!("must be 1..=1000000 cycles, got {}", self.crypto_engine_cycles_per_64b)
+        })?;
         Ok(())
     }
 }

@@ -162,15 +162,15 @@ pub const SCENARIOS: &[Scenario] = &[
     },
     Scenario {
         name: "ssd-rand-read-dshield",
-        description: "ssd-rand-read under D-Shield (io.stack = dshield): each I/O's metadata through the DIE's caches and hidden queue pair, its sectors on the engine (requests_per_s = simulated I/Os/s; target: at least half of ssd-rand-read's)",
+        description: "ssd-rand-read under D-Shield (io.stack = dshield): each I/O's metadata through the DIE's caches and hidden queue pair, its sectors on the crypto engine it shares with the memory side (serial, as the dshield preset has it; requests_per_s = simulated I/Os/s; target: at least half of ssd-rand-read's)",
         preset: "horus",
-        overrides: &["io.pattern=rand-read", "io.threads=4", "io.queue_depth=8", "io.ios=1000000", "io.stack=dshield"],
+        overrides: &["io.pattern=rand-read", "io.threads=4", "io.queue_depth=8", "io.ios=1000000", "io.stack=dshield", "security.crypto_engine=serial"],
     },
     Scenario {
         name: "dshield-seq-rw",
-        description: "D-Shield on sequential 4 KB reads and writes (fio rw, 50% reads), 4 threads x QD 8 (requests_per_s = simulated I/Os/s)",
+        description: "D-Shield on sequential 4 KB reads and writes (fio rw, 50% reads), 4 threads x QD 8, its serial crypto engine shared with the memory side (requests_per_s = simulated I/Os/s)",
         preset: "horus",
-        overrides: &["io.pattern=seq-rw", "io.threads=4", "io.queue_depth=8", "io.ios=1000000", "io.stack=dshield"],
+        overrides: &["io.pattern=seq-rw", "io.threads=4", "io.queue_depth=8", "io.ios=1000000", "io.stack=dshield", "security.crypto_engine=serial"],
     },
     Scenario {
         name: "horus-drain-base-lu",

@@ -26,6 +26,7 @@
 
 pub mod cache_tree;
 pub mod eadr;
+pub mod engine;
 pub mod functional;
 pub mod image_file;
 pub mod nvm_image;
@@ -172,6 +173,9 @@ pub struct McParams {
 }
 
 pub struct SecureMc {
+    /// The crypto engine every pad, MAC and hash below runs on, and whatever the controller
+    /// does for a unit that delegates crypto to it (D-Shield's DIE).
+    pub engine: engine::CryptoEngine,
     /// The device. An enum rather than `Box<dyn MemoryPort>` so that the PCM access path,
     /// taken ~11 times per secure request, is a direct call (see [`Media`]); any other device
     /// plugs in as `Media::Other`.
@@ -384,6 +388,7 @@ impl SecureMc {
             if func.is_some() { cache.with_data() } else { cache }
         };
         Ok(SecureMc {
+            engine: engine::CryptoEngine::new(security.crypto_engine, security.crypto_engine_cycles_per_64b),
             media,
             counters: CounterStore::with_init(security.minor_counter_bits, layout.counter_blocks, security.initial_counters(seed)),
             counter_cache: mk(&caches.counter),
@@ -777,7 +782,8 @@ impl SecureMc {
         }
         self.chain_buf = chain;
         verdict?;
-        Ok(ready + self.p.hash)
+        // The fetched blocks are checked in parallel, each against the block above it.
+        Ok(self.engine.run_many(ready, fetched.max(1) as u64, 1, self.p.hash))
     }
 
     /// Checks each fetched block against its parent's entry, top-down: the topmost against a
@@ -994,10 +1000,10 @@ impl SecureMc {
                 if let (Some(f), Some(e)) = (self.func.as_mut(), entry) {
                     f.set_root_entry(slot, e);
                 }
-                return Ok(t + self.p.hash);
+                return Ok(self.engine.run(t, 1, self.p.hash));
             }
             let avail = self.ensure_block(plvl, pidx, true, now)?;
-            t = t.max(avail) + self.p.hash;
+            t = self.engine.run(t.max(avail), 1, self.p.hash);
             let addr = self.layout.tree.node_addr(plvl, pidx);
             if let Some(e) = entry {
                 let node = self.payload_mut(MetaKind::Tree, addr >> LINE_SHIFT);
@@ -1172,8 +1178,9 @@ impl SecureMc {
             self.stats.mac_ops.data_verify += 1;
         }
         self.process_evictions(now)?;
-        let plain_at = data_at.max(ctr_at + self.p.aes) + Cycle(1);
-        let verified_at = data_at.max(mac_at) + self.p.mac;
+        let pad_at = self.engine.run(ctr_at, 1, self.p.aes);
+        let plain_at = data_at.max(pad_at) + Cycle(1);
+        let verified_at = self.engine.run(data_at.max(mac_at), 1, self.p.mac);
         let ready = if self.p.verify_on_critical_path { plain_at.max(verified_at) } else { plain_at };
         Ok((ready, plain))
     }
@@ -1256,8 +1263,8 @@ impl SecureMc {
                 self.stats.mac_ops.data_write += 1;
             }
         }
-        let cipher_at = ctr_at + self.p.aes + Cycle(1);
-        let mac_at = mac_at_start.max(cipher_at) + self.p.mac;
+        let cipher_at = self.engine.run(ctr_at, 1, self.p.aes) + Cycle(1);
+        let mac_at = self.engine.run(mac_at_start.max(cipher_at), 1, self.p.mac);
         let mut done = self.device_write(line << LINE_SHIFT, class, mac_at);
         done = done.max(self.update_tree_after_counter_change(page_of_line(line), ctr_at)?);
         if self.p.strict {
@@ -1346,7 +1353,8 @@ impl SecureMc {
                 let plain = self.open_line(line, old.major, old.minors[i])?;
                 self.seal_line(line, &plain);
             }
-            let ready = r.max(at) + self.p.aes + self.p.mac;
+            let decrypted = self.engine.run_many(r.max(at), 2, 1, self.p.aes);
+            let ready = self.engine.run(decrypted, 1, self.p.mac);
             done = done.max(self.device_write(addr, TrafficClass::Reencrypt, ready.max(mac_at)));
             self.stats.reencrypted_lines += 1;
             self.stats.aes_ops.reencrypt += 2;

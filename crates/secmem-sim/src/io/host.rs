@@ -218,6 +218,9 @@ impl<'e> Host<'e> {
         r.map_err(io_path_error)
     }
 
+    /// The memory controller's crypto engine, which units on the I/O path delegate to.
+    pub fn crypto_engine(&mut self) -> &mut secmem_schemes::controller::engine::CryptoEngine { &mut self.engine.mc.engine }
+
     /// A storage-domain line moves as it is: its page's counter block is read for the line's
     /// domain (and changed when `recorded`), the line itself goes to or from the device
     /// without the memory's pad or MAC.

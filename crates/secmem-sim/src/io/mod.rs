@@ -758,6 +758,13 @@ pub fn run_io(cfg: &Config) -> Result<Value, SimError> {
         },
         "meta": {"wall_time_s": wall_s, "dma_through_memory": io.dma_through_memory},
     });
+    // The memory controller's engine, shared by the memory side and the DIE.
+    let eng = &host.engine.mc.engine;
+    report["crypto_engine"] = json!({
+        "issue": eng.issue().as_str(), "ops": eng.stats.ops,
+        "busy_us": us(eng.stats.busy_cycles), "queue_wait_us": us(eng.stats.queue_wait_cycles),
+        "utilisation": if last_done > 0 { eng.stats.busy_cycles as f64 / last_done as f64 } else { 0.0 },
+    });
     if let Some(d) = &die {
         let st = &d.meta.stats;
         let (cmac_share, tree_share) = d.meta.geometry.overhead();
@@ -768,7 +775,6 @@ pub fn run_io(cfg: &Config) -> Result<Value, SimError> {
             "metadata_reads": st.metadata_reads, "metadata_writes": st.metadata_writes,
             "minor_overflows": st.minor_overflows, "reencrypted_blocks": st.reencrypted_blocks,
             "memory_cache_hits": st.memory_cache_hits, "memory_cache_misses": st.memory_cache_misses, "memory_cache_fills": st.memory_cache_fills,
-            "engine_busy_us": us(d.engine_busy_cycles),
             "metadata_share_of_drive": {"cmac": cmac_share, "tree": tree_share},
             "data_namespace_gib": (d.meta.geometry.data_sectors() * 512) as f64 / (1u64 << 30) as f64,
             "namespaces": d.meta.geometry.regions.iter().map(|r| json!({"nsid": r.nsid, "first_gib": (r.first * 512) as f64 / (1u64 << 30) as f64, "data_gib": (r.data_sectors * 512) as f64 / (1u64 << 30) as f64, "metadata_first_sector": r.metadata_base})).collect::<Vec<_>>(),
@@ -884,6 +890,25 @@ mod tests {
     }
 
     #[test]
+    fn the_die_and_the_memory_side_queue_on_one_crypto_engine() {
+        let run = |stack: &str, engine: &str| run_io(&cfg(&["io.pattern=rand-read", &format!("io.stack={stack}"), &format!("security.crypto_engine={engine}")])).unwrap();
+        let runtime = |r: &Value| r["io"]["runtime_us"].as_f64().unwrap();
+        let (ins, ds) = (run("insecure", "serial"), run("dshield", "serial"));
+        // Every DMA line's pad and MAC are the memory side's; D-Shield adds the DIE's on the
+        // same engine, so the memory side's operations wait longer for it.
+        let ops = |r: &Value| r["crypto_engine"]["ops"].as_u64().unwrap();
+        let die_ops = ds["dshield"]["engine_ops_64b"].as_u64().unwrap() + ds["dshield"]["engine_hashes_512b"].as_u64().unwrap();
+        assert!(ops(&ds) >= ops(&ins) + die_ops, "{} vs {} + {die_ops}", ops(&ds), ops(&ins));
+        let wait = |r: &Value| r["crypto_engine"]["queue_wait_us"].as_f64().unwrap();
+        assert!(wait(&ins) > 0.0 && wait(&ds) > wait(&ins), "{} vs {}", wait(&ds), wait(&ins));
+        // An unlimited engine never queues, and a serial one is slower than a pipelined one.
+        let (unl, pip) = (run("dshield", "unlimited"), run("dshield", "pipelined"));
+        assert_eq!(wait(&unl), 0.0);
+        assert!(runtime(&unl) <= runtime(&pip) && runtime(&pip) < runtime(&ds), "{} {} {}", runtime(&unl), runtime(&pip), runtime(&ds));
+        assert_eq!(ds["crypto_engine"]["issue"], "serial");
+    }
+
+    #[test]
     fn hyb_reads_land_in_memory_unconverted_and_unheld_with_fewer_crypto_operations() {
         let p50 = |r: &Value| r["io"]["latency_us"]["p50"].as_f64().unwrap();
         let base = ["io.threads=1", "io.pattern=rand-read"];
@@ -945,7 +970,7 @@ mod tests {
     #[test]
     fn d_shield_reads_wait_for_their_metadata_and_the_engine_and_sequential_ones_hit_the_cmac_cache() {
         let p50 = |r: &Value| r["io"]["latency_us"]["p50"].as_f64().unwrap();
-        let base = ["io.threads=1", "io.dma_through_memory=false"];
+        let base = ["io.threads=1", "io.dma_through_memory=false", "security.crypto_engine=serial"];
         let insecure = run_io(&cfg(&base)).unwrap();
         let r = run_io(&cfg(&[&base[..], &["io.stack=dshield"]].concat())).unwrap();
         let d = &r["dshield"];

@@ -96,8 +96,13 @@ impl MetaWork {
         self.hashes_512b += other.hashes_512b;
     }
 
-    /// Engine cycles at `op_64b_cycles` per 64 B operation and `hash_512b_cycles` per 512 B hash.
-    pub fn engine_cycles(&self, op_64b_cycles: u64, hash_512b_cycles: u64) -> u64 { self.ops_64b * op_64b_cycles + self.hashes_512b * hash_512b_cycles }
+}
+
+/// Operations one step of the DIE asks of the engine.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+struct EngineWork {
+    ops_64b: u64,
+    hashes_512b: u64,
 }
 
 /// The DIE's counters.
@@ -476,17 +481,14 @@ impl Metadata {
 /// each of the I/O's commands where its data passes the DMA path, and lets it go once the
 /// metadata is in and the memory controller's engine has verified and decrypted (reads) or
 /// encrypted and MACed (writes) its sectors; a read's completion entry and MSI come after.
-/// The engine serves the DIE's work in arrival order (the memory side's own use of it is not
-/// modelled as occupancy).
+/// The engine is the memory controller's ([`secmem_schemes::controller::engine`]): the DIE's
+/// operations queue there with the memory side's own pads, MACs and hashes.
 pub struct Die {
     pub meta: Metadata,
     /// D-Shield-Pro: the host-memory line where the in-memory CMAC cache starts (512 B slots).
     memory_cache_line: u64,
     op_64b_cycles: u64,
     hash_512b_cycles: u64,
-    /// When the engine is next free.
-    engine_free: u64,
-    pub engine_busy_cycles: u64,
     /// What the engine ran for the DIE: 64 B operations and 512 B hashes.
     pub engine_ops_64b: u64,
     pub engine_hashes_512b: u64,
@@ -528,11 +530,12 @@ struct SlotState {
     /// Metadata reads outstanding, and when the last one arrived.
     pending_reads: u32,
     ready_at: u64,
-    /// Engine cycles of the I/O's metadata (counter and tree hashes, re-encryption), charged
-    /// with its first command released.
-    metadata_cycles: u64,
-    /// Engine cycles each sector of a released command costs (0: all in `metadata_cycles`).
-    sector_cycles: u64,
+    /// Engine work of the I/O's metadata (counter and tree hashes, re-encryption), run with
+    /// its first command released.
+    metadata_work: EngineWork,
+    /// Whether each sector of a released command is decrypted or encrypted and MACed then
+    /// (false: all its work is in `metadata_work`).
+    sector_work: bool,
     /// Its commands at the hold: id, arrival, sectors.
     held: Vec<(usize, u64, u64)>,
 }
@@ -540,7 +543,7 @@ struct SlotState {
 impl Die {
     /// `memory_cache_line`: where D-Shield-Pro's in-memory cache lies (unused without one).
     pub fn new(meta: Metadata, op_64b_cycles: u64, hash_512b_cycles: u64, slots: usize, memory_cache_line: u64) -> Die {
-        Die { meta, memory_cache_line, op_64b_cycles, hash_512b_cycles, engine_free: 0, engine_busy_cycles: 0, engine_ops_64b: 0, engine_hashes_512b: 0, slots: vec![SlotState::default(); slots], oracle: None, hyb: None }
+        Die { meta, memory_cache_line, op_64b_cycles, hash_512b_cycles, engine_ops_64b: 0, engine_hashes_512b: 0, slots: vec![SlotState::default(); slots], oracle: None, hyb: None }
     }
 
     /// Application slot `slot` submits an I/O of `n` sectors from `first` at `at`, its buffer
@@ -551,11 +554,10 @@ impl Die {
     #[allow(clippy::too_many_arguments)] // the I/O's fields, its buffer, core and time
     pub fn begin(&mut self, host: &mut super::host::Host, slot_of_io: usize, write: bool, first: u64, n: u64, buf_line: u64, core: u32, at: u64) -> Result<bool, crate::run::SimError> {
         use super::host::Owner;
-        let per_sector = 8 * self.op_64b_cycles + self.hash_512b_cycles;
-        let (work, held, sector_cycles) = match (self.hyb.clone(), self.oracle.as_mut()) {
-            (None, None) if write => (self.meta.write(first, n), true, per_sector),
-            (None, None) => (self.meta.read(first, n), true, per_sector),
-            (None, Some(o)) => (Self::with_bytes(&mut self.meta, o, write, first, n)?, true, per_sector),
+        let (work, held, sector_work) = match (self.hyb.clone(), self.oracle.as_mut()) {
+            (None, None) if write => (self.meta.write(first, n), true, true),
+            (None, None) => (self.meta.read(first, n), true, true),
+            (None, Some(o)) => (Self::with_bytes(&mut self.meta, o, write, first, n)?, true, true),
             (Some(h), _) if write => {
                 // Each sector by where its lines are: unchanged, from another sector, or memory's.
                 let mut w = MetaWork::default();
@@ -571,7 +573,7 @@ impl Die {
                         hyb::SectorSource::Memory => w.add(self.meta.write(s, 1)),
                     }
                 }
-                (w, true, 0)
+                (w, true, false)
             }
             (Some(h), _) => {
                 // The data goes to memory as it is; its metadata is fetched and verified now,
@@ -580,7 +582,7 @@ impl Die {
                 w.ops_64b -= 8 * n;
                 w.hashes_512b -= n;
                 h.borrow_mut().stats.deferred_sector_checks += n;
-                (w, false, 0)
+                (w, false, false)
             }
         };
         if !held {
@@ -589,11 +591,15 @@ impl Die {
         }
         self.engine_ops_64b += work.ops_64b;
         self.engine_hashes_512b += work.hashes_512b;
-        let cycles = work.engine_cycles(self.op_64b_cycles, self.hash_512b_cycles);
         let s = &mut self.slots[slot_of_io];
         s.pending_reads = work.reads.len() as u32;
-        s.sector_cycles = sector_cycles;
-        s.metadata_cycles = cycles.saturating_sub(n * sector_cycles);
+        s.sector_work = sector_work;
+        s.metadata_work = EngineWork { ops_64b: work.ops_64b, hashes_512b: work.hashes_512b };
+        if sector_work {
+            // Each sector's 8 pads and MAC go with its command.
+            s.metadata_work.ops_64b -= 8 * n;
+            s.metadata_work.hashes_512b -= n;
+        }
         self.issue_hidden(host, &work.reads, Owner::DieRead(slot_of_io), false, core, at)?;
         self.slots[slot_of_io].ready_at = self.issue_side_work(host, &work, core, at)?;
         Ok(true)
@@ -640,10 +646,7 @@ impl Die {
         self.engine_hashes_512b += work.hashes_512b;
         self.issue_hidden(host, &work.reads, super::host::Owner::DieFetch, false, core, at)?;
         let loaded = self.issue_side_work(host, work, core, at)?;
-        let cycles = work.engine_cycles(self.op_64b_cycles, self.hash_512b_cycles);
-        self.engine_free = self.engine_free.max(loaded) + cycles;
-        self.engine_busy_cycles += cycles;
-        Ok(self.engine_free)
+        Ok(self.run_on_engine(host, EngineWork { ops_64b: work.ops_64b, hashes_512b: work.hashes_512b }, loaded))
     }
 
     /// Functional mode: the I/O's blocks encrypted and put on the drive (writes), or read from
@@ -692,6 +695,17 @@ impl Die {
         self.run_unheld(host, &w, core, at)
     }
 
+    /// Runs `work` on the memory controller's engine from `ready`: the 512 B hashes (data MACs
+    /// and tree nodes, each checked against what is already trusted, so independent) and the
+    /// 64 B operations (pads, counter hashes) issued back to back. When the last is done.
+    fn run_on_engine(&self, host: &mut super::host::Host, work: EngineWork, ready: u64) -> u64 {
+        use secmem_core::time::Cycle;
+        let engine = host.crypto_engine();
+        let hashed = engine.run_many(Cycle(ready), work.hashes_512b, 8, Cycle(self.hash_512b_cycles));
+        let padded = engine.run_many(Cycle(ready), work.ops_64b, 1, Cycle(self.op_64b_cycles));
+        hashed.max(padded).0
+    }
+
     /// One of `slot`'s metadata reads arrived at `at`.
     pub fn metadata_arrived(&mut self, host: &mut super::host::Host, slot: usize, at: u64) {
         let s = &mut self.slots[slot];
@@ -710,14 +724,20 @@ impl Die {
         if self.slots[slot].pending_reads > 0 {
             return;
         }
-        let s = &mut self.slots[slot];
-        for (id, at, sectors) in s.held.drain(..) {
-            let cycles = sectors * s.sector_cycles + std::mem::take(&mut s.metadata_cycles);
-            let start = self.engine_free.max(at).max(s.ready_at);
-            self.engine_free = start + cycles;
-            self.engine_busy_cycles += cycles;
-            host.release(id, self.engine_free);
+        let held = std::mem::take(&mut self.slots[slot].held);
+        for &(id, at, sectors) in &held {
+            let s = &mut self.slots[slot];
+            let mut work = std::mem::take(&mut s.metadata_work);
+            if s.sector_work {
+                work.ops_64b += 8 * sectors;
+                work.hashes_512b += sectors;
+            }
+            let ready = at.max(s.ready_at);
+            let done = self.run_on_engine(host, work, ready);
+            host.release(id, done);
         }
+        self.slots[slot].held = held;
+        self.slots[slot].held.clear();
     }
 }
 
