@@ -70,6 +70,14 @@ def test_reproduce_horus_quick_writes_rows_plots_and_report(cli, tmp_path):
     assert next(r for r in rows if r["metric"] == "Horus-DLM MACs / Horus-SLM")["ours"] > 1.1
     assert len(list(out.glob("*.png"))) >= 7
     assert "Where and why we differ" in (out / "report.md").read_text()
+    # Every unstated choice's alternatives are run, beside the same headline rows.
+    sens = {r["metric"]: r for r in rows if r["figure"] == "Sensitivity"}
+    for choice in ("pcm.address_mapping = row-interleave", "tree.verify_parent_on_write_back = false", "drain.metadata_caches = warm", "drain.max_inflight = 4"):
+        assert f"Base-LU MACs / Horus-SLM, {choice}" in sens, choice
+    default_macs = next(r for r in rows if r["metric"] == "Base-LU MACs / Horus-SLM")["ours"]
+    # An unverified parent needs no hashes up its path: fewer MACs, the same flushed lines.
+    assert sens["Base-LU MACs / Horus-SLM, tree.verify_parent_on_write_back = false"]["ours"] < default_macs
+    assert "Unstated choices: which rows move" in (out / "report.md").read_text()
 
 
 def test_reproduce_horus_refuses_overrides_of_what_each_figure_sets_itself(cli, tmp_path):

@@ -40,12 +40,17 @@ def test_forkbench_rejects_bad_input_with_exit_2(cli):
 def test_quick_reproduce_writes_rows_plots_and_report(cli, tmp_path):
     cli("reproduce", "lelantus", "--quick", "--out", "rep", check=True)
     rows = json.loads((tmp_path / "rep" / "reproduce.json").read_text())
-    assert {r["figure"] for r in rows} >= {"fig2", "fig9", "fig10", "fig11", "noncopy"}
+    assert {r["figure"] for r in rows} >= {"fig2", "fig9", "fig10", "fig11", "noncopy", "mapping", "tree"}
     for r in rows:
         assert set(r) == {"figure", "metric", "paper", "ours", "unit"}
     by = {(r["figure"], r["metric"]): r["ours"] for r in rows}
     assert by[("fig9", "forkbench 2 MB speedup, lelantus")] > 1.5
     assert by[("fig2", "write amplification, 2 MB, first write")] > 100
+    # Each unstated choice's alternatives are run: the three mappings and the two tree choices.
+    for mapping in ("line-interleave", "page-interleave", "row-interleave"):
+        assert by[("mapping", f"forkbench 2 MB speedup, lelantus, {mapping}")] > 0
+    for choice in ("tree.verify_parent_on_write_back=false", "metadata_cache.tree_organisation=per-level"):
+        assert by[("tree", f"forkbench 4 KB speedup, lelantus, {choice}")] > 0
     for png in ("fig2.png", "fig9.png", "fig10.png", "fig11.png"):
         assert (tmp_path / "rep" / png).stat().st_size > 1000
     report = (tmp_path / "rep" / "report.md").read_text()

@@ -317,6 +317,24 @@ impl Order {
         }
     }
 
+    /// The way nearest the tail of `set` (`base` = its first slot) among `ways` (the least
+    /// recently used of them under LRU).
+    fn last_among(&self, set: usize, base: usize, n_ways: usize, ways: &std::ops::Range<usize>) -> usize {
+        match self {
+            Order::Packed { words, .. } => {
+                let word = packed_word(words, set);
+                (0..n_ways).rev().map(|p| ((word >> (4 * p)) & 0xF) as usize).find(|w| ways.contains(w)).expect("a non-empty way range")
+            }
+            Order::Linked { prev, tail, .. } => {
+                let mut w = tail[set];
+                while !ways.contains(&(w as usize)) {
+                    w = prev[base + w as usize];
+                }
+                w as usize
+            }
+        }
+    }
+
     /// Moves the tail way `w` of `set` to the head (a fill).
     #[inline(always)]
     fn tail_to_head(&mut self, set: usize, base: usize, w: u16) {
@@ -723,6 +741,31 @@ impl SetAssocCache {
         x ^= x >> 27;
         self.rng_state = x;
         let way = (x.wrapping_mul(0x2545_F491_4F6C_DD1D) % self.ways as u64) as usize;
+        self.fill_way(line, dirty, set, base, way, way == tail)
+    }
+
+    /// [`fill`](Self::fill) into one of `ways` only (a way partition): the victim is the least
+    /// recently used (or first-in) line of those ways, or a random one of them under random
+    /// replacement. `line` must be absent.
+    pub fn fill_within(&mut self, line: u64, dirty: bool, ways: std::ops::Range<usize>) -> (usize, Option<Victim>) {
+        debug_assert!(self.find(line).is_none(), "fill of a line already present");
+        assert!(!ways.is_empty() && ways.end <= self.ways, "way range {ways:?} outside 0..{}", self.ways);
+        let set = self.set_of(line);
+        let base = set * self.ways;
+        let tail = self.order.tail(set);
+        let empty = ways.clone().find(|&w| self.tags[base + w] == INVALID);
+        let way = match (empty, self.replacement) {
+            (Some(w), _) => w,
+            (None, Replacement::Random) => {
+                let mut x = self.rng_state;
+                x ^= x >> 12;
+                x ^= x << 25;
+                x ^= x >> 27;
+                self.rng_state = x;
+                ways.start + (x.wrapping_mul(0x2545_F491_4F6C_DD1D) % ways.len() as u64) as usize
+            }
+            (None, _) => self.order.last_among(set, base, self.ways, &ways),
+        };
         self.fill_way(line, dirty, set, base, way, way == tail)
     }
 
@@ -1209,6 +1252,28 @@ mod tests {
             slot_of.insert(l, slot);
         }
         assert!(per_way.iter().all(|&n| n > 50), "{per_way:?}");
+    }
+
+    #[test]
+    fn a_fill_within_a_way_range_evicts_only_from_those_ways() {
+        for ways in [4usize, 20] {
+            // One set: every line maps to it.
+            let mut c = tiny(ways as u32, 1, Replacement::Lru);
+            for l in 0..ways as u64 {
+                c.fill_within(100 + l, false, 0..ways);
+            }
+            // Lines 100 and 101 are the oldest; filling into ways 2.. must evict 102, the
+            // oldest line of those ways, and keep 100 and 101.
+            let (slot, victim) = c.fill_within(999, false, 2..ways);
+            assert_eq!(victim.map(|v| v.line), Some(102), "{ways} ways");
+            assert!(slot >= 2 && slot < ways);
+            assert!(c.find(100).is_some() && c.find(101).is_some());
+            // Touching 103 leaves the oldest of ways 2.. as 104 with 20 ways; with 4, ways 2 and
+            // 3 hold only 999 and 103, so 999 goes.
+            c.lookup(103, false);
+            let oldest = if ways > 4 { 104 } else { 999 };
+            assert_eq!(c.fill_within(998, false, 2..ways).1.map(|v| v.line), Some(oldest), "{ways} ways");
+        }
     }
 
     #[test]

@@ -106,6 +106,7 @@ config_enum! {
     pub enum AddressMapping {
         LineInterleave => "line-interleave": "consecutive 64 B lines rotate over channels, then banks",
         PageInterleave => "page-interleave": "consecutive 4 KB pages rotate over channels, then banks",
+        RowInterleave => "row-interleave": "gem5's default (RoRaBaCoCh): consecutive lines rotate over channels, and each channel's lines fill a row of pcm.row_buffer_bytes in one bank before the next bank",
     }
 }
 
@@ -126,7 +127,8 @@ config_section! {
         adr: bool = true => "Whether the WPQ is in the persistence domain (ADR): a write is then persistent when accepted, else when written to the array";
         read_energy_nj: f64 = 5.5 => "Dynamic energy of one 64 B array read in nJ (Horus Table II)";
         write_energy_nj: f64 = 531.8 => "Dynamic energy of one 64 B array write in nJ (Horus Table II)";
-        address_mapping: AddressMapping = AddressMapping::LineInterleave => "Address to channel/bank mapping: line-interleave | page-interleave";
+        address_mapping: AddressMapping = AddressMapping::LineInterleave => "Address to channel/bank mapping: line-interleave | page-interleave | row-interleave";
+        row_buffer_bytes: u32 = 8192 => "Bytes of one bank's row under row-interleave, B (gem5's DDR3_1600_8x8, the se.py default of the Horus era: 1 KiB per device x 8 devices per rank); a power of two from 64";
     }
 }
 
@@ -164,6 +166,9 @@ impl PcmConfig {
             ensure(v.is_finite() && v > 0.0, &f(name), || format!("must be a positive number of ns, got {}", number(v)))?;
             ensure(v <= max, &f(name), || format!("must be at most {max} ns, got {}", number(v)))?;
         }
+        ensure(self.row_buffer_bytes >= 64 && self.row_buffer_bytes.is_power_of_two() && self.row_buffer_bytes <= 1 << 20, &f("row_buffer_bytes"), || {
+            format!("must be a power of two from 64 to 1048576 bytes, got {}", self.row_buffer_bytes)
+        })?;
         for (name, v) in [("read_queue_entries", self.read_queue_entries), ("write_queue_entries", self.write_queue_entries)] {
             ensure(v > 0, &f(name), || "must be at least 1".into())?;
             ensure(v <= MAX_QUEUE_ENTRIES, &f(name), || format!("must be at most {MAX_QUEUE_ENTRIES}, got {v}"))?;
@@ -935,6 +940,9 @@ pub struct PcmMedia {
     /// Interleaving unit → internal bank index `bank << ch_bits | channel` (bank-major, so
     /// the channel is the low bits and one mask yields both).
     bank_index_mask: u64,
+    /// Row interleave: the unit's bits between the channel and the bank (a row's lines in
+    /// one channel); 0 otherwise.
+    column_bits: u32,
     page_interleave: bool,
     // Queue limits.
     wpq_cap: usize,
@@ -1010,6 +1018,7 @@ impl PcmMedia {
             bank_mask: banks as u64 - 1,
             unit_shift: if page_interleave { PAGE_SHIFT - LINE_SHIFT } else { 0 },
             bank_index_mask: all_banks as u64 - 1,
+            column_bits: if cfg.address_mapping == AddressMapping::RowInterleave { (cfg.row_buffer_bytes.max(64) / 64).trailing_zeros() } else { 0 },
             page_interleave,
             wpq_cap,
             wpq_high,
@@ -1039,14 +1048,16 @@ impl PcmMedia {
     #[inline]
     pub fn map(&self, addr: u64) -> (u32, u32) {
         let unit = if self.page_interleave { addr >> PAGE_SHIFT } else { addr >> LINE_SHIFT };
-        ((unit & self.ch_mask) as u32, ((unit >> self.ch_bits) & self.bank_mask) as u32)
+        ((unit & self.ch_mask) as u32, ((unit >> (self.ch_bits + self.column_bits)) & self.bank_mask) as u32)
     }
 
     /// `(channel, internal bank index)` of a line: the same banks as [`map`](Self::map),
     /// numbered `bank << ch_bits | channel`.
     #[inline(always)]
     fn bank_index(&self, line: u64) -> (usize, usize) {
-        let b = ((line >> self.unit_shift) & self.bank_index_mask) as usize;
+        let unit = line >> self.unit_shift;
+        // Without column bits this is `unit & bank_index_mask`: the channel low, the bank above.
+        let b = (((unit >> self.column_bits) & !self.ch_mask | unit & self.ch_mask) & self.bank_index_mask) as usize;
         (b & self.ch_mask as usize, b)
     }
 
@@ -1411,6 +1422,21 @@ mod tests {
         let got: Vec<_> = (0..5).map(|p| d.map(p * 4096)).collect();
         assert_eq!(got, vec![(0, 0), (1, 0), (0, 1), (1, 1), (0, 2)]);
         assert_eq!(d.map(16 * 4096), (0, 0));
+    }
+
+    #[test]
+    fn row_interleave_fills_a_row_of_each_channel_before_the_next_bank() {
+        // 2 channels, 8 KiB rows: 128 lines of a channel per row, so 256 consecutive lines
+        // share one bank in each channel.
+        let d = dev(PcmConfig { address_mapping: AddressMapping::RowInterleave, ..PcmConfig::default() });
+        let got: Vec<_> = [0, 1, 2, 255, 256, 257, 512].iter().map(|&k| d.map(line(k))).collect();
+        assert_eq!(got, vec![(0, 0), (1, 0), (0, 0), (1, 0), (0, 1), (1, 1), (0, 2)]);
+        assert_eq!(d.map(line(8 * 256)), (0, 0), "after 8 banks the rows wrap");
+        // The internal bank index agrees with the map.
+        for k in [0u64, 1, 255, 256, 1000, 4097] {
+            let (ch, bank) = d.map(line(k));
+            assert_eq!(d.bank_index(k), (ch as usize, (bank as usize) << 1 | ch as usize), "line {k}");
+        }
     }
 
     #[test]

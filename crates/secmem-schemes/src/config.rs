@@ -61,6 +61,15 @@ config_section! {
     pub struct TreeConfig {
         arity: u64 = 8 => "Children per tree node (8 x 64-bit hashes fill a 64 B node; functional mode needs <= 8); height is derived from capacity";
         update: TreeUpdate = TreeUpdate::Lazy => "lazy or eager tree update (Horus II-C)";
+        verify_parent_on_write_back: bool = true => "A parent fetched to absorb an evicted block's hash (lazy update) is verified up its path like any fetched node (Horus II-C's walk); false fetches the parent alone, unverified (a timing variant for counting mode: functional mode refuses it, as an unverified parent would let a forged node be re-hashed as genuine)";
+    }
+}
+
+config_enum! {
+    /// How the Merkle-tree node cache is shared between the tree's levels.
+    pub enum TreeCacheOrganisation {
+        Shared => "shared": "one cache for every node level: any node may take any way of its set",
+        PerLevel => "per-level": "the ways are partitioned between the node levels below the root (equal shares, the remainder to the lowest levels): a level's nodes only evict its own"
     }
 }
 
@@ -70,6 +79,7 @@ config_section! {
         counter: CacheConfig = CacheConfig::new(256, 8, 2) => "Counter-block cache (Horus Table I: 256 kB, 8-way)";
         mac: CacheConfig = CacheConfig::new(512, 8, 2) => "MAC-block cache (Horus Table I: 512 kB, 8-way)";
         tree: CacheConfig = CacheConfig::new(256, 8, 2) => "Merkle-tree node cache (Horus Table I: 256 kB, 8-way)";
+        tree_organisation: TreeCacheOrganisation = TreeCacheOrganisation::Shared => "How the tree cache is shared between node levels: shared (Horus Table I lists one 256 kB, 8-way Merkle-tree cache) or per-level (a way partition per level)";
     }
 }
 

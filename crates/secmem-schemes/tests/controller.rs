@@ -16,12 +16,11 @@ const SMALL: u64 = 64 * 4096;
 
 fn mc_with(update: TreeUpdate, counter_kib: u64, persist: MetadataPersistence, secure: bool) -> SecureMc {
     let sec = SecurityConfig { enabled: secure, metadata_persistence: persist, ..Default::default() };
-    let tree = TreeConfig { arity: 8, update };
+    let tree = TreeConfig { arity: 8, update, ..TreeConfig::default() };
     let caches = MetadataCachesConfig {
         counter: CacheConfig::new(counter_kib, 16, 2),
         mac: CacheConfig::new(64, 16, 2),
-        tree: CacheConfig::new(64, 16, 2),
-    };
+        tree: CacheConfig::new(64, 16, 2), tree_organisation: secmem_schemes::config::TreeCacheOrganisation::Shared,};
     SecureMc::new(&sec, &tree, &caches, SMALL, Box::new(FixedLatencyMedia::new(100, 300, 1 << 30)), 1).unwrap()
 }
 
@@ -127,12 +126,11 @@ fn an_eager_write_completes_when_the_last_of_its_sequential_path_hashes_updates_
     // path from a counter block to the root is four hashes, one after another, and with every
     // block cached they outlast the data write, so they decide when the write is done.
     let sec = SecurityConfig::default();
-    let tree = TreeConfig { arity: 8, update: TreeUpdate::Eager };
+    let tree = TreeConfig { arity: 8, update: TreeUpdate::Eager, ..TreeConfig::default() };
     let caches = MetadataCachesConfig {
         counter: CacheConfig::new(64, 16, 2),
         mac: CacheConfig::new(64, 16, 2),
-        tree: CacheConfig::new(64, 16, 2),
-    };
+        tree: CacheConfig::new(64, 16, 2), tree_organisation: secmem_schemes::config::TreeCacheOrganisation::Shared,};
     let media = Box::new(FixedLatencyMedia::new(100, 300, 1 << 30));
     let mut m = SecureMc::new(&sec, &tree, &caches, 4096 * 4096, media, 1).unwrap();
     assert_eq!(m.layout.tree.nodes, vec![4096, 512, 64, 8, 1]);
@@ -260,12 +258,11 @@ fn a_write_whose_mac_block_hits_a_slow_mac_cache_macs_its_ciphertext_after_that_
     // A 500-cycle MAC-cache hit outlasts the pad (counter hit 2, AES 40, XOR 1), so it decides
     // when the data MAC (160) starts, and the device write (300) follows.
     let sec = SecurityConfig::default();
-    let tree = TreeConfig { arity: 8, update: TreeUpdate::Lazy };
+    let tree = TreeConfig { arity: 8, update: TreeUpdate::Lazy, ..TreeConfig::default() };
     let caches = MetadataCachesConfig {
         counter: CacheConfig::new(64, 16, 2),
         mac: CacheConfig::new(64, 16, 500),
-        tree: CacheConfig::new(64, 16, 2),
-    };
+        tree: CacheConfig::new(64, 16, 2), tree_organisation: secmem_schemes::config::TreeCacheOrganisation::Shared,};
     let mut m = SecureMc::new(&sec, &tree, &caches, SMALL, Box::new(FixedLatencyMedia::new(100, 300, 1 << 30)), 1).unwrap();
     m.write_line(0, None, Cycle(0)).unwrap(); // brings in the counter and MAC blocks of line 1
     let now = 100_000u64;
@@ -316,12 +313,11 @@ fn a_verified_read_waits_for_its_data_mac_check() {
     // verify_on_critical_path: the MAC over the fetched data (160) starts when the data (100)
     // and the cached MAC block (2) are in, and outlasts the pad (2 + 40, XOR 1).
     let sec = SecurityConfig { verify_on_critical_path: true, ..Default::default() };
-    let tree = TreeConfig { arity: 8, update: TreeUpdate::Lazy };
+    let tree = TreeConfig { arity: 8, update: TreeUpdate::Lazy, ..TreeConfig::default() };
     let caches = MetadataCachesConfig {
         counter: CacheConfig::new(64, 16, 2),
         mac: CacheConfig::new(64, 16, 2),
-        tree: CacheConfig::new(64, 16, 2),
-    };
+        tree: CacheConfig::new(64, 16, 2), tree_organisation: secmem_schemes::config::TreeCacheOrganisation::Shared,};
     let mut m = SecureMc::new(&sec, &tree, &caches, SMALL, Box::new(FixedLatencyMedia::new(100, 300, 1 << 30)), 1).unwrap();
     m.read_line(0, Cycle(0)).unwrap(); // brings in the counter and MAC blocks of line 1
     let now = 100_000u64;
@@ -412,7 +408,7 @@ fn a_recovery_controller_takes_over_the_battery_backed_caches_and_counters() {
 fn a_tree_of_24_levels_is_accepted_and_one_of_25_is_refused() {
     // One tree walk fetches at most one block per level, into fixed arrays of 24. At arity 2,
     // 2^23 pages give counters + 22 node levels + root = 24 levels; 2^24 pages give 25.
-    let tree = TreeConfig { arity: 2, update: TreeUpdate::Lazy };
+    let tree = TreeConfig { arity: 2, update: TreeUpdate::Lazy, ..TreeConfig::default() };
     let caches = MetadataCachesConfig::default();
     let build = |pages: u64| {
         let media = Box::new(FixedLatencyMedia::new(100, 300, 1 << 40));

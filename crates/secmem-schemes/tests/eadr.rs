@@ -22,8 +22,8 @@ fn controller(functional: bool, update: TreeUpdate, write: u64, capacity: u64) -
 
 fn controller_on(functional: bool, update: TreeUpdate, media: Box<dyn MemoryPort>) -> SecureMc {
     let sec = SecurityConfig::default();
-    let tree = TreeConfig { arity: 8, update };
-    let caches = MetadataCachesConfig { counter: CacheConfig::new(4, 4, 2), mac: CacheConfig::new(4, 4, 2), tree: CacheConfig::new(4, 4, 2) };
+    let tree = TreeConfig { arity: 8, update, ..TreeConfig::default() };
+    let caches = MetadataCachesConfig { counter: CacheConfig::new(4, 4, 2), mac: CacheConfig::new(4, 4, 2), tree: CacheConfig::new(4, 4, 2), tree_organisation: secmem_schemes::config::TreeCacheOrganisation::Shared };
     if functional {
         SecureMc::new_functional(&sec, &tree, &caches, 64 * 4096, media, 3).unwrap()
     } else {

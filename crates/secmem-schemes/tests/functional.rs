@@ -16,9 +16,8 @@ fn mc_init(update: TreeUpdate, persist: MetadataPersistence, counter_init: Count
     let caches = MetadataCachesConfig {
         counter: CacheConfig::new(1, 16, 2),
         mac: CacheConfig::new(1, 16, 2),
-        tree: CacheConfig::new(1, 16, 2),
-    };
-    let mut m = SecureMc::new_functional(&sec, &TreeConfig { arity: 8, update }, &caches, MEM, Box::new(FixedLatencyMedia::new(100, 300, 1 << 30)), 42).unwrap();
+        tree: CacheConfig::new(1, 16, 2), tree_organisation: secmem_schemes::config::TreeCacheOrganisation::Shared,};
+    let mut m = SecureMc::new_functional(&sec, &TreeConfig { arity: 8, update, ..TreeConfig::default() }, &caches, MEM, Box::new(FixedLatencyMedia::new(100, 300, 1 << 30)), 42).unwrap();
     m.func.as_mut().unwrap().reuse = Some(PadReuseDetector::new());
     m
 }
@@ -202,8 +201,7 @@ fn a_functional_controller_refuses_minors_wider_than_a_64_byte_block_holds() {
     let caches = MetadataCachesConfig {
         counter: CacheConfig::new(1, 16, 2),
         mac: CacheConfig::new(1, 16, 2),
-        tree: CacheConfig::new(1, 16, 2),
-    };
+        tree: CacheConfig::new(1, 16, 2), tree_organisation: secmem_schemes::config::TreeCacheOrganisation::Shared,};
     let build = |bits: u32| {
         let sec = SecurityConfig { minor_counter_bits: bits, ..Default::default() };
         SecureMc::new_functional(&sec, &TreeConfig::default(), &caches, MEM, Box::new(FixedLatencyMedia::new(100, 300, 1 << 30)), 1)

@@ -19,8 +19,8 @@ fn controller_writing_in(functional: bool, write: u64) -> (SecureMc, AccessLog) 
     let (media, log) = FixedLatencyMedia::recording(100, write, 1 << 30);
     let media = Box::new(media);
     let sec = SecurityConfig::default();
-    let tree = TreeConfig { arity: 8, update: TreeUpdate::Lazy };
-    let caches = MetadataCachesConfig { counter: CacheConfig::new(4, 4, 2), mac: CacheConfig::new(4, 4, 2), tree: CacheConfig::new(4, 4, 2) };
+    let tree = TreeConfig { arity: 8, update: TreeUpdate::Lazy, ..TreeConfig::default() };
+    let caches = MetadataCachesConfig { counter: CacheConfig::new(4, 4, 2), mac: CacheConfig::new(4, 4, 2), tree: CacheConfig::new(4, 4, 2), tree_organisation: secmem_schemes::config::TreeCacheOrganisation::Shared };
     let mc = if functional {
         SecureMc::new_functional(&sec, &tree, &caches, 64 * 4096, media, 3).unwrap()
     } else {

@@ -26,11 +26,10 @@ fn build_arity(functional: bool, update: TreeUpdate, persist: MetadataPersistenc
     let caches = MetadataCachesConfig {
         counter: CacheConfig::new(cache_kib, 16, 2),
         mac: CacheConfig::new(cache_kib, 16, 2),
-        tree: CacheConfig::new(cache_kib, 16, 2),
-    };
+        tree: CacheConfig::new(cache_kib, 16, 2), tree_organisation: secmem_schemes::config::TreeCacheOrganisation::Shared,};
     let (media, log) = FixedLatencyMedia::recording(100, 300, 1 << 30);
     let media = Box::new(media);
-    let tree = TreeConfig { arity, update };
+    let tree = TreeConfig { arity, update, ..TreeConfig::default() };
     let m = if functional {
         SecureMc::new_functional(&sec, &tree, &caches, MEM, media, 42)
     } else {

@@ -16,7 +16,7 @@ const MEM: u64 = 4096 * 4096; // 16 MiB: 4096 pages
 fn mc() -> SecureMc { mc_init(CounterInit::Zero) }
 
 fn mc_init(counter_init: CounterInit) -> SecureMc {
-    let caches = MetadataCachesConfig { counter: CacheConfig::new(4, 16, 2), mac: CacheConfig::new(1, 16, 2), tree: CacheConfig::new(1, 16, 2) };
+    let caches = MetadataCachesConfig { counter: CacheConfig::new(4, 16, 2), mac: CacheConfig::new(1, 16, 2), tree: CacheConfig::new(1, 16, 2), tree_organisation: secmem_schemes::config::TreeCacheOrganisation::Shared };
     let sec = SecurityConfig { counter_init, ..Default::default() };
     let mut m = SecureMc::new_functional(&sec, &TreeConfig::default(), &caches, MEM, Box::new(FixedLatencyMedia::new(100, 300, 1 << 30)), 7).unwrap();
     m.func.as_mut().unwrap().reuse = Some(PadReuseDetector::new());
@@ -322,7 +322,7 @@ fn a_page_copy_whose_record_line_evicts_the_destination_counter_block_still_upda
     // hashing it into the tree, so that fetch evicted the block first: the eager path update
     // found it gone ("counter cached" panic; found by fuzzing `secmem attack` with
     // metadata_cache.counter.ways = 1).
-    let caches = MetadataCachesConfig { counter: CacheConfig::new(33, 1, 2), mac: CacheConfig::new(1, 16, 2), tree: CacheConfig::new(1, 16, 2) };
+    let caches = MetadataCachesConfig { counter: CacheConfig::new(33, 1, 2), mac: CacheConfig::new(1, 16, 2), tree: CacheConfig::new(1, 16, 2), tree_organisation: secmem_schemes::config::TreeCacheOrganisation::Shared };
     let sec = SecurityConfig { metadata_persistence: MetadataPersistence::Strict, ..Default::default() };
     let tree = TreeConfig { update: TreeUpdate::Eager, ..Default::default() };
     let mut m = SecureMc::new_functional(&sec, &tree, &caches, MEM, Box::new(FixedLatencyMedia::new(100, 300, 1 << 30)), 7).unwrap();

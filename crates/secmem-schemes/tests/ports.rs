@@ -15,7 +15,7 @@ const BLOCK: u32 = 4096;
 
 fn controller() -> SecureMc {
     let c = || CacheConfig::new(16, 4, 2);
-    let caches = MetadataCachesConfig { counter: c(), mac: c(), tree: c() };
+    let caches = MetadataCachesConfig { counter: c(), mac: c(), tree: c(), tree_organisation: secmem_schemes::config::TreeCacheOrganisation::Shared };
     SecureMc::new(&SecurityConfig::default(), &TreeConfig::default(), &caches, MEM, Box::new(FixedLatencyMedia::new(100, 300, 1 << 30)), 1).unwrap()
 }
 

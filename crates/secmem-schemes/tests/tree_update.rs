@@ -14,8 +14,8 @@ const MEM: u64 = 512 * 4096;
 fn controller(update: TreeUpdate) -> SecureMc {
     let sec = SecurityConfig { metadata_persistence: MetadataPersistence::Strict, ..Default::default() };
     let c = || CacheConfig::new(4, 4, 2);
-    let caches = MetadataCachesConfig { counter: c(), mac: c(), tree: c() };
-    let tree = TreeConfig { arity: 8, update };
+    let caches = MetadataCachesConfig { counter: c(), mac: c(), tree: c(), tree_organisation: secmem_schemes::config::TreeCacheOrganisation::Shared };
+    let tree = TreeConfig { arity: 8, update, ..TreeConfig::default() };
     SecureMc::new_functional(&sec, &tree, &caches, MEM, Box::new(FixedLatencyMedia::new(100, 300, 1 << 30)), 7).unwrap()
 }
 

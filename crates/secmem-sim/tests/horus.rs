@@ -147,3 +147,43 @@ fn base_eu_recovery_reports_the_same_work_in_counting_and_functional_mode() {
 
 /// The registered drain scheme called `name`.
 fn scheme(name: &str) -> DrainScheme { name.parse().unwrap() }
+
+#[test]
+fn a_parent_fetched_unverified_on_a_lazy_eviction_saves_base_lu_hashes_and_reads_and_is_counting_mode_only() {
+    let run = |extra: &[&str]| drain_run(&small(extra), scheme("base-lu"), &DrainContent::WorstCase, false).unwrap();
+    let (verified, unverified) = (run(&[]), run(&["tree.verify_parent_on_write_back=false"]));
+    assert_eq!(verified.stats.flushed_lines, unverified.stats.flushed_lines);
+    let (m, r) = (|o: &secmem_sim::harness::drain::DrainOutcome| o.stats.mac_ops.total(), |o: &secmem_sim::harness::drain::DrainOutcome| o.stats.reads.total());
+    assert!(m(&unverified) < m(&verified), "{} vs {}", m(&unverified), m(&verified));
+    assert!(r(&unverified) < r(&verified), "{} vs {}", r(&unverified), r(&verified));
+    // Base-EU updates eagerly: no write-back absorbs a hash, so nothing changes.
+    let eu = |extra: &[&str]| drain_run(&small(extra), scheme("base-eu"), &DrainContent::WorstCase, false).unwrap().to_json();
+    assert_eq!(eu(&[]), eu(&["tree.verify_parent_on_write_back=false"]));
+    let e = drain_run(&small(&["run.functional=true", "tree.verify_parent_on_write_back=false"]), scheme("base-lu"), &DrainContent::WorstCase, true).unwrap_err().to_string();
+    assert!(e.contains("tree.verify_parent_on_write_back") && e.contains("functional"), "{e}");
+}
+
+#[test]
+fn warm_metadata_caches_at_power_loss_save_the_drain_reads_and_still_recover() {
+    // Dense worst-case lines (64 B apart) share counter blocks, so a warm cache holds many.
+    let dense = ["drain.worst_case_spacing_bytes=64"];
+    let run = |extra: &[&str]| drain_run(&small(&[&dense[..], extra].concat()), scheme("base-lu"), &DrainContent::WorstCase, false).unwrap();
+    let (empty, warm) = (run(&[]), run(&["drain.metadata_caches=warm"]));
+    assert!(warm.stats.reads.total() < empty.stats.reads.total(), "{} vs {}", warm.stats.reads.total(), empty.stats.reads.total());
+    let out = drain_run(&small(&[&dense[..], &["drain.metadata_caches=warm", "run.functional=true"]].concat()), scheme("base-lu"), &DrainContent::WorstCase, true).unwrap();
+    assert_eq!(out.oracle.unwrap().mismatches, 0);
+}
+
+#[test]
+fn a_per_level_tree_cache_changes_base_lu_tree_traffic_and_needs_a_way_per_level() {
+    let run = |extra: &[&str]| drain_run(&small(extra), scheme("base-lu"), &DrainContent::WorstCase, true).unwrap();
+    let wide = ["metadata_cache.tree.ways=16"];
+    let (shared, split) = (run(&wide), run(&[&wide[..], &["metadata_cache.tree_organisation=per-level"]].concat()));
+    assert_eq!(shared.stats.flushed_lines, split.stats.flushed_lines);
+    assert_ne!(shared.stats.reads.tree, split.stats.reads.tree, "the partition decides which nodes stay");
+    // Recovery still verifies under the partition, with real hashes.
+    let f = drain_run(&small(&[&wide[..], &["metadata_cache.tree_organisation=per-level", "run.functional=true"]].concat()), scheme("base-lu"), &DrainContent::WorstCase, true).unwrap();
+    assert_eq!(f.oracle.unwrap().mismatches, 0);
+    let e = drain_run(&small(&["metadata_cache.tree.ways=2", "metadata_cache.tree_organisation=per-level"]), scheme("base-lu"), &DrainContent::WorstCase, false).unwrap_err().to_string();
+    assert!(e.contains("metadata_cache.tree_organisation") && e.contains("node levels"), "{e}");
+}

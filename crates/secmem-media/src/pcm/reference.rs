@@ -206,6 +206,8 @@ pub struct PcmMedia {
     bank_mask: u64,
     banks_per_channel: usize,
     page_interleave: bool,
+    /// Row interleave: lines of a row in one channel, between the channel and bank bits.
+    column_bits: u32,
     // Queue limits.
     wpq_cap: usize,
     wpq_high: usize,
@@ -258,6 +260,7 @@ impl PcmMedia {
             bank_mask: banks as u64 - 1,
             banks_per_channel: banks as usize,
             page_interleave: cfg.address_mapping == AddressMapping::PageInterleave,
+            column_bits: if cfg.address_mapping == AddressMapping::RowInterleave { (cfg.row_buffer_bytes.max(64) / 64).trailing_zeros() } else { 0 },
             wpq_cap,
             wpq_high,
             wpq_low,
@@ -282,7 +285,7 @@ impl PcmMedia {
     #[inline]
     pub fn map(&self, addr: u64) -> (u32, u32) {
         let unit = if self.page_interleave { addr >> PAGE_SHIFT } else { addr >> LINE_SHIFT };
-        ((unit & self.ch_mask) as u32, ((unit >> self.ch_bits) & self.bank_mask) as u32)
+        ((unit & self.ch_mask) as u32, ((unit >> (self.ch_bits + self.column_bits)) & self.bank_mask) as u32)
     }
 
     #[inline]

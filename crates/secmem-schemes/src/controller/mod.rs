@@ -157,6 +157,33 @@ pub enum MetaKind {
 }
 
 /// Parameters resolved once from the config sections.
+/// The tree cache's way partition under `metadata_cache.tree_organisation = per-level`: the
+/// node levels below the root (1 ..= root - 1) share the ways equally, the lowest levels (the
+/// widest) taking one more each until the remainder is used. Empty when the cache is shared.
+fn tree_way_partition(caches: &crate::config::MetadataCachesConfig, layout: &SecureLayout) -> Result<Vec<std::ops::Range<usize>>, ConfigError> {
+    use crate::config::TreeCacheOrganisation;
+    if caches.tree_organisation == TreeCacheOrganisation::Shared {
+        return Ok(Vec::new());
+    }
+    let levels = layout.tree.root_level().saturating_sub(1).max(1);
+    let ways = caches.tree.ways as usize;
+    if ways < levels {
+        return Err(ConfigError::new(
+            "metadata_cache.tree_organisation",
+            format!("per-level needs a way for each of the tree's {levels} node levels below the root; metadata_cache.tree.ways is {ways}"),
+        ));
+    }
+    let (share, extra) = (ways / levels, ways % levels);
+    let mut out = vec![0..0; levels + 1];
+    let mut next = 0;
+    for (level, range) in out.iter_mut().enumerate().skip(1) {
+        let n = share + usize::from(level <= extra);
+        *range = next..next + n;
+        next += n;
+    }
+    Ok(out)
+}
+
 #[derive(Clone, Debug)]
 pub struct McParams {
     pub secure: bool,
@@ -166,6 +193,8 @@ pub struct McParams {
     pub hash: Cycle,
     pub verify_on_critical_path: bool,
     pub update: TreeUpdate,
+    /// Whether a parent fetched for a write-back is verified up its path.
+    pub verify_parent_on_write_back: bool,
     pub strict: bool,
     pub counter_hit: Cycle,
     pub mac_hit: Cycle,
@@ -185,6 +214,9 @@ pub struct SecureMc {
     pub counter_cache: SetAssocCache,
     pub mac_cache: SetAssocCache,
     pub tree_cache: SetAssocCache,
+    /// `metadata_cache.tree_organisation = per-level`: each node level's ways in the tree
+    /// cache (index: level; empty when shared).
+    tree_ways_of_level: Vec<std::ops::Range<usize>>,
     pub p: McParams,
     pub stats: McStats,
     /// Dirty metadata pushed out of a cache, waiting for write-back (and, with lazy update,
@@ -380,6 +412,12 @@ impl SecureMc {
                 "strict persistence needs tree.update = \"eager\" (a lazily updated root is stale after a crash)",
             ));
         }
+        if func.is_some() && !tree.verify_parent_on_write_back {
+            return Err(ConfigError::new(
+                "tree.verify_parent_on_write_back",
+                "false is a timing variant for counting mode: functional mode verifies every node it fetches (an unverified parent would let a forged node be re-hashed as genuine)",
+            ));
+        }
         if layout.tree.height() > MAX_LEVELS {
             return Err(ConfigError::new("tree.arity", format!("tree of {} levels is taller than {MAX_LEVELS}", layout.tree.height())));
         }
@@ -394,6 +432,7 @@ impl SecureMc {
             counter_cache: mk(&caches.counter),
             mac_cache: mk(&caches.mac),
             tree_cache: mk(&caches.tree),
+            tree_ways_of_level: tree_way_partition(caches, &layout)?,
             p: McParams {
                 secure: security.enabled,
                 minor_bits: security.minor_counter_bits,
@@ -402,6 +441,7 @@ impl SecureMc {
                 hash: Cycle(security.hash_latency_cycles),
                 verify_on_critical_path: security.verify_on_critical_path,
                 update: tree.update,
+                verify_parent_on_write_back: tree.verify_parent_on_write_back,
                 strict,
                 counter_hit: Cycle(caches.counter.latency_cycles),
                 mac_hit: Cycle(caches.mac.latency_cycles),
@@ -866,8 +906,12 @@ impl SecureMc {
 
     #[inline(always)]
     fn fill_meta(&mut self, kind: MetaKind, key: u64, dirty: bool, payload: Option<[u8; 64]>) {
+        let ways = (kind == MetaKind::Tree && !self.tree_ways_of_level.is_empty()).then(|| self.tree_ways_of_level[self.tree_key_to_node(key).0].clone());
         let cache = self.cache_of(kind);
-        let (slot, victim) = cache.fill(key, dirty);
+        let (slot, victim) = match ways {
+            Some(w) => cache.fill_within(key, dirty, w),
+            None => cache.fill(key, dirty),
+        };
         let victim = victim.filter(|v| v.dirty).map(|v| Evicted { kind, key: v.line, payload: cache.data(v.slot).copied() });
         if let (Some(p), Some(dst)) = (payload, cache.data_mut(slot)) {
             *dst = p;
@@ -966,12 +1010,28 @@ impl SecureMc {
             }
             return Ok(entry);
         }
-        self.ensure_block(plvl, pidx, true, now)?;
+        if self.p.verify_parent_on_write_back {
+            self.ensure_block(plvl, pidx, true, now)?;
+        } else {
+            self.fetch_unverified(plvl, pidx, now);
+        }
         if let Some(e) = entry {
             let pkey = self.layout.tree.node_addr(plvl, pidx) >> LINE_SHIFT;
             set_node_entry(self.payload_mut(MetaKind::Tree, pkey), slot, e);
         }
         Ok(entry)
+    }
+
+    /// The node (level, index) brought into the tree cache dirty, read from the device if
+    /// absent, without verifying it (`tree.verify_parent_on_write_back = false`; counting
+    /// mode only).
+    fn fetch_unverified(&mut self, level: usize, index: u64, now: Cycle) {
+        let key = self.block_addr(level, index) >> LINE_SHIFT;
+        if self.tree_cache.lookup(key, true).is_some() || self.reclaim(MetaKind::Tree, key) {
+            return;
+        }
+        self.device_read(key << LINE_SHIFT, TrafficClass::Tree, now);
+        self.fill_meta(MetaKind::Tree, key, true, None);
     }
 
     /// Eager update: recompute every hash from the counter block of `page` up to the node at
@@ -1641,7 +1701,7 @@ mod tests {
     use crate::testing::FixedLatencyMedia;
 
     fn mc(data_bytes: u64, arity: u64) -> SecureMc {
-        let tree = TreeConfig { arity, update: TreeUpdate::Lazy };
+        let tree = TreeConfig { arity, update: TreeUpdate::Lazy, ..TreeConfig::default() };
         let media = Box::new(FixedLatencyMedia::new(100, 300, 1 << 40));
         SecureMc::new(&SecurityConfig::default(), &tree, &MetadataCachesConfig::default(), data_bytes, media, 1).unwrap()
     }

@@ -170,7 +170,7 @@ mod tests {
     fn mc(secure: bool) -> SecureMc {
         let sec = SecurityConfig { enabled: secure, ..Default::default() };
         let cache = || CacheConfig::new(64, 16, 2);
-        let caches = MetadataCachesConfig { counter: cache(), mac: cache(), tree: cache() };
+        let caches = MetadataCachesConfig { counter: cache(), mac: cache(), tree: cache(), tree_organisation: crate::config::TreeCacheOrganisation::Shared };
         SecureMc::new(&sec, &TreeConfig::default(), &caches, PAGES * 4096, Box::new(FixedLatencyMedia::new(100, 300, 1 << 30)), 1).unwrap()
     }
 

@@ -22,13 +22,22 @@ use rand::seq::SliceRandom;
 use rand::SeedableRng;
 use rustc_hash::FxHashMap;
 use secmem_core::error::{number, ConfigError};
-use secmem_core::{config_section, Cycle};
+use secmem_core::{config_enum, config_section, Cycle};
 use secmem_media::MemoryPort;
 use secmem_schemes::designs::{self, DesignEntry};
 use secmem_schemes::controller::eadr::{DrainClock, DrainLine, DrainRecovery, DrainStats};
 use serde::Serialize;
 use std::cell::RefCell;
 use std::rc::Rc;
+
+config_enum! {
+    /// What the memory controller's metadata caches hold when the power fails under the
+    /// worst-case content (a trace's drain finds whatever its run left).
+    pub enum MetadataAtPowerLoss {
+        Empty => "empty": "nothing: every counter, MAC and tree node the drain needs is fetched",
+        Warm => "warm": "what reading the drained lines into the hierarchy left (LLC's lines first, L1's last), clean"
+    }
+}
 
 config_section! {
     /// eADR power-loss drains (Horus) and the energy they need.
@@ -38,6 +47,7 @@ config_section! {
         supercap_wh_per_cm3: f64 = 1e-4 => "Energy density of a super-capacitor, Wh/cm^3 (Horus section V-G: 1e-4)";
         lithin_wh_per_cm3: f64 = 1e-2 => "Energy density of a lithium thin-film battery, Wh/cm^3 (Horus section V-G: 1e-2)";
         worst_case_spacing_bytes: u64 = 16384 => "Minimum distance between two lines of the worst-case content, bytes (Horus section V-A: 16 KB)";
+        metadata_caches: MetadataAtPowerLoss = MetadataAtPowerLoss::Empty => "The metadata caches' content at power loss under the worst-case content: empty (Horus does not say; its worst case gives the metadata caches no locality, section V-A) or warm (left by reading the drained lines in, the memory device then idle)";
     }
 }
 
@@ -315,6 +325,15 @@ pub fn drain_run(cfg: &Config, scheme: DrainScheme, content: &DrainContent, reco
         }
     }
     engine.on_persist = None;
+    if matches!(content, DrainContent::WorstCase) && cfg.drain.metadata_caches == MetadataAtPowerLoss::Warm {
+        // The lines came in by reads (the LLC's longest ago); their metadata stays cached,
+        // clean. The device has long been idle when the power fails.
+        let mut t = Cycle::ZERO;
+        for l in lines.iter().rev() {
+            t = engine.design.serve_read(&mut engine.mc, l.line, t).map_err(|e| SimError::Config(ConfigError::new("drain.metadata_caches", format!("warming read failed: {e}"))))?.0;
+        }
+        engine.mc.media = build_media(&cfg)?;
+    }
 
     // Power fails now.
     let start = engine.now();
