@@ -47,7 +47,7 @@ def test_quick_reproduce_writes_rows_plots_and_report(cli, tmp_path):
     assert by[("fig9", "forkbench 2 MB speedup, lelantus")] > 1.5
     assert by[("fig2", "write amplification, 2 MB, first write")] > 100
     # Each unstated choice's alternatives are run: the three mappings and the two tree choices.
-    for mapping in ("line-interleave", "page-interleave", "row-interleave"):
+    for mapping in ("line-interleave", "page-interleave", "row-interleave", "row-interleave with open rows"):
         assert by[("mapping", f"forkbench 2 MB speedup, lelantus, {mapping}")] > 0
     for choice in ("tree.verify_parent_on_write_back=false", "metadata_cache.tree_organisation=per-level"):
         assert by[("tree", f"forkbench 4 KB speedup, lelantus, {choice}")] > 0

@@ -22,6 +22,14 @@
 //! * **Read queue.** At most `read_queue_entries` reads are in flight; a read arriving at a full
 //!   queue waits for the earliest in-flight read to return. This bounds memory-level
 //!   parallelism the way the controller's queue does.
+//! * **Row buffers** (`row_buffer = open`, off by default). Each bank keeps its last row open,
+//!   as gem5's controller does: an access to the open row is a column access
+//!   (`row_hit_ns`, BMF Table 1's tCL); any other row first writes the open row back if a
+//!   write dirtied it (`write_latency_ns`, tWR: PCM programs its cells when the row closes),
+//!   then opens the new one (`read_latency_ns`, tRCD + tCL). A write lands in the row buffer
+//!   and dirties it. `drain()` closes every dirty row. Writes stay persistent when accepted
+//!   (ADR), so open rows need `adr = true`. With closed rows (the default, and what Horus'
+//!   and Lelantus' latencies describe), every access pays its array latency.
 //! * **Write pending queue.** With ADR the WPQ is in the persistence domain, so a write is
 //!   persistent when it is accepted into it — that is why the trait returns the acceptance cycle
 //!   for writes. The WPQ still has to be emptied into the banks, and when writes arrive faster
@@ -110,6 +118,14 @@ config_enum! {
     }
 }
 
+config_enum! {
+    /// Whether a bank keeps its last row open (see the module docs).
+    pub enum RowBufferPolicy {
+        Closed => "closed": "every access pays the array latency (read_latency_ns, write_latency_ns)",
+        Open => "open": "each bank keeps its last row open: a hit costs row_hit_ns, a miss writes a dirty open row back (write_latency_ns) and opens the new one (read_latency_ns)",
+    }
+}
+
 config_section! {
     /// PCM DIMM timing and energy. Defaults follow Horus (MICRO'22) Tables I/II and BMF
     /// Table 1 where those give a value.
@@ -128,6 +144,8 @@ config_section! {
         read_energy_nj: f64 = 5.5 => "Dynamic energy of one 64 B array read in nJ (Horus Table II)";
         write_energy_nj: f64 = 531.8 => "Dynamic energy of one 64 B array write in nJ (Horus Table II)";
         address_mapping: AddressMapping = AddressMapping::LineInterleave => "Address to channel/bank mapping: line-interleave | page-interleave | row-interleave";
+        row_buffer: RowBufferPolicy = RowBufferPolicy::Closed => "Row buffers: closed (every access pays its array latency) or open (gem5-style open rows: hits are column accesses, a dirty row is written back when it closes)";
+        row_hit_ns: f64 = 12.5 => "Open rows: the column access of a row-buffer hit, ns (BMF Table 1: tCL 12.5 ns)";
         row_buffer_bytes: u32 = 8192 => "Bytes of one bank's row under row-interleave, B (gem5's DDR3_1600_8x8, the se.py default of the Horus era: 1 KiB per device x 8 devices per rank); a power of two from 64";
     }
 }
@@ -166,6 +184,17 @@ impl PcmConfig {
             ensure(v.is_finite() && v > 0.0, &f(name), || format!("must be a positive number of ns, got {}", number(v)))?;
             ensure(v <= max, &f(name), || format!("must be at most {max} ns, got {}", number(v)))?;
         }
+        // A hit slower than a miss is checked only where hits happen.
+        let hit_ok = self.row_buffer == RowBufferPolicy::Closed || self.row_hit_ns <= self.read_latency_ns;
+        ensure(self.row_hit_ns.is_finite() && self.row_hit_ns > 0.0 && self.row_hit_ns <= 1e6 && hit_ok, &f("row_hit_ns"), || {
+            format!("must be a positive number of ns, with open rows at most read_latency_ns ({}), got {}", number(self.read_latency_ns), number(self.row_hit_ns))
+        })?;
+        ensure(self.row_buffer == RowBufferPolicy::Closed || self.adr, &f("row_buffer"), || {
+            "open rows need adr = true: a write waiting in a dirty row buffer is not persistent".into()
+        })?;
+        ensure(self.row_buffer == RowBufferPolicy::Closed || self.address_mapping != AddressMapping::PageInterleave || self.row_buffer_bytes >= 4096, &f("row_buffer_bytes"), || {
+            format!("open rows under page-interleave need rows of at least a page (4096 bytes), got {}", self.row_buffer_bytes)
+        })?;
         ensure(self.row_buffer_bytes >= 64 && self.row_buffer_bytes.is_power_of_two() && self.row_buffer_bytes <= 1 << 20, &f("row_buffer_bytes"), || {
             format!("must be a power of two from 64 to 1048576 bytes, got {}", self.row_buffer_bytes)
         })?;
@@ -874,6 +903,11 @@ pub struct PcmStats {
     pub array_writes: u64,
     /// Dynamic energy of array reads and writes, in nanojoules.
     pub energy_nj: f64,
+    /// Open rows: accesses to a bank's open row, accesses that opened another, and dirty
+    /// rows written back when they closed.
+    pub row_hits: u64,
+    pub row_misses: u64,
+    pub row_writebacks: u64,
 }
 
 impl PcmStats {
@@ -895,6 +929,9 @@ impl PcmStats {
         out.array_reads -= start.array_reads;
         out.array_writes -= start.array_writes;
         out.energy_nj -= start.energy_nj;
+        out.row_hits -= start.row_hits;
+        out.row_misses -= start.row_misses;
+        out.row_writebacks -= start.row_writebacks;
         out
     }
 
@@ -915,6 +952,9 @@ impl PcmStats {
                 ("array_writes", self.array_writes),
                 ("wpq_full_stalls", self.wpq_full_stalls),
                 ("bank_conflict_cycles_sum", self.bank_conflict_cycles),
+                ("row_hits", self.row_hits),
+                ("row_misses", self.row_misses),
+                ("row_writebacks", self.row_writebacks),
             ],
         }
     }
@@ -943,6 +983,12 @@ pub struct PcmMedia {
     /// Row interleave: the unit's bits between the channel and the bank (a row's lines in
     /// one channel); 0 otherwise.
     column_bits: u32,
+    /// Open rows: a line's row within its bank is `line >> row_shift` (the same under every
+    /// mapping: channel, bank and column bits lie below it), the hit's cost, and each bank's
+    /// open row (`u64::MAX`: none) and whether a write dirtied it. Empty with closed rows.
+    row_shift: u32,
+    row_hit: u64,
+    rows: Vec<(u64, bool)>,
     page_interleave: bool,
     // Queue limits.
     wpq_cap: usize,
@@ -1019,6 +1065,9 @@ impl PcmMedia {
             unit_shift: if page_interleave { PAGE_SHIFT - LINE_SHIFT } else { 0 },
             bank_index_mask: all_banks as u64 - 1,
             column_bits: if cfg.address_mapping == AddressMapping::RowInterleave { (cfg.row_buffer_bytes.max(64) / 64).trailing_zeros() } else { 0 },
+            row_shift: channels.trailing_zeros() + banks.trailing_zeros() + (cfg.row_buffer_bytes.max(64) / 64).trailing_zeros(),
+            row_hit: cyc(cfg.row_hit_ns),
+            rows: if cfg.row_buffer == RowBufferPolicy::Open { vec![(u64::MAX, false); all_banks] } else { Vec::new() },
             page_interleave,
             wpq_cap,
             wpq_high,
@@ -1141,7 +1190,8 @@ impl PcmMedia {
         let (ch, b) = self.bank_index(line);
         let ready = t.max(self.bank_busy[b]);
         let start = self.book_bus(ch, ready);
-        let done = start + self.bus_xfer + self.write_lat;
+        let array = if self.rows.is_empty() { self.write_lat } else { self.row_access(b, line, true) };
+        let done = start + self.bus_xfer + array;
         self.bank_busy[b] = done;
         if !self.adr {
             self.stats.bank_conflict_cycles += start - t;
@@ -1150,6 +1200,24 @@ impl PcmMedia {
         self.stats.array_writes += 1;
         self.stats.energy_nj += self.write_energy;
         (b, start, done)
+    }
+
+    /// Open rows: the array time of an access to `line` on bank `b`, and the bank's row state
+    /// after it (a write dirties the row).
+    #[inline(never)]
+    fn row_access(&mut self, b: usize, line: u64, write: bool) -> u64 {
+        let row = line >> self.row_shift;
+        let (open, dirty) = self.rows[b];
+        let cost = if open == row {
+            self.stats.row_hits += 1;
+            self.row_hit
+        } else {
+            self.stats.row_misses += 1;
+            self.stats.row_writebacks += u64::from(dirty);
+            (if dirty { self.write_lat } else { 0 }) + self.read_lat
+        };
+        self.rows[b] = (row, (open == row && dirty) || write);
+        cost
     }
 
     /// Issues queued writes oldest-first at cycle `t` until at most `keep` remain queued.
@@ -1173,7 +1241,8 @@ impl PcmMedia {
         let (ch, b) = self.bank_index(line);
         let start = t.max(self.bank_busy[b]);
         self.stats.bank_conflict_cycles += start - t;
-        let array_done = start + self.read_lat;
+        let array = if self.rows.is_empty() { self.read_lat } else { self.row_access(b, line, false) };
+        let array_done = start + array;
         self.bank_busy[b] = array_done;
         let data_at = self.book_bus(ch, array_done) + self.bus_xfer;
         self.read_queue.set(slot.index, data_at);
@@ -1292,6 +1361,16 @@ impl MemoryPort for PcmMedia {
     fn drain(&mut self, now: Cycle) -> Cycle {
         self.retire_issued(now.0);
         self.issue_queued(0, now.0);
+        // Open rows: every dirty row is written back to its cells.
+        for b in 0..self.rows.len() {
+            if self.rows[b].1 {
+                let done = self.bank_busy[b].max(now.0) + self.write_lat;
+                self.bank_busy[b] = done;
+                self.rows[b].1 = false;
+                self.stats.row_writebacks += 1;
+                self.last_write_done = self.last_write_done.max(done);
+            }
+        }
         Cycle(self.last_write_done.max(now.0))
     }
 
@@ -1349,6 +1428,53 @@ mod tests {
     /// Line-interleave, 2 channels x 8 banks: line k maps to channel k%2, bank (k/2)%8, so
     /// lines 16 apart share a bank.
     fn line(k: u64) -> u64 { k * 64 }
+
+    /// 12.5 ns at 4000 MHz.
+    const HIT: u64 = 50;
+
+    fn open_rows() -> PcmConfig { PcmConfig { row_buffer: RowBufferPolicy::Open, ..PcmConfig::default() } }
+
+    #[test]
+    fn an_open_row_serves_its_lines_at_column_latency_and_another_row_opens_at_array_latency() {
+        let mut d = dev(open_rows());
+        // Lines 0 and 16 share bank 0 of channel 0 and one 8 KiB row (row = line >> 11).
+        assert_eq!(d.access(rd(line(0), 1000)), Cycle(1000 + RD + BUS), "the first access opens the row");
+        assert_eq!(d.access(rd(line(16), 2000)), Cycle(2000 + HIT + BUS), "a hit");
+        assert_eq!(d.access(rd(line(2048), 3000)), Cycle(3000 + RD + BUS), "another row of bank 0, clean: no write-back");
+        let s = d.pcm_stats();
+        assert_eq!((s.row_hits, s.row_misses, s.row_writebacks), (1, 2, 0));
+        // Closed rows: the same three pay the array latency each time.
+        let mut c = default_dev();
+        assert_eq!(c.access(rd(line(16), 2000)), Cycle(2000 + RD + BUS));
+        assert_eq!(c.pcm_stats().row_hits, 0);
+    }
+
+    #[test]
+    fn a_row_a_write_dirtied_is_written_back_before_another_opens_and_at_a_drain() {
+        let eager = PcmConfig { drain_policy: DrainPolicy::Eager, ..open_rows() };
+        let mut d = dev(eager.clone());
+        d.access(wr(line(0), 0)); // opens row 0 of bank 0 (clean before) and dirties it
+        assert_eq!(d.access(rd(line(2048), 5000)), Cycle(5000 + WR + RD + BUS));
+        assert_eq!(d.pcm_stats().row_writebacks, 1);
+        // A drain programs every dirty row left open.
+        let mut e = dev(eager);
+        e.access(wr(line(0), 0));
+        e.access(wr(line(1), 0));
+        assert_eq!(e.drain(Cycle(10_000)), Cycle(10_000 + WR), "both banks' rows close in parallel");
+        assert_eq!(e.pcm_stats().row_writebacks, 2);
+        assert_eq!(e.drain(Cycle(20_000)), Cycle(20_000), "nothing left dirty");
+    }
+
+    #[test]
+    fn open_rows_need_adr_a_hit_no_slower_than_a_miss_and_page_sized_rows_under_page_interleave() {
+        let e = PcmConfig { adr: false, ..open_rows() }.validate("pcm").unwrap_err();
+        assert!(e.field == "pcm.row_buffer" && e.message.contains("adr"), "{e}");
+        let e = PcmConfig { row_hit_ns: 200.0, ..open_rows() }.validate("pcm").unwrap_err();
+        assert_eq!(e.field, "pcm.row_hit_ns");
+        let e = PcmConfig { address_mapping: AddressMapping::PageInterleave, row_buffer_bytes: 1024, ..open_rows() }.validate("pcm").unwrap_err();
+        assert_eq!(e.field, "pcm.row_buffer_bytes");
+        assert!(open_rows().validate("pcm").is_ok());
+    }
 
     #[test]
     fn ns_parameters_become_the_expected_cycles_at_4ghz() {
