@@ -7,6 +7,7 @@
 //! * [`cache`] — a real set-associative cache with LRU and dirty bits (used for L1/L2/LLC and
 //!   for the counter/MAC/tree metadata caches).
 //! * [`counters`] — split counters (major + 64 minors per 4 KB page).
+//! * [`ecc`] — the SEC-DED (72,64) code a DIMM stores per 8 B word (ESD's line fingerprint).
 //! * [`tree`] — Bonsai Merkle Tree geometry and the NVM region layout.
 //! * [`stats`] — latency histograms with percentiles; counters subtract for warm-up removal.
 //! * [`hostmem`] — zeroed, lazily committed host arrays (huge pages where dense).
@@ -17,6 +18,7 @@
 pub mod addr;
 pub mod cache;
 pub mod counters;
+pub mod ecc;
 pub mod error;
 pub mod hostmem;
 pub mod pow2;
