@@ -89,6 +89,11 @@ def test_reproduce_dshield_quick_compares_figs_3_13_14_16_and_17_with_the_paper(
     # Read-only YCSB: D-Shield's CMAC reads and checks cost throughput, never add it.
     assert fig14["dshield throughput / insecure, YCSB-Ro on SQLite"]["ours"] < 1.0
     assert (out / "fig14.png").exists() and "Key-value workloads" in (out / "report.md").read_text()
+    # Section VIII's 3.14% of the drive for metadata: the CMAC blocks are 1/32 of it.
+    storage = {r["metric"]: r for r in rows if r["figure"] == "storage"}
+    assert storage["storage metadata / drive"]["paper"] == 0.0314
+    assert abs(storage["CMAC blocks / drive"]["ours"] - 1 / 32) < 0.002
+    assert 0 < storage["tree nodes / drive"]["ours"] < 0.0006
     # The crypto engine the DIE shares with the memory side: a serial one (the preset's) costs
     # D-Shield more than a pipelined one, which costs no less than an unlimited one.
     eng = {r["metric"]: r["ours"] for r in rows if r["figure"] == "engine"}
