@@ -172,6 +172,10 @@ fn warm_metadata_caches_at_power_loss_save_the_drain_reads_and_still_recover() {
     assert!(warm.stats.reads.total() < empty.stats.reads.total(), "{} vs {}", warm.stats.reads.total(), empty.stats.reads.total());
     let out = drain_run(&small(&[&dense[..], &["drain.metadata_caches=warm", "run.functional=true"]].concat()), scheme("base-lu"), &DrainContent::WorstCase, true).unwrap();
     assert_eq!(out.oracle.unwrap().mismatches, 0);
+    // A trace's drain finds what its run left: asking for warm caches there is an error.
+    let content = DrainContent::Trace { input: TraceInput::Workload, after_records: None };
+    let e = drain_run(&small(&["drain.metadata_caches=warm"]), scheme("base-lu"), &content, false).unwrap_err().to_string();
+    assert!(e.contains("drain.metadata_caches") && e.contains("worst-case"), "{e}");
 }
 
 #[test]

@@ -287,6 +287,12 @@ pub fn drain_run(cfg: &Config, scheme: DrainScheme, content: &DrainContent, reco
     }
     let cfg = forced;
     cfg.validate()?;
+    if !matches!(content, DrainContent::WorstCase) && cfg.drain.metadata_caches == MetadataAtPowerLoss::Warm {
+        return Err(SimError::Config(ConfigError::new(
+            "drain.metadata_caches",
+            "warm sets what the worst-case content finds in the metadata caches; a trace's drain finds what its run left there, so leave it at empty",
+        )));
+    }
     let functional = cfg.run.functional;
     let mut engine = Engine::new(&cfg)?;
     // The oracle: every line's content as the program last wrote it.
