@@ -21,8 +21,8 @@
 //! time would make the earlier-in-time request wait behind the later one, so the engine keeps
 //! its busy intervals and gives each operation the first gap at or after its ready time that
 //! is long enough (earliest fit). Intervals ending [`HORIZON_CYCLES`] before the latest ready
-//! time seen are forgotten: an operation that much older than the newest cannot be delayed by
-//! them, which bounds the engine's memory.
+//! time seen are forgotten, which bounds the engine's memory; an operation older than the
+//! forgotten ones starts after them, so the engine is never booked twice.
 
 use std::collections::VecDeque;
 
@@ -41,6 +41,8 @@ pub struct CryptoEngine {
     /// Busy intervals `[start, end)` in time order, disjoint and not touching.
     busy: VecDeque<(u64, u64)>,
     newest_ready: u64,
+    /// The end of the latest interval forgotten.
+    forgotten_until: u64,
     pub stats: EngineStats,
 }
 
@@ -53,11 +55,14 @@ pub struct EngineStats {
     pub busy_cycles: u64,
     /// Cycles operations waited for the engine beyond their ready time.
     pub queue_wait_cycles: u64,
+    /// When the last busy interval ends: past a run's end when work nobody waits for (a
+    /// posted write's MAC) queued behind the rest.
+    pub busy_until: u64,
 }
 
 impl CryptoEngine {
     pub fn new(issue: EngineIssue, cycles_per_64b: u64) -> CryptoEngine {
-        CryptoEngine { issue, cycles_per_64b, busy: VecDeque::new(), newest_ready: 0, stats: EngineStats::default() }
+        CryptoEngine { issue, cycles_per_64b, busy: VecDeque::new(), newest_ready: 0, forgotten_until: 0, stats: EngineStats::default() }
     }
 
     pub fn issue(&self) -> EngineIssue { self.issue }
@@ -96,10 +101,14 @@ impl CryptoEngine {
         if ready > self.newest_ready {
             self.newest_ready = ready;
             let old = ready.saturating_sub(HORIZON_CYCLES);
-            while self.busy.front().is_some_and(|&(_, e)| e <= old) {
+            while let Some(&(_, e)) = self.busy.front().filter(|&&(_, e)| e <= old) {
+                self.forgotten_until = self.forgotten_until.max(e);
                 self.busy.pop_front();
             }
         }
+        // Before `forgotten_until` the engine no longer knows its gaps: a request that old
+        // starts no earlier, so it can never be booked over forgotten work.
+        let ready = ready.max(self.forgotten_until);
         // Requests come nearly in time order, so the search starts near the end.
         let mut j = self.busy.partition_point(|&(_, e)| e <= ready);
         let mut start = ready;
@@ -111,6 +120,7 @@ impl CryptoEngine {
             j += 1;
         }
         self.insert(j, start, start + len, len);
+        self.stats.busy_until = self.stats.busy_until.max(start + len);
         start
     }
 
@@ -179,6 +189,16 @@ mod tests {
         assert_eq!(e.run(Cycle(980), 1, Cycle(40)), Cycle(1080));
         // Between 40 and 1000 there is room.
         assert_eq!(e.run(Cycle(500), 1, Cycle(40)), Cycle(540));
+    }
+
+    #[test]
+    fn a_request_older_than_the_forgotten_intervals_is_never_booked_over_them() {
+        let mut e = CryptoEngine::new(EngineIssue::Serial, 4);
+        assert_eq!(e.run(Cycle(0), 1, Cycle(40)), Cycle(40));
+        // A request far ahead forgets [0, 40); a late one ready at 0 starts after it.
+        e.run(Cycle(10 * HORIZON_CYCLES), 1, Cycle(40));
+        assert_eq!(e.run(Cycle(0), 1, Cycle(40)), Cycle(80));
+        assert_eq!(e.stats.busy_cycles, 120);
     }
 
     #[test]

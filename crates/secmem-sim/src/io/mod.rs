@@ -763,7 +763,9 @@ pub fn run_io(cfg: &Config) -> Result<Value, SimError> {
     report["crypto_engine"] = json!({
         "issue": eng.issue().as_str(), "ops": eng.stats.ops,
         "busy_us": us(eng.stats.busy_cycles), "queue_wait_us": us(eng.stats.queue_wait_cycles),
-        "utilisation": if last_done > 0 { eng.stats.busy_cycles as f64 / last_done as f64 } else { 0.0 },
+        // Over the run, or up to the engine's last work if that queued past the run's end.
+        "utilisation": if last_done > 0 { eng.stats.busy_cycles as f64 / last_done.max(eng.stats.busy_until) as f64 } else { 0.0 },
+        "backlog_us": us(eng.stats.busy_until.saturating_sub(last_done)),
     });
     if let Some(d) = &die {
         let st = &d.meta.stats;
@@ -906,6 +908,10 @@ mod tests {
         assert_eq!(wait(&unl), 0.0);
         assert!(runtime(&unl) <= runtime(&pip) && runtime(&pip) < runtime(&ds), "{} {} {}", runtime(&unl), runtime(&pip), runtime(&ds));
         assert_eq!(ds["crypto_engine"]["issue"], "serial");
+        for r in [&ins, &ds, &unl, &pip] {
+            let u = r["crypto_engine"]["utilisation"].as_f64().unwrap();
+            assert!((0.0..=1.0).contains(&u), "utilisation {u}");
+        }
     }
 
     #[test]
