@@ -978,8 +978,9 @@ pub struct PcmMedia {
     /// Line number → interleaving unit: 0 (lines) or `PAGE_SHIFT - LINE_SHIFT` (pages).
     unit_shift: u32,
     /// Interleaving unit → internal bank index `bank << ch_bits | channel` (bank-major, so
-    /// the channel is the low bits and one mask yields both).
-    bank_index_mask: u64,
+    /// the channel is the low bits): the bank's bits of the index (`ch_mask` gives the
+    /// channel's).
+    bank_bits_mask: u64,
     /// Row interleave: the unit's bits between the channel and the bank (a row's lines in
     /// one channel); 0 otherwise.
     column_bits: u32,
@@ -999,7 +1000,7 @@ pub struct PcmMedia {
     read_energy: f64,
     write_energy: f64,
     // State.
-    /// Per bank (internal index, see `bank_index_mask`): cycle the bank finishes its last
+    /// Per bank (internal index, see `bank_bits_mask`): cycle the bank finishes its last
     /// issued access.
     bank_busy: Pow2Slice<u64>,
     /// Per channel data bus.
@@ -1063,7 +1064,7 @@ impl PcmMedia {
             ch_mask: channels as u64 - 1,
             bank_mask: banks as u64 - 1,
             unit_shift: if page_interleave { PAGE_SHIFT - LINE_SHIFT } else { 0 },
-            bank_index_mask: all_banks as u64 - 1,
+            bank_bits_mask: (all_banks as u64 - 1) & !(channels as u64 - 1),
             column_bits: if cfg.address_mapping == AddressMapping::RowInterleave { (cfg.row_buffer_bytes.max(64) / 64).trailing_zeros() } else { 0 },
             row_shift: channels.trailing_zeros() + banks.trailing_zeros() + (cfg.row_buffer_bytes.max(64) / 64).trailing_zeros(),
             row_hit: cyc(cfg.row_hit_ns),
@@ -1105,8 +1106,8 @@ impl PcmMedia {
     #[inline(always)]
     fn bank_index(&self, line: u64) -> (usize, usize) {
         let unit = line >> self.unit_shift;
-        // Without column bits this is `unit & bank_index_mask`: the channel low, the bank above.
-        let b = (((unit >> self.column_bits) & !self.ch_mask | unit & self.ch_mask) & self.bank_index_mask) as usize;
+        // Without column bits this is `unit` masked to the bank index: the channel low, the bank above.
+        let b = ((unit >> self.column_bits) & self.bank_bits_mask | unit & self.ch_mask) as usize;
         (b & self.ch_mask as usize, b)
     }
 

@@ -74,11 +74,21 @@ impl CryptoEngine {
 
     /// `count` independent operations of the same kind, all ready at `ready`, issued back to
     /// back. Returns when the last result is.
+    #[inline]
     pub fn run_many(&mut self, ready: Cycle, count: u64, chunks_64b: u64, latency: Cycle) -> Cycle {
         if count == 0 {
             return ready;
         }
         self.stats.ops += count;
+        if self.issue == EngineIssue::Unlimited {
+            return ready + latency;
+        }
+        self.queue(ready, count, chunks_64b, latency)
+    }
+
+    /// [`run_many`](Self::run_many) on an engine that queues.
+    #[inline(never)]
+    fn queue(&mut self, ready: Cycle, count: u64, chunks_64b: u64, latency: Cycle) -> Cycle {
         let hold = match self.issue {
             EngineIssue::Unlimited => return ready + latency,
             EngineIssue::Pipelined => chunks_64b.max(1) * self.cycles_per_64b,
