@@ -734,14 +734,20 @@ impl SetAssocCache {
         if self.replacement != Replacement::Random || self.tags[base + tail] == INVALID {
             return self.fill_way(line, dirty, set, base, tail, true);
         }
-        // xorshift64*: deterministic, no seed needed beyond the fixed start state.
+        let way = self.random_below(self.ways);
+        self.fill_way(line, dirty, set, base, way, way == tail)
+    }
+
+    /// A pseudo-random number below `n` for random replacement: xorshift64*, deterministic,
+    /// no seed needed beyond the fixed start state.
+    #[inline]
+    fn random_below(&mut self, n: usize) -> usize {
         let mut x = self.rng_state;
         x ^= x >> 12;
         x ^= x << 25;
         x ^= x >> 27;
         self.rng_state = x;
-        let way = (x.wrapping_mul(0x2545_F491_4F6C_DD1D) % self.ways as u64) as usize;
-        self.fill_way(line, dirty, set, base, way, way == tail)
+        (x.wrapping_mul(0x2545_F491_4F6C_DD1D) % n as u64) as usize
     }
 
     /// [`fill`](Self::fill) into one of `ways` only (a way partition): the victim is the least
@@ -756,14 +762,7 @@ impl SetAssocCache {
         let empty = ways.clone().find(|&w| self.tags[base + w] == INVALID);
         let way = match (empty, self.replacement) {
             (Some(w), _) => w,
-            (None, Replacement::Random) => {
-                let mut x = self.rng_state;
-                x ^= x >> 12;
-                x ^= x << 25;
-                x ^= x >> 27;
-                self.rng_state = x;
-                ways.start + (x.wrapping_mul(0x2545_F491_4F6C_DD1D) % ways.len() as u64) as usize
-            }
+            (None, Replacement::Random) => ways.start + self.random_below(ways.len()),
             (None, _) => self.order.last_among(set, base, self.ways, &ways),
         };
         self.fill_way(line, dirty, set, base, way, way == tail)

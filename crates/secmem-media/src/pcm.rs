@@ -161,6 +161,9 @@ fn field(path: &str, name: &str) -> String {
 }
 
 impl PcmConfig {
+    /// log2 of the lines in one bank's row (`row_buffer_bytes / 64`).
+    pub fn row_lines_log2(&self) -> u32 { (self.row_buffer_bytes.max(64) / 64).trailing_zeros() }
+
     /// Rejects values no device can have; errors name the field as `path.field`.
     pub fn validate(&self, path: &str) -> Result<(), ConfigError> {
         let f = |n: &str| field(path, n);
@@ -1065,8 +1068,8 @@ impl PcmMedia {
             bank_mask: banks as u64 - 1,
             unit_shift: if page_interleave { PAGE_SHIFT - LINE_SHIFT } else { 0 },
             bank_bits_mask: (all_banks as u64 - 1) & !(channels as u64 - 1),
-            column_bits: if cfg.address_mapping == AddressMapping::RowInterleave { (cfg.row_buffer_bytes.max(64) / 64).trailing_zeros() } else { 0 },
-            row_shift: channels.trailing_zeros() + banks.trailing_zeros() + (cfg.row_buffer_bytes.max(64) / 64).trailing_zeros(),
+            column_bits: if cfg.address_mapping == AddressMapping::RowInterleave { cfg.row_lines_log2() } else { 0 },
+            row_shift: channels.trailing_zeros() + banks.trailing_zeros() + cfg.row_lines_log2(),
             row_hit: cyc(cfg.row_hit_ns),
             rows: if cfg.row_buffer == RowBufferPolicy::Open { vec![(u64::MAX, false); all_banks] } else { Vec::new() },
             page_interleave,

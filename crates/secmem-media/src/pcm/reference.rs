@@ -260,7 +260,7 @@ impl PcmMedia {
             bank_mask: banks as u64 - 1,
             banks_per_channel: banks as usize,
             page_interleave: cfg.address_mapping == AddressMapping::PageInterleave,
-            column_bits: if cfg.address_mapping == AddressMapping::RowInterleave { (cfg.row_buffer_bytes.max(64) / 64).trailing_zeros() } else { 0 },
+            column_bits: if cfg.address_mapping == AddressMapping::RowInterleave { cfg.row_lines_log2() } else { 0 },
             wpq_cap,
             wpq_high,
             wpq_low,

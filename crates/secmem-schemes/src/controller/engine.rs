@@ -90,7 +90,7 @@ impl CryptoEngine {
     #[inline(never)]
     fn queue(&mut self, ready: Cycle, count: u64, chunks_64b: u64, latency: Cycle) -> Cycle {
         let hold = match self.issue {
-            EngineIssue::Unlimited => return ready + latency,
+            EngineIssue::Unlimited => unreachable!("run_many answers for an unlimited engine"),
             EngineIssue::Pipelined => chunks_64b.max(1) * self.cycles_per_64b,
             EngineIssue::Serial => latency.0,
         };

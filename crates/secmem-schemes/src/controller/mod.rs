@@ -156,7 +156,6 @@ pub enum MetaKind {
     Mac,
 }
 
-/// Parameters resolved once from the config sections.
 /// The tree cache's way partition under `metadata_cache.tree_organisation = per-level`: the
 /// node levels below the root (1 ..= root - 1) share the ways equally, the lowest levels (the
 /// widest) taking one more each until the remainder is used. Empty when the cache is shared.
@@ -184,6 +183,7 @@ fn tree_way_partition(caches: &crate::config::MetadataCachesConfig, layout: &Sec
     Ok(out)
 }
 
+/// Parameters resolved once from the config sections.
 #[derive(Clone, Debug)]
 pub struct McParams {
     pub secure: bool,

@@ -331,8 +331,8 @@ pub fn drain_run(cfg: &Config, scheme: DrainScheme, content: &DrainContent, reco
         }
     }
     engine.on_persist = None;
-    if matches!(content, DrainContent::WorstCase) && cfg.drain.metadata_caches == MetadataAtPowerLoss::Warm {
-        // The lines came in by reads (the LLC's longest ago); their metadata stays cached,
+    if cfg.drain.metadata_caches == MetadataAtPowerLoss::Warm {
+        // Worst-case content (a trace's was refused above): the lines came in by reads (the LLC's longest ago); their metadata stays cached,
         // clean. The device has long been idle when the power fails.
         let mut t = Cycle::ZERO;
         for l in lines.iter().rev() {

@@ -105,6 +105,29 @@ struct EngineWork {
     hashes_512b: u64,
 }
 
+impl EngineWork {
+    /// What `sectors` sectors cost the engine themselves: 8 pads and a MAC each.
+    fn of_sectors(sectors: u64) -> EngineWork { EngineWork { ops_64b: 8 * sectors, hashes_512b: sectors } }
+}
+
+impl std::ops::AddAssign for EngineWork {
+    fn add_assign(&mut self, o: EngineWork) {
+        self.ops_64b += o.ops_64b;
+        self.hashes_512b += o.hashes_512b;
+    }
+}
+
+impl std::ops::SubAssign for EngineWork {
+    fn sub_assign(&mut self, o: EngineWork) {
+        self.ops_64b -= o.ops_64b;
+        self.hashes_512b -= o.hashes_512b;
+    }
+}
+
+impl From<&MetaWork> for EngineWork {
+    fn from(w: &MetaWork) -> EngineWork { EngineWork { ops_64b: w.ops_64b, hashes_512b: w.hashes_512b } }
+}
+
 /// The DIE's counters.
 #[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize)]
 pub struct DieStats {
@@ -594,11 +617,10 @@ impl Die {
         let s = &mut self.slots[slot_of_io];
         s.pending_reads = work.reads.len() as u32;
         s.sector_work = sector_work;
-        s.metadata_work = EngineWork { ops_64b: work.ops_64b, hashes_512b: work.hashes_512b };
+        s.metadata_work = EngineWork::from(&work);
         if sector_work {
             // Each sector's 8 pads and MAC go with its command.
-            s.metadata_work.ops_64b -= 8 * n;
-            s.metadata_work.hashes_512b -= n;
+            s.metadata_work -= EngineWork::of_sectors(n);
         }
         self.issue_hidden(host, &work.reads, Owner::DieRead(slot_of_io), false, core, at)?;
         self.slots[slot_of_io].ready_at = self.issue_side_work(host, &work, core, at)?;
@@ -646,7 +668,7 @@ impl Die {
         self.engine_hashes_512b += work.hashes_512b;
         self.issue_hidden(host, &work.reads, super::host::Owner::DieFetch, false, core, at)?;
         let loaded = self.issue_side_work(host, work, core, at)?;
-        Ok(self.run_on_engine(host, EngineWork { ops_64b: work.ops_64b, hashes_512b: work.hashes_512b }, loaded))
+        Ok(self.run_on_engine(host, EngineWork::from(work), loaded))
     }
 
     /// Functional mode: the I/O's blocks encrypted and put on the drive (writes), or read from
@@ -724,20 +746,19 @@ impl Die {
         if self.slots[slot].pending_reads > 0 {
             return;
         }
-        let held = std::mem::take(&mut self.slots[slot].held);
-        for &(id, at, sectors) in &held {
+        // Taken out (and put back empty, keeping its allocation) while the engine is borrowed.
+        let mut held = std::mem::take(&mut self.slots[slot].held);
+        for (id, at, sectors) in held.drain(..) {
             let s = &mut self.slots[slot];
             let mut work = std::mem::take(&mut s.metadata_work);
             if s.sector_work {
-                work.ops_64b += 8 * sectors;
-                work.hashes_512b += sectors;
+                work += EngineWork::of_sectors(sectors);
             }
             let ready = at.max(s.ready_at);
             let done = self.run_on_engine(host, work, ready);
             host.release(id, done);
         }
         self.slots[slot].held = held;
-        self.slots[slot].held.clear();
     }
 }
 
