@@ -72,8 +72,8 @@ def test_reproduce_horus_quick_writes_rows_plots_and_report(cli, tmp_path):
     assert "Where and why we differ" in (out / "report.md").read_text()
     # Every unstated choice's alternatives are run, beside the same headline rows.
     sens = {r["metric"]: r for r in rows if r["figure"] == "Sensitivity"}
-    for choice in ("pcm.address_mapping = row-interleave", "tree.verify_parent_on_write_back = false", "drain.metadata_caches = warm", "drain.max_inflight = 4",
-                   "pcm.row_buffer = open", "pcm.row_buffer = open, with pcm.address_mapping = row-interleave",
+    for choice in ("pcm.address_mapping = line-interleave", "tree.verify_parent_on_write_back = false", "drain.metadata_caches = warm", "drain.max_inflight = 4",
+                   "pcm.row_buffer = open", "pcm.row_buffer = open, with 8 KiB rows (gem5's DDR3 DRAM controller)",
                    "metadata_cache.tree_organisation = per-level"):
         assert f"Base-LU MACs / Horus-SLM, {choice}" in sens, choice
     default_macs = next(r for r in rows if r["metric"] == "Base-LU MACs / Horus-SLM")["ours"]

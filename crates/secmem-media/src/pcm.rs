@@ -28,8 +28,9 @@
 //!   write dirtied it (`write_latency_ns`, tWR: PCM programs its cells when the row closes),
 //!   then opens the new one (`read_latency_ns`, tRCD + tCL). A write lands in the row buffer
 //!   and dirties it. `drain()` closes every dirty row. Writes stay persistent when accepted
-//!   (ADR), so open rows need `adr = true`. With closed rows (the default, and what Horus'
-//!   and Lelantus' latencies describe), every access pays its array latency.
+//!   (ADR), so open rows need `adr = true`. As in gem5, a row closes after
+//!   `max_accesses_per_row` accesses, and queued writes issue FR-FCFS (row hits first, then
+//!   oldest). With closed rows (the default), every access pays its array latency.
 //! * **Write pending queue.** With ADR the WPQ is in the persistence domain, so a write is
 //!   persistent when it is accepted into it — that is why the trait returns the acceptance cycle
 //!   for writes. The WPQ still has to be emptied into the banks, and when writes arrive faster
@@ -147,6 +148,7 @@ config_section! {
         row_buffer: RowBufferPolicy = RowBufferPolicy::Closed => "Row buffers: closed (every access pays its array latency) or open (gem5-style open rows: hits are column accesses, a dirty row is written back when it closes)";
         row_hit_ns: f64 = 12.5 => "Open rows: the column access of a row-buffer hit, ns (BMF Table 1: tCL 12.5 ns)";
         row_buffer_bytes: u32 = 8192 => "Bytes of one bank's row under row-interleave, B (gem5's DDR3_1600_8x8, the se.py default of the Horus era: 1 KiB per device x 8 devices per rank); a power of two from 64";
+        max_accesses_per_row: u32 = 16 => "Open rows: accesses after which a row is closed (written back if dirty) even when the next access would hit it, in accesses (gem5's DRAMCtrl max_accesses_per_row, 16); 0 = no limit";
     }
 }
 
@@ -879,6 +881,19 @@ impl Fresh {
     const NONE: Fresh = Fresh { start: NO_FRESH, line: 0, bank: 0, value: 0, slot: 0 };
 }
 
+/// Open rows: one bank's open row (`row == u64::MAX`: none), whether a write dirtied it, and
+/// the accesses it has served since it opened.
+#[derive(Clone, Copy, Debug)]
+struct OpenRow {
+    row: u64,
+    dirty: bool,
+    accesses: u32,
+}
+
+impl OpenRow {
+    const NONE: OpenRow = OpenRow { row: u64::MAX, dirty: false, accesses: 0 };
+}
+
 /// PCM's own counters: the generic request counts and energy, and what its queues, banks and
 /// array did. [`MemoryPort::stats`] hands them out as a [`MediaStats`], the PCM-specific ones
 /// as named device counters (`wpq_read_hits`, ...), the report's `stats.memory` keys.
@@ -992,7 +1007,9 @@ pub struct PcmMedia {
     /// open row (`u64::MAX`: none) and whether a write dirtied it. Empty with closed rows.
     row_shift: u32,
     row_hit: u64,
-    rows: Vec<(u64, bool)>,
+    rows: Vec<OpenRow>,
+    /// Open rows: accesses after which a row closes (`u32::MAX`: no limit).
+    row_access_limit: u32,
     page_interleave: bool,
     // Queue limits.
     wpq_cap: usize,
@@ -1014,6 +1031,8 @@ pub struct PcmMedia {
     read_queue: ReadQueue,
     /// Lines of the writes accepted but not issued, oldest first.
     wpq_queued: Ring<u64>,
+    /// Open rows: the queued writes while FR-FCFS picks among them (kept to reuse its buffer).
+    frfcfs_scratch: Vec<u64>,
     /// Issued writes still holding a WPQ slot.
     wpq_issued: IssuedWrites,
     /// The earliest burst start in `wpq_issued` (`u64::MAX` if none), cached: the
@@ -1071,7 +1090,8 @@ impl PcmMedia {
             column_bits: if cfg.address_mapping == AddressMapping::RowInterleave { cfg.row_lines_log2() } else { 0 },
             row_shift: channels.trailing_zeros() + banks.trailing_zeros() + cfg.row_lines_log2(),
             row_hit: cyc(cfg.row_hit_ns),
-            rows: if cfg.row_buffer == RowBufferPolicy::Open { vec![(u64::MAX, false); all_banks] } else { Vec::new() },
+            rows: if cfg.row_buffer == RowBufferPolicy::Open { vec![OpenRow::NONE; all_banks] } else { Vec::new() },
+            row_access_limit: if cfg.max_accesses_per_row == 0 { u32::MAX } else { cfg.max_accesses_per_row },
             page_interleave,
             wpq_cap,
             wpq_high,
@@ -1085,6 +1105,7 @@ impl PcmMedia {
             bus_base: 0,
             read_queue: ReadQueue::new(rq_cap),
             wpq_queued: Ring::new(wpq_cap),
+            frfcfs_scratch: Vec::new(),
             wpq_issued: IssuedWrites::new(all_banks, wpq_cap),
             next_retire: u64::MAX,
             fresh: Fresh::NONE,
@@ -1194,43 +1215,77 @@ impl PcmMedia {
         let (ch, b) = self.bank_index(line);
         let ready = t.max(self.bank_busy[b]);
         let start = self.book_bus(ch, ready);
-        let array = if self.rows.is_empty() { self.write_lat } else { self.row_access(b, line, true) };
+        let (array, close) = if self.rows.is_empty() { (self.write_lat, 0) } else { self.row_access(b, line, true) };
         let done = start + self.bus_xfer + array;
-        self.bank_busy[b] = done;
+        self.bank_busy[b] = done + close;
         if !self.adr {
             self.stats.bank_conflict_cycles += start - t;
         }
-        self.last_write_done = self.last_write_done.max(done);
+        self.last_write_done = self.last_write_done.max(done + close);
         self.stats.array_writes += 1;
         self.stats.energy_nj += self.write_energy;
         (b, start, done)
     }
 
-    /// Open rows: the array time of an access to `line` on bank `b`, and the bank's row state
-    /// after it (a write dirties the row).
+    /// Open rows: the array time of an access to `line` on bank `b`, and the time the bank
+    /// stays busy after it to close the row (the write-back of a dirty row that reached
+    /// `max_accesses_per_row`, else 0). Updates the bank's row state (a write dirties it).
     #[inline(never)]
-    fn row_access(&mut self, b: usize, line: u64, write: bool) -> u64 {
+    fn row_access(&mut self, b: usize, line: u64, write: bool) -> (u64, u64) {
         let row = line >> self.row_shift;
-        let (open, dirty) = self.rows[b];
-        let cost = if open == row {
+        let open = self.rows[b];
+        let (cost, after) = if open.row == row {
             self.stats.row_hits += 1;
-            self.row_hit
+            (self.row_hit, OpenRow { row, dirty: open.dirty || write, accesses: open.accesses + 1 })
         } else {
             self.stats.row_misses += 1;
-            self.stats.row_writebacks += u64::from(dirty);
-            (if dirty { self.write_lat } else { 0 }) + self.read_lat
+            self.stats.row_writebacks += u64::from(open.dirty);
+            let close = if open.dirty { self.write_lat } else { 0 };
+            (close + self.read_lat, OpenRow { row, dirty: write, accesses: 1 })
         };
-        self.rows[b] = (row, (open == row && dirty) || write);
-        cost
+        // gem5 precharges a row after its access limit so that one stream cannot hold a bank.
+        if after.accesses >= self.row_access_limit {
+            self.rows[b] = OpenRow::NONE;
+            self.stats.row_writebacks += u64::from(after.dirty);
+            return (cost, if after.dirty { self.write_lat } else { 0 });
+        }
+        self.rows[b] = after;
+        (cost, 0)
     }
 
-    /// Issues queued writes oldest-first at cycle `t` until at most `keep` remain queued.
+    /// Issues queued writes oldest-first at cycle `t` until at most `keep` remain queued
+    /// (with open rows, row hits first: [`issue_queued_row_hits_first`](Self::issue_queued_row_hits_first)).
     #[inline(never)]
     fn issue_queued(&mut self, keep: usize, t: u64) {
+        if !self.rows.is_empty() {
+            return self.issue_queued_row_hits_first(keep, t);
+        }
         while self.wpq_queued.len() > keep {
             let line = self.wpq_queued.pop_front().expect("non-empty");
             self.issue_write(line, t);
         }
+    }
+
+    /// Open rows: FR-FCFS over the queued writes, as gem5's controller schedules (`frfcfs`):
+    /// each pick is the oldest queued write to a row open in its bank, else the oldest. In
+    /// order, one stream's write between two of another's in the same bank would close and
+    /// program the other's row every time; gem5 groups them.
+    #[cold]
+    fn issue_queued_row_hits_first(&mut self, keep: usize, t: u64) {
+        let mut queued = std::mem::take(&mut self.frfcfs_scratch);
+        queued.clear();
+        while let Some(line) = self.wpq_queued.pop_front() {
+            queued.push(line);
+        }
+        for _ in keep..queued.len() {
+            let hit = queued.iter().position(|&line| self.rows[self.bank_index(line).1].row == line >> self.row_shift);
+            let line = queued.remove(hit.unwrap_or(0));
+            self.issue_write(line, t);
+        }
+        for &line in &queued {
+            self.wpq_queued.push_back(line);
+        }
+        self.frfcfs_scratch = queued;
     }
 
     #[inline(always)]
@@ -1245,9 +1300,9 @@ impl PcmMedia {
         let (ch, b) = self.bank_index(line);
         let start = t.max(self.bank_busy[b]);
         self.stats.bank_conflict_cycles += start - t;
-        let array = if self.rows.is_empty() { self.read_lat } else { self.row_access(b, line, false) };
+        let (array, close) = if self.rows.is_empty() { (self.read_lat, 0) } else { self.row_access(b, line, false) };
         let array_done = start + array;
-        self.bank_busy[b] = array_done;
+        self.bank_busy[b] = array_done + close;
         let data_at = self.book_bus(ch, array_done) + self.bus_xfer;
         self.read_queue.set(slot.index, data_at);
         self.stats.array_reads += 1;
@@ -1367,10 +1422,10 @@ impl MemoryPort for PcmMedia {
         self.issue_queued(0, now.0);
         // Open rows: every dirty row is written back to its cells.
         for b in 0..self.rows.len() {
-            if self.rows[b].1 {
+            if self.rows[b].dirty {
                 let done = self.bank_busy[b].max(now.0) + self.write_lat;
                 self.bank_busy[b] = done;
-                self.rows[b].1 = false;
+                self.rows[b].dirty = false;
                 self.stats.row_writebacks += 1;
                 self.last_write_done = self.last_write_done.max(done);
             }
@@ -1467,6 +1522,40 @@ mod tests {
         assert_eq!(e.drain(Cycle(10_000)), Cycle(10_000 + WR), "both banks' rows close in parallel");
         assert_eq!(e.pcm_stats().row_writebacks, 2);
         assert_eq!(e.drain(Cycle(20_000)), Cycle(20_000), "nothing left dirty");
+    }
+
+    #[test]
+    fn a_row_closes_after_max_accesses_per_row_and_a_dirty_one_is_written_back_then() {
+        let limited = PcmConfig { drain_policy: DrainPolicy::Eager, max_accesses_per_row: 3, ..open_rows() };
+        let mut d = dev(limited);
+        // Lines 0, 16, 32 and 48 share bank 0's first row: the third access closes it.
+        d.access(wr(line(0), 0));
+        assert_eq!(d.access(rd(line(16), 5000)), Cycle(5000 + HIT + BUS));
+        assert_eq!(d.access(rd(line(32), 6000)), Cycle(6000 + HIT + BUS), "the closing access still hits");
+        assert_eq!(d.pcm_stats().row_writebacks, 1, "the dirty row is programmed as it closes");
+        // The bank is busy programming the row, then the same row opens again as a miss.
+        assert_eq!(d.access(rd(line(48), 6000 + HIT + 1)), Cycle(6000 + HIT + WR + RD + BUS));
+        let s = d.pcm_stats();
+        assert_eq!((s.row_hits, s.row_misses), (2, 2));
+        // 0 is no limit: the fourth access hits.
+        let mut u = dev(PcmConfig { max_accesses_per_row: 0, ..open_rows() });
+        for k in 0..4 {
+            u.access(rd(line(16 * k), 1000 * k));
+        }
+        assert_eq!(u.pcm_stats().row_hits, 3);
+    }
+
+    #[test]
+    fn queued_writes_to_an_open_row_issue_before_older_ones_to_another_row() {
+        let mut d = dev(open_rows());
+        d.access(rd(line(0), 0)); // opens row 0 of bank 0
+        d.access(wr(line(2048), 5000)); // row 1 of bank 0: queued first
+        d.access(wr(line(16), 5001)); // row 0 of bank 0: queued second
+        d.drain(Cycle(6000));
+        let s = d.pcm_stats();
+        // FR-FCFS: line 16 hits the open row, then line 2048 closes it (written back) and
+        // opens row 1. In arrival order both writes would miss.
+        assert_eq!((s.row_hits, s.row_misses, s.row_writebacks), (1, 2, 2));
     }
 
     #[test]
