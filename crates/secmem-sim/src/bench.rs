@@ -173,6 +173,18 @@ pub const SCENARIOS: &[Scenario] = &[
         overrides: &["io.pattern=seq-rw", "io.threads=4", "io.queue_depth=8", "io.ios=1000000", "io.stack=dshield", "security.crypto_engine=serial"],
     },
     Scenario {
+        name: "bmf-sp-dbmf",
+        description: "Bonsai Merkle Forests, strict persistency with a dynamic forest (bmf preset, counting mode): 2 M stores, zipf over 64 MiB, through write-through caches, each followed by the flush and fence the preset's barrier rule inserts (requests_per_s = stores/s, the inserted records not counted; target: 1 M stores/s)",
+        preset: "bmf",
+        overrides: &["run.design=\"bmf\"", "workload.requests=2000000", "workload.read_ratio=0", "workload.pattern=zipf", "workload.footprint_bytes=67108864", "design.bmf.forest=dynamic"],
+    },
+    Scenario {
+        name: "bmf-sp",
+        description: "bmf-sp-dbmf without the forest (every update to the root register): the dynamic forest's own cost is bmf-sp-dbmf against this (target: at most 15%)",
+        preset: "bmf",
+        overrides: &["run.design=\"bmf\"", "workload.requests=2000000", "workload.read_ratio=0", "workload.pattern=zipf", "workload.footprint_bytes=67108864", "design.bmf.forest=off"],
+    },
+    Scenario {
         name: "horus-drain-base-lu",
         description: "eADR drain of the Horus Table I hierarchy (295,936 worst-case dirty lines) under Base-LU, counting mode (requests_per_s = drained lines/s; wall_time_s is the figure, target < 2 s)",
         preset: "horus",

@@ -57,7 +57,7 @@ config_section! {
     /// What to run and how.
     pub struct RunConfig {
         trace_level: TraceLevel = TraceLevel::Core => "core (records go through the cache hierarchy) or memory (records are memory-controller requests: use for Ramulator/DRAMSim3 memory traces)";
-        design: String = "baseline".to_string() => "Design plugged into the secure controller, by its registered name (secmem designs lists them): baseline (use security.enabled=false for non-secure), horus-slm, horus-dlm, lelantus, lelantus-cow, silent-shredder";
+        design: String = "baseline".to_string() => "Design plugged into the secure controller, by its registered name (secmem designs lists them): baseline (use security.enabled=false for non-secure), horus-slm, horus-dlm, lelantus, lelantus-cow, silent-shredder, bmf";
         seed: u64 = 1 => "Seed for every random choice of the run (and, in functional mode, of the keys)";
         functional: bool = false => "Functional mode: real AES-128-CTR encryption, MACs and tree hashes over real bytes in a sparse NVM image (slower); false = counting/timing mode (same counts)";
         host_threads: u32 = 2 => "Host threads a functional run may use, 1 or 2. With 2, a run of a design whose data path is the baseline's (baseline, horus-slm, horus-dlm) simulates timing on one thread (as counting mode does) and on the other replays its memory-controller requests, with their bytes, through a functional controller (image, crypto, checks, event log); the statistics and event-log hash are those of 1. Counting mode, other designs and the crash and attack harnesses use one, and so does each point of a sweep on several jobs unless the sweep sets this key";
@@ -129,6 +129,34 @@ fn read_config_file(path: &Path) -> Result<String, ConfigError> {
     String::from_utf8(bytes).map_err(|e| fail(format!("not UTF-8 text (byte offset {})", e.utf8_error().valid_up_to())))
 }
 
+/// Sets the shared fields the chosen design's own settings decide
+/// ([`secmem_schemes::designs::Implied`]) in the merged layers: over the preset's values; a
+/// fixed one that a config file or `-p` contradicts is an error naming the field, a default
+/// one gives way to them. A design that cannot be resolved yet is left to validation.
+fn apply_design_implications(tree: &mut toml::Value, origin: &mut HashMap<String, String>) -> Result<(), ConfigError> {
+    let Ok(cfg) = finish::<Config>(tree.clone()) else { return Ok(()) };
+    let Ok(entry) = secmem_schemes::designs::entry(&cfg.run.design) else { return Ok(()) };
+    for imp in (entry.implies)(&cfg.design) {
+        let layer = parse_override(&format!("{}={}", imp.field, imp.value))?;
+        let wanted = value_at(&layer, imp.field).cloned();
+        let current = value_at(tree, imp.field).cloned();
+        let explicit = origin.get(imp.field).filter(|from| !from.starts_with("preset ")).cloned();
+        if let Some(from) = explicit {
+            if current != wanted && imp.fixed {
+                let shown = current.map_or_else(|| "nothing".to_string(), |v| v.to_string());
+                return Err(ConfigError::new(imp.field, format!("{} needs {} = {}, got {shown} (in {from})", imp.because, imp.field, imp.value)));
+            }
+            continue;
+        }
+        merge_layer(tree, &layer, "").map_err(|e| ConfigError::new(e.field, format!("{} (implied by {})", e.message, imp.because)))?;
+        origin.insert(imp.field.to_string(), imp.because.clone());
+    }
+    Ok(())
+}
+
+/// The value at dotted `path` in a TOML tree.
+fn value_at<'a>(tree: &'a toml::Value, path: &str) -> Option<&'a toml::Value> { path.split('.').try_fold(tree, |v, key| v.get(key)) }
+
 impl Config {
     /// Builds a config from a preset name (or none for the defaults), an optional TOML file
     /// and dotted overrides, then validates the combination.
@@ -178,6 +206,7 @@ impl Config {
             }
             add(&mut tree, &layer, format!("-p {o}"))?;
         }
+        apply_design_implications(&mut tree, &mut origin)?;
         let named = |e: ConfigError| match origin.get(&e.field) {
             Some(from) => ConfigError::new(e.field.clone(), format!("{} (in {from})", e.message)),
             None => e,
@@ -289,6 +318,7 @@ impl Config {
             metadata_cache: &self.metadata_cache,
             designs: &self.design,
             ctx: crate::engine::design_context(self),
+            functional: self.run.functional,
         }
     }
 

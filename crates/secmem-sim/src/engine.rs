@@ -256,10 +256,20 @@ pub fn design_context(cfg: &Config) -> secmem_schemes::designs::DesignContext {
     secmem_schemes::designs::DesignContext {
         hierarchy_lines: cfg.l1.lines() + cfg.l2.lines() + cfg.llc.lines(),
         metadata_lines: mc.counter.lines() + mc.mac.lines() + mc.tree.lines(),
+        data_bytes: cfg.data_bytes(),
+        tree_arity: cfg.tree.arity,
+        strict_persistence: cfg.security.metadata_persistence == secmem_schemes::config::MetadataPersistence::Strict,
     }
 }
 
 impl Engine {
+    /// The design's counters and its tree update strategy's (`stats.design.NAME`).
+    pub fn design_stats(&self) -> Vec<(&'static str, f64)> {
+        let mut out = self.design.extra_stats();
+        out.extend(self.mc.tree_update_stats());
+        out
+    }
+
     /// Builds every component from a validated config (functional mode per `run.functional`).
     /// Line contents move through the hierarchy in functional mode, and in counting mode too
     /// when the design's decisions depend on them (`DesignEntry::needs_line_contents`).

@@ -75,7 +75,7 @@ impl OsDriver {
     /// A fresh OS (process 0, nothing mapped) over a fresh engine for `cfg`.
     pub fn new(cfg: &Config) -> Result<OsDriver, OsError> {
         let os = Os::new(cfg)?;
-        let warm = Warm { snap: os.engine.roi_start(), extra: os.engine.design.extra_stats(), os: os.stats.clone() };
+        let warm = Warm { snap: os.engine.roi_start(), extra: os.engine.design_stats(), os: os.stats.clone() };
         let mut pids = FxHashMap::default();
         pids.insert(0, 0);
         Ok(OsDriver {
@@ -94,7 +94,7 @@ impl OsDriver {
 
     /// Statistics start now.
     pub fn start_roi(&mut self) {
-        self.warm = Warm { snap: self.os.engine.roi_start(), extra: self.os.engine.design.extra_stats(), os: self.os.stats.clone() };
+        self.warm = Warm { snap: self.os.engine.roi_start(), extra: self.os.engine.design_stats(), os: self.os.stats.clone() };
         self.stores_in_roi = 0;
         self.cycles_by_pid.clear();
     }
@@ -246,7 +246,7 @@ impl OsDriver {
         self.os.engine.settle();
         let end = self.os.engine.snapshot();
         let roi = end.since(&self.warm.snap);
-        let end_extra = self.os.engine.design.extra_stats();
+        let end_extra = self.os.engine.design_stats();
         let mut extra: Vec<(&'static str, f64)> = end_extra.iter().zip(self.warm.extra.iter()).map(|((k, v), (_, w))| (*k, v - w)).collect();
         let get = |x: &[(&'static str, f64)], k: &str| x.iter().find(|e| e.0 == k).map_or(0.0, |e| e.1);
         let (ovf, cow_ovf) = (get(&extra, "overflows"), get(&extra, "cow_overflows"));

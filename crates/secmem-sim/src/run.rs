@@ -349,7 +349,7 @@ fn report_of(cfg: &Config, engine: &Engine, warm: Option<Snapshot>, end: &Snapsh
     let warm = warm.expect("the warm-up snapshot is taken before the last record");
     let roi = end.since(&warm);
     let wall = start.elapsed().as_secs_f64();
-    let stats = report::stats(cfg, &roi, &engine.design.extra_stats());
+    let stats = report::stats(cfg, &roi, &engine.design_stats());
     let meta = report::meta(cfg, trace_name.to_string(), cfg.run.functional, n, wall);
     let mut rep = report::report(cfg, &meta, stats);
     for (cache, lines) in dirty {

@@ -744,8 +744,8 @@ impl SecureMc {
     #[inline(never)]
     fn ensure_block_searched(&mut self, level: usize, index: u64, dirty: bool, now: Cycle) -> Result<Cycle, IntegrityError> {
         let root = self.layout.tree.root_level();
-        if level >= root {
-            return Ok(now); // the root is an on-chip register
+        if level >= root || self.trusted(level, index) {
+            return Ok(now); // the root is an on-chip register, a strategy's trusted node too
         }
         let kind = if level == 0 { MetaKind::Counter } else { MetaKind::Tree };
         let key = self.block_addr(level, index) >> LINE_SHIFT;
@@ -800,7 +800,7 @@ impl SecureMc {
             walk[fetched] = (lvl, addr >> LINE_SHIFT);
             fetched += 1;
             let (plvl, pidx) = self.layout.tree.parent(lvl, idx);
-            if plvl >= root {
+            if plvl >= root || self.trusted(plvl, pidx) {
                 break;
             }
             let paddr = self.block_addr(plvl, pidx);
@@ -1039,14 +1039,20 @@ impl SecureMc {
     /// levels count from the counter blocks, 0). With strict persistence every node on the
     /// way is written through. Returns when the top is updated (hashes are sequential up the
     /// path).
-    pub(crate) fn path_update(&mut self, page: u64, now: Cycle, top_level: usize) -> Result<Cycle, IntegrityError> {
+    pub(crate) fn path_update(&mut self, page: u64, now: Cycle, top_level: usize) -> Result<Cycle, IntegrityError> { self.path_update_from(0, page, now, top_level) }
+
+    /// [`path_update`](Self::path_update) from block (`level`, `index`) instead of a counter
+    /// block: the block's hash goes into its parent and on up to `top_level`. In functional
+    /// mode the block must be cached.
+    pub(crate) fn path_update_from(&mut self, level: usize, index: u64, now: Cycle, top_level: usize) -> Result<Cycle, IntegrityError> {
         if self.func.as_ref().is_some_and(|f| f.canaries.skip_tree_update) {
             return Ok(now);
         }
-        let (mut level, mut index) = (0usize, page);
+        let (mut level, mut index) = (level, index);
         let mut t = now;
         let root = self.layout.tree.root_level();
-        let mut child = self.func.is_some().then(|| self.payload(MetaKind::Counter, self.layout.counter_addr(page) >> LINE_SHIFT).expect("counter cached"));
+        let kind = if level == 0 { MetaKind::Counter } else { MetaKind::Tree };
+        let mut child = self.func.is_some().then(|| self.payload(kind, self.block_addr(level, index) >> LINE_SHIFT).expect("block cached"));
         loop {
             let (plvl, pidx) = self.layout.tree.parent(level, index);
             self.stats.mac_ops.tree_update += 1;
@@ -1357,6 +1363,34 @@ impl SecureMc {
         let r = strategy.counter_changed(self, page, ctr_at);
         self.updater = Updater::Own(Some(strategy));
         r
+    }
+
+    /// Whether the strategy in force holds node (`level`, `index`) on chip, trusted
+    /// ([`TreeUpdateStrategy::trusted`]).
+    #[inline]
+    fn trusted(&self, level: usize, index: u64) -> bool {
+        match &self.updater {
+            Updater::Own(Some(s)) => s.trusted(level, index),
+            _ => false,
+        }
+    }
+
+    /// A persist barrier for the strategy in force ([`TreeUpdateStrategy::fence`]).
+    pub(crate) fn tree_update_fence(&mut self, now: Cycle) -> Result<Cycle, IntegrityError> {
+        let Updater::Own(slot) = &mut self.updater else { return Ok(now) };
+        let mut strategy = slot.take().expect("a tree update strategy is never re-entered");
+        let r = strategy.fence(self, now);
+        self.updater = Updater::Own(Some(strategy));
+        r
+    }
+
+    /// The counters of the strategy in force ([`TreeUpdateStrategy::stats`]); none for the
+    /// built-in two.
+    pub fn tree_update_stats(&self) -> Vec<(&'static str, f64)> {
+        match &self.updater {
+            Updater::Own(Some(s)) => s.stats(),
+            _ => Vec::new(),
+        }
     }
 
     /// Installs a design's own tree update strategy in place of `tree.update`'s (before the

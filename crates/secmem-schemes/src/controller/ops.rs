@@ -127,6 +127,34 @@ impl McOps {
         self.0.path_update(page, ctr_at, top_level)
     }
 
+    /// [`update_path`](Self::update_path) from tree block (`level`, `index`) instead of a
+    /// counter block (a persistent sub-tree root whose edge to its ancestor is restored).
+    /// Counting mode only for a block not in the tree cache.
+    pub fn update_path_from(&mut self, level: usize, index: u64, at: Cycle, top_level: usize) -> Result<Cycle, IntegrityError> {
+        self.0.path_update_from(level, index, at, top_level)
+    }
+
+    /// Makes tree block (`level`, `index`) available on chip (a hit, or a fetch verified up
+    /// to the first cached or trusted ancestor); returns when it is usable.
+    pub fn fetch_tree_block(&mut self, level: usize, index: u64, dirty: bool, now: Cycle) -> Result<Cycle, IntegrityError> {
+        self.0.ensure_block(level, index, dirty, now)
+    }
+
+    /// One tree hash on the crypto engine, its input ready at `at` (counted as a tree
+    /// update); returns when it is done.
+    pub fn hash_tree_node(&mut self, at: Cycle) -> Cycle {
+        self.0.stats.mac_ops.tree_update += 1;
+        self.0.engine.run(at, 1, self.0.p.hash)
+    }
+
+    /// Counts an update of the root register that [`update_path`](Self::update_path) did not
+    /// make (a strategy's own root store).
+    pub fn count_root_update(&mut self) { self.0.stats.root_updates += 1 }
+
+    /// A persist barrier for the tree update strategy in force (a design's epoch end):
+    /// returns when the barrier may retire.
+    pub fn tree_update_fence(&mut self, now: Cycle) -> Result<Cycle, IntegrityError> { self.0.tree_update_fence(now) }
+
     // ------------------------------------------------------------ data path
 
     /// The baseline's read of data `line`: counter, MAC, data, decrypt and verify. Returns

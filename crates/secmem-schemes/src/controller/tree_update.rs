@@ -35,6 +35,24 @@ pub trait TreeUpdateStrategy: Send {
     /// into its parent then (lazy update's rule). A strategy that keeps every path current
     /// at [`counter_changed`](Self::counter_changed) answers false.
     fn absorbs_on_write_back(&self) -> bool;
+
+    /// Whether tree node (`level`, `index`) is held on chip by this strategy, trusted, as a
+    /// persistent sub-tree root is: a fetch's verification walk stops below it, as it stops
+    /// below the root register. Counting mode only (functional mode would need its bytes).
+    fn trusted(&self, level: usize, index: u64) -> bool {
+        let _ = (level, index);
+        false
+    }
+
+    /// A persist barrier (the end of an epoch) reached the controller at `now`: finish what
+    /// this strategy deferred. Returns when the barrier may retire.
+    fn fence(&mut self, mc: &mut McOps, now: Cycle) -> Result<Cycle, IntegrityError> {
+        let _ = mc;
+        Ok(now)
+    }
+
+    /// The strategy's own counters, reported with its design's (`stats.design.NAME`).
+    fn stats(&self) -> Vec<(&'static str, f64)> { Vec::new() }
 }
 
 /// The strategy in force in a controller.

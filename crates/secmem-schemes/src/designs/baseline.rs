@@ -3,7 +3,7 @@
 //! `security.enabled = false`. Every [`Design`] hook defaults to what this design does; its
 //! own code is the eADR drain of the Horus paper's baselines.
 
-use super::{no_check, no_data_lines, Design, DesignContext, DesignEntry, DrainScheme, Region};
+use super::{implies_nothing, no_check, no_data_lines, Design, DesignContext, DesignEntry, DrainScheme, Region};
 use crate::config::TreeUpdate;
 use crate::controller::eadr::{self, DrainClock, DrainLine, DrainRecovery, DrainRecoveryError, DrainStats, MetadataSaveRegisters};
 use crate::controller::functional::IntegrityError;
@@ -17,6 +17,7 @@ pub static ENTRY: DesignEntry = DesignEntry {
     baseline_data_path: true,
     needs_line_contents: false,
     check: no_check,
+    implies: implies_nothing,
     regions,
     data_lines_reserved: no_data_lines,
     drain_schemes: &[

@@ -26,7 +26,7 @@
 use crate::controller::cache_tree;
 use crate::controller::MetaBlock;
 use crate::controller::ops::McOps;
-use crate::designs::{no_check, no_data_lines, Design, DesignContext, DesignEntry, DrainScheme, Region};
+use crate::designs::{implies_nothing, no_check, no_data_lines, Design, DesignContext, DesignEntry, DrainScheme, Region};
 use crate::controller::eadr::{self, DrainClock, DrainLine, DrainRecovery, DrainRecoveryError, DrainStats};
 use crate::controller::functional::IntegrityError;
 use secmem_core::addr::LINE_SHIFT;
@@ -45,6 +45,7 @@ pub static SLM_ENTRY: DesignEntry = DesignEntry {
     baseline_data_path: true,
     needs_line_contents: false,
     check: no_check,
+    implies: implies_nothing,
     regions: |ctx| vault_region(ctx, MacLevels::Single),
     data_lines_reserved: no_data_lines,
     drain_schemes: &[DrainScheme {
@@ -65,6 +66,7 @@ pub static DLM_ENTRY: DesignEntry = DesignEntry {
     baseline_data_path: true,
     needs_line_contents: false,
     check: no_check,
+    implies: implies_nothing,
     regions: |ctx| vault_region(ctx, MacLevels::Double),
     data_lines_reserved: no_data_lines,
     drain_schemes: &[DrainScheme {

@@ -37,7 +37,7 @@
 
 use secmem_core::stats::StatDoc;
 use crate::controller::ops::McOps;
-use crate::designs::{no_data_lines, no_regions, Design, DesignEntry, DesignEnv, PageCommand, PageCommandError, Unsupported};
+use crate::designs::{implies_nothing, no_data_lines, no_regions, Design, DesignEntry, DesignEnv, PageCommand, PageCommandError, Unsupported};
 use secmem_core::error::{ensure, ConfigError};
 use crate::controller::functional::IntegrityError;
 use rustc_hash::FxHashMap;
@@ -54,6 +54,7 @@ pub static RESIZED_ENTRY: DesignEntry = DesignEntry {
     baseline_data_path: false,
     needs_line_contents: false,
     check: check_minor_bits,
+    implies: implies_nothing,
     regions: no_regions,
     data_lines_reserved: no_data_lines,
     drain_schemes: &[],
@@ -68,6 +69,7 @@ pub static COW_ENTRY: DesignEntry = DesignEntry {
     needs_security: true,
     baseline_data_path: false,
     needs_line_contents: false,
+    implies: implies_nothing,
     check: |env| {
         check_minor_bits(env)?;
         let l = &env.designs.lelantus;

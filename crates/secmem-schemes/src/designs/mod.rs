@@ -15,9 +15,10 @@
 //!   a design here and never compares design names.
 //!
 //! One file per design: [`baseline`], [`horus`], [`lelantus`] (both encodings),
-//! [`silent_shredder`]. `docs/architecture.md`, "Adding a design", walks through adding one.
+//! [`silent_shredder`], [`bmf`] (a folder: the design and its forest). `docs/architecture.md`, "Adding a design", walks through adding one.
 
 pub mod baseline;
+pub mod bmf;
 pub mod horus;
 pub mod lelantus;
 pub mod silent_shredder;
@@ -208,6 +209,12 @@ pub struct DesignContext {
     pub hierarchy_lines: u64,
     /// Blocks in the counter, MAC and tree caches.
     pub metadata_lines: u64,
+    /// Bytes of protected data memory (the tree's leaves are its counter blocks).
+    pub data_bytes: u64,
+    /// The integrity tree's arity.
+    pub tree_arity: u64,
+    /// `security.metadata_persistence = "strict"`: each write persists its metadata.
+    pub strict_persistence: bool,
 }
 
 /// The parts of a config a design may check its own requirements against, before the first
@@ -220,6 +227,8 @@ pub struct DesignEnv<'a> {
     /// The designs' own sections (`[design.NAME]`).
     pub designs: &'a DesignsConfig,
     pub ctx: DesignContext,
+    /// Whether the run is functional (real bytes and cryptography).
+    pub functional: bool,
 }
 
 secmem_core::config_section! {
@@ -228,6 +237,7 @@ secmem_core::config_section! {
     /// rest of the config, in its `DesignEntry::check`.
     pub struct DesignsConfig {
         lelantus: lelantus::LelantusConfig = lelantus::LelantusConfig::default() => "Lelantus and Lelantus-CoW (HPCA'20): the CoW-metadata cache";
+        bmf: bmf::BmfConfig = bmf::BmfConfig::default() => "Bonsai Merkle Forests (MICRO'21): persistency model, forest and nvMC";
     }
 }
 
@@ -265,6 +275,10 @@ pub struct DesignEntry {
     pub needs_line_contents: bool,
     /// The design's own checks of the config (field errors name the field).
     pub check: fn(&DesignEnv) -> Result<(), ConfigError>,
+    /// Shared config fields the design's own settings decide (a persistency model's store
+    /// order, barriers and metadata persistence), applied when the config is loaded, over the
+    /// preset's values ([`Implied`]).
+    pub implies: fn(&DesignsConfig) -> Vec<Implied>,
     /// NVM regions the design needs above the baseline's layout.
     pub regions: fn(&DesignContext) -> Vec<Region>,
     /// Data lines at the top of data memory in which the design keeps records of its own
@@ -299,6 +313,22 @@ impl std::fmt::Debug for DesignEntry {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result { f.debug_struct("DesignEntry").field("name", &self.name).finish_non_exhaustive() }
 }
 
+/// A shared config field a design's settings decide: `field` (dotted) is set to `value` (a TOML
+/// value, as after `-p field=`). A `fixed` one the run's own layers (a config file, `-p`) may
+/// not contradict: that is a config error naming the field. A default one (not `fixed`) gives
+/// way to them and overrides only the preset's value.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Implied {
+    pub field: &'static str,
+    pub value: &'static str,
+    pub fixed: bool,
+    /// What decides it, for messages (`design.bmf.persistency = "sp"`).
+    pub because: String,
+}
+
+/// For a design whose settings decide no shared field.
+pub fn implies_nothing(_: &DesignsConfig) -> Vec<Implied> { Vec::new() }
+
 /// A check for a design that has none of its own.
 pub fn no_check(_: &DesignEnv) -> Result<(), ConfigError> { Ok(()) }
 /// For a design that needs no region of its own.
@@ -325,6 +355,7 @@ pub static REGISTRY: &[&DesignEntry] = &[
     &lelantus::RESIZED_ENTRY,
     &lelantus::COW_ENTRY,
     &silent_shredder::ENTRY,
+    &bmf::ENTRY,
     #[cfg(feature = "example-design")]
     &write_verify::ENTRY,
 ];
@@ -400,7 +431,7 @@ mod tests {
     #[test]
     fn every_design_built_by_its_config_name_reports_that_name() {
         // Reports and error messages name the design through `name()`.
-        let ctx = DesignContext { hierarchy_lines: 1024, metadata_lines: 256 };
+        let ctx = DesignContext { hierarchy_lines: 1024, metadata_lines: 256, data_bytes: 1 << 30, tree_arity: 8, strict_persistence: false };
         for e in REGISTRY {
             assert_eq!((e.build)(&ctx, &DesignsConfig::default()).name(), e.name);
         }
@@ -409,7 +440,7 @@ mod tests {
     #[test]
     fn a_designs_regions_sit_above_the_tree_without_overlap_and_size_the_device() {
         let base = secmem_core::tree::SecureLayout::new(1 << 30, 8, 64).unwrap();
-        let ctx = DesignContext { hierarchy_lines: 1024, metadata_lines: 256 };
+        let ctx = DesignContext { hierarchy_lines: 1024, metadata_lines: 256, data_bytes: 1 << 30, tree_arity: 8, strict_persistence: false };
         for e in REGISTRY {
             let l = DeviceLayout::compose(&base, e, &ctx);
             assert_eq!(l.regions.len(), 4 + (e.regions)(&ctx).len(), "{}", e.name);

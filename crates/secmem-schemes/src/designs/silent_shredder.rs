@@ -18,7 +18,7 @@
 
 use secmem_core::stats::StatDoc;
 use crate::controller::ops::McOps;
-use crate::designs::{no_check, no_data_lines, no_regions, Design, DesignEntry, PageCommand, PageCommandError, Unsupported};
+use crate::designs::{implies_nothing, no_check, no_data_lines, no_regions, Design, DesignEntry, PageCommand, PageCommandError, Unsupported};
 use crate::controller::functional::IntegrityError;
 use secmem_core::addr::{line_in_page, page_of_line, LINES_PER_PAGE};
 use secmem_core::counters::CounterBlock;
@@ -32,6 +32,7 @@ pub static ENTRY: DesignEntry = DesignEntry {
     baseline_data_path: false,
     needs_line_contents: false,
     check: no_check,
+    implies: implies_nothing,
     regions: no_regions,
     data_lines_reserved: no_data_lines,
     drain_schemes: &[],

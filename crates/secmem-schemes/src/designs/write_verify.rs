@@ -12,7 +12,7 @@
 //! they do for the baseline.
 
 use secmem_core::stats::StatDoc;
-use super::{no_check, no_data_lines, no_regions, Design, DesignEntry};
+use super::{implies_nothing, no_check, no_data_lines, no_regions, Design, DesignEntry};
 use crate::controller::functional::IntegrityError;
 use crate::controller::ops::McOps;
 use secmem_core::addr::LINE_SHIFT;
@@ -26,6 +26,7 @@ pub static ENTRY: DesignEntry = DesignEntry {
     baseline_data_path: false,
     needs_line_contents: true,
     check: no_check,
+    implies: implies_nothing,
     regions: no_regions,
     data_lines_reserved: no_data_lines,
     drain_schemes: &[],

@@ -1,0 +1,118 @@
+//! Bonsai Merkle Forests on the `bmf` preset's machine: the persistency models and what they
+//! fix of the run, the forests' update heights, and the config errors of a forest the design
+//! cannot build.
+
+use secmem_sim::{Config, TraceInput};
+use serde_json::Value;
+
+fn cfg(extra: &[&str]) -> Result<Config, String> {
+    let mut o: Vec<String> = ["run.progress=false", "run.design=bmf", "workload.requests=40000"].iter().map(|s| s.to_string()).collect();
+    o.extend(extra.iter().map(|s| s.to_string()));
+    Config::load(Some("bmf"), None, &o).map_err(|e| e.to_string())
+}
+
+fn stats(extra: &[&str]) -> Value {
+    let c = cfg(extra).unwrap_or_else(|e| panic!("{extra:?}: {e}"));
+    secmem_sim::run(&c, &TraceInput::Workload).unwrap_or_else(|e| panic!("{extra:?}: {e}"))["stats"].clone()
+}
+
+fn design(s: &Value, key: &str) -> f64 { s["design"][key].as_f64().unwrap_or_else(|| panic!("no stats.design.{key}: {}", s["design"])) }
+
+/// A hot spot: zipf over 64 MiB of the 8 GiB.
+const HOT: [&str; 2] = ["workload.pattern=zipf", "workload.footprint_bytes=67108864"];
+
+const O3: [&str; 1] = ["design.bmf.persistency=o3"];
+const SECURE_WB: [&str; 2] = ["design.bmf.persistency=secure_wb", "design.bmf.forest=off"];
+
+#[test]
+fn each_persistency_model_fixes_the_store_order_barriers_and_metadata_persistence_it_needs() {
+    use secmem_schemes::config::{MetadataPersistence, TreeUpdate};
+    use secmem_sim::persist::PersistRule;
+    let sp = cfg(&[]).unwrap();
+    assert!(sp.hierarchy.write_through && sp.persist.barriers == PersistRule::EveryStore);
+    assert_eq!((sp.security.metadata_persistence, sp.tree.update), (MetadataPersistence::Strict, TreeUpdate::Eager));
+    let o3 = cfg(&O3).unwrap();
+    assert!(!o3.hierarchy.write_through && o3.persist.barriers == PersistRule::EveryNStores);
+    // o3's epochs may come from a trace's own barriers instead: the rule gives way.
+    assert_eq!(cfg(&[&O3[..], &["persist.barriers=trace"]].concat()).unwrap().persist.barriers, PersistRule::Trace);
+    let wb = cfg(&SECURE_WB).unwrap();
+    assert_eq!((wb.security.metadata_persistence, wb.tree.update, wb.hierarchy.write_through), (MetadataPersistence::WriteBack, TreeUpdate::Lazy, false));
+    // A run that contradicts its model is refused, naming the field and the model.
+    let e = cfg(&["hierarchy.write_through=false"]).unwrap_err();
+    assert!(e.contains("'hierarchy.write_through'") && e.contains("design.bmf.persistency = \"sp\""), "{e}");
+    // The baseline design on the same preset is left as the preset has it.
+    let base = Config::load(Some("bmf"), None, &[]).unwrap();
+    assert!(!base.hierarchy.write_through && base.persist.barriers == PersistRule::Trace);
+}
+
+#[test]
+fn an_update_climbs_the_full_8_level_tree_without_a_forest_and_6_levels_with_a_static_4kb_one() {
+    // 8 GiB at arity 8: 2^21 counter blocks ... 1 root = 8 levels (BMF Table 1); a 4 KB nvMC
+    // holds the 64 nodes of level 5, so updates stop there: 6 levels (Fig. 9's sbmf).
+    let off = stats(&["design.bmf.forest=off"]);
+    let sbmf = stats(&["design.bmf.forest=static"]);
+    assert_eq!((design(&off, "avg_update_height"), design(&off, "height_8")), (8.0, design(&off, "updates")));
+    assert_eq!((design(&sbmf, "avg_update_height"), design(&sbmf, "nvmc_roots")), (6.0, 64.0));
+    assert!(off["security"]["mac_ops"]["tree_update"].as_f64().unwrap() > sbmf["security"]["mac_ops"]["tree_update"].as_f64().unwrap());
+}
+
+#[test]
+fn a_dynamic_forest_lowers_hot_updates_below_the_static_forest_within_its_nvmc() {
+    let dbmf = stats(&[&HOT[..], &["design.bmf.forest=dynamic"]].concat());
+    let sbmf = stats(&[&HOT[..], &["design.bmf.forest=static"]].concat());
+    assert!(design(&dbmf, "prunes") > 0.0 && design(&dbmf, "nvmc_entries_used") <= 64.0, "{}", dbmf["design"]);
+    assert!(design(&dbmf, "avg_update_height") < design(&sbmf, "avg_update_height") - 0.5, "{} vs {}", dbmf["design"], sbmf["design"]);
+    assert!(dbmf["cycles"].as_f64().unwrap() < sbmf["cycles"].as_f64().unwrap());
+}
+
+#[test]
+fn strict_persistency_costs_more_than_epochs_which_cost_more_than_no_persistency() {
+    let sp = stats(&["design.bmf.forest=off"]);
+    let o3 = stats(&[&O3[..], &["design.bmf.forest=off"]].concat());
+    let wb = stats(&SECURE_WB);
+    let c = |s: &Value| s["cycles"].as_f64().unwrap();
+    assert!(c(&sp) > c(&o3) && c(&o3) > c(&wb), "sp {} o3 {} secure_wb {}", c(&sp), c(&o3), c(&wb));
+    assert!(design(&o3, "epochs") > 0.0);
+    // Under sp every write's update reaches the root register; secure_wb updates lazily.
+    assert!(sp["security"]["root_updates"].as_f64().unwrap() >= design(&sp, "updates"));
+    assert_eq!(wb["design"]["updates"].as_f64(), Some(0.0));
+}
+
+#[test]
+fn each_forest_lowers_the_cost_of_strict_and_epoch_persistency() {
+    for model in [&[][..], &O3[..]] {
+        let c = |forest: &str| stats(&[&HOT[..], model, &[forest]].concat())["cycles"].as_f64().unwrap();
+        let (off, dynamic) = (c("design.bmf.forest=off"), c("design.bmf.forest=dynamic"));
+        assert!(dynamic < off, "{model:?}: dbmf {dynamic} vs bmt {off}");
+    }
+}
+
+#[test]
+fn a_forest_the_design_cannot_build_is_a_config_error_naming_its_field() {
+    for (set, field) in [
+        (&["design.bmf.nvmc_bytes=32"][..], "design.bmf.nvmc_bytes"),
+        (&["design.bmf.rei_writes=0"][..], "design.bmf.rei_writes"),
+        (&["design.bmf.forest=static", "design.bmf.static_level=1"][..], "design.bmf.static_level"),
+        (&["design.bmf.forest=static", "design.bmf.static_level=9"][..], "design.bmf.static_level"),
+        (&["design.bmf.counter_bits=0"][..], "design.bmf.counter_bits"),
+        (&["design.bmf.prune_threshold=63"][..], "design.bmf.prune_threshold"),
+        (&["design.bmf.persistency=secure_wb", "security.metadata_persistence=write-back", "tree.update=lazy"][..], "design.bmf.forest"),
+        (&["design.bmf.persistency=sp", "security.metadata_persistence=write-back"][..], "security.metadata_persistence"),
+        (&["design.bmf.persistency=o3", "tree.update=lazy"][..], "tree.update"),
+        (&["run.functional=true"][..], "design.bmf.forest"),
+        (&["run.functional=true", "design.bmf.forest=off", "design.bmf.persistency=o3"][..], "design.bmf.persistency"),
+    ] {
+        let e = cfg(set).expect_err(&format!("{set:?} was accepted"));
+        assert!(e.contains(&format!("'{field}'")), "{set:?}: {e}");
+    }
+    // The static level that fits 4 KB (level 5, 64 nodes) is accepted when named.
+    assert!(cfg(&["design.bmf.forest=static", "design.bmf.static_level=5"]).is_ok());
+}
+
+#[test]
+fn the_same_seed_gives_the_same_forest() {
+    let a = stats(&[&HOT[..], &["design.bmf.forest=dynamic"]].concat());
+    let b = stats(&[&HOT[..], &["design.bmf.forest=dynamic"]].concat());
+    assert_eq!(a["design"], b["design"]);
+    assert_eq!(a["cycles"], b["cycles"]);
+}
