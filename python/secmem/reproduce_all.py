@@ -28,6 +28,7 @@ DESIGNS: Dict[str, str] = {
     "horus": "secmem.reproduce_horus",
     "lelantus": "secmem.reproduce_lelantus",
     "dshield": "secmem.reproduce_dshield",
+    "bmf": "secmem.reproduce_bmf",
 }
 
 

@@ -2,6 +2,7 @@
 //! fix of the run, the forests' update heights, and the config errors of a forest the design
 //! cannot build.
 
+use secmem_sim::harness::{attack_campaign, crash_campaign};
 use secmem_sim::{Config, TraceInput};
 use serde_json::Value;
 
@@ -95,12 +96,11 @@ fn a_forest_the_design_cannot_build_is_a_config_error_naming_its_field() {
         (&["design.bmf.forest=static", "design.bmf.static_level=1"][..], "design.bmf.static_level"),
         (&["design.bmf.forest=static", "design.bmf.static_level=9"][..], "design.bmf.static_level"),
         (&["design.bmf.counter_bits=0"][..], "design.bmf.counter_bits"),
-        (&["design.bmf.prune_threshold=63"][..], "design.bmf.prune_threshold"),
+        (&["design.bmf.prune_threshold_pct=101"][..], "design.bmf.prune_threshold_pct"),
         (&["design.bmf.persistency=secure_wb", "security.metadata_persistence=write-back", "tree.update=lazy"][..], "design.bmf.forest"),
         (&["design.bmf.persistency=sp", "security.metadata_persistence=write-back"][..], "security.metadata_persistence"),
         (&["design.bmf.persistency=o3", "tree.update=lazy"][..], "tree.update"),
-        (&["run.functional=true"][..], "design.bmf.forest"),
-        (&["run.functional=true", "design.bmf.forest=off", "design.bmf.persistency=o3"][..], "design.bmf.persistency"),
+        (&["run.functional=true", "design.bmf.persistency=o3"][..], "design.bmf.persistency"),
     ] {
         let e = cfg(set).expect_err(&format!("{set:?} was accepted"));
         assert!(e.contains(&format!("'{field}'")), "{set:?}: {e}");
@@ -115,4 +115,59 @@ fn the_same_seed_gives_the_same_forest() {
     let b = stats(&[&HOT[..], &["design.bmf.forest=dynamic"]].concat());
     assert_eq!(a["design"], b["design"]);
     assert_eq!(a["cycles"], b["cycles"]);
+}
+
+/// A 1 GiB memory (7 tree levels) and a 1 KB nvMC (16 nodes: a static forest pins level 5, a
+/// dynamic one must merge to make room), with caches small
+/// enough that counter blocks and tree nodes leave the chip and are fetched and verified
+/// again, in functional mode.
+fn small(forest: &str, extra: &[&str]) -> Config {
+    let mut o = vec![
+        "run.progress=false", "run.design=bmf", "run.functional=true", "memory.capacity_gib=1",
+        "l1.size_kib=4", "l1.ways=2", "l2.size_kib=8", "l2.ways=2", "llc.size_kib=16", "llc.ways=4",
+        "metadata_cache.counter.size_kib=4", "metadata_cache.mac.size_kib=4", "metadata_cache.tree.size_kib=4",
+        "workload.pattern=zipf", "workload.footprint_bytes=8388608", "workload.requests=6000", "design.bmf.rei_writes=8", "design.bmf.nvmc_bytes=1024",
+    ];
+    let f = format!("design.bmf.forest={forest}");
+    o.push(&f);
+    o.extend_from_slice(extra);
+    let o: Vec<String> = o.iter().map(|s| s.to_string()).collect();
+    Config::load(Some("bmf"), None, &o).unwrap_or_else(|e| panic!("{forest}: {e}"))
+}
+
+#[test]
+fn a_functional_forest_verifies_every_fetch_against_its_nvmc_roots_and_counts_as_counting_mode_does() {
+    for forest in ["static", "dynamic"] {
+        let functional = small(forest, &[]);
+        let mut counting = functional.clone();
+        counting.run.functional = false;
+        let a = secmem_sim::run(&functional, &TraceInput::Workload).unwrap_or_else(|e| panic!("{forest}: {e}"))["stats"].clone();
+        let b = secmem_sim::run(&counting, &TraceInput::Workload).unwrap()["stats"].clone();
+        for key in ["cycles", "memory", "design", "security"] {
+            assert_eq!(a[key], b[key], "{forest}: {key}");
+        }
+        // Fetches were verified below the roots (the tree cache is far smaller than the tree).
+        assert!(a["security"]["mac_ops"]["tree_verify"].as_f64().unwrap() > 1000.0, "{forest}: {}", a["security"]);
+        if forest == "dynamic" {
+            assert!(design(&a, "prunes") > 0.0 && design(&a, "merges") > 0.0, "{}", a["design"]);
+        }
+    }
+}
+
+#[test]
+fn a_crash_at_any_persist_point_recovers_from_the_nvmc_roots_to_the_oracle() {
+    for forest in ["static", "dynamic"] {
+        let out = crash_campaign(&small(forest, &[]), &TraceInput::Workload, 40, 7).unwrap_or_else(|e| panic!("{forest}: {e}"));
+        assert_eq!((out.recovered, out.mismatches, out.silent_corruptions), (40, 0, 0), "{forest}: {:#?}", out.examples);
+        assert!(out.lines_checked > 0);
+    }
+}
+
+#[test]
+fn tampering_replay_and_splicing_are_detected_against_the_nvmc_roots() {
+    for forest in ["static", "dynamic"] {
+        let out = attack_campaign(&small(forest, &[]), &TraceInput::Workload, None, 10, 3_000, 3).unwrap_or_else(|e| panic!("{forest}: {e}"));
+        assert!(out.all_detected(), "{forest}: {out:#?}");
+        assert!(out.classes.values().all(|c| c.tampered_plaintext_returned == 0), "{forest}: {out:#?}");
+    }
 }

@@ -1,4 +1,4 @@
-//! Real programs as workloads: do the captured fixtures in `tests/fixtures/traces` (sqlite,
+//! Real programs as workloads: do the captured fixtures in `python/secmem/traces` (sqlite,
 //! gzip, CPython, sort; see its README.md for the commands) run translated through the
 //! secure and non-secure presets, and does functional mode write the bytes they carry?
 
@@ -17,7 +17,7 @@ const FIXTURES: [&str; 4] = ["sqlite-bank", "gzip-numbers", "python-dict", "sort
 const WITH_DATA: [&str; 3] = ["sqlite-bank", "gzip-numbers", "python-dict"];
 
 fn fixture(name: &str) -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join(format!("../../tests/fixtures/traces/{name}.trace.xz"))
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join(format!("../../python/secmem/traces/{name}.trace.xz"))
 }
 
 fn run(name: &str, extra: &[&str]) -> Value {

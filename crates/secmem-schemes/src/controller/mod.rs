@@ -39,6 +39,7 @@ use crate::controller::functional::{Functional, IntegrityError, NvmImage};
 use crate::controller::nvm_image::SharedHomes;
 use crate::controller::tree_update::{TreeUpdateStrategy, Updater};
 use secmem_core::counters::CounterBlock;
+use rustc_hash::FxHashMap;
 use secmem_crypto::{node_entry, set_node_entry};
 use secmem_core::addr::{line_in_page, page_of_line, LINES_PER_PAGE, LINE_SHIFT};
 use secmem_core::cache::{CacheStats, SetAssocCache};
@@ -253,6 +254,10 @@ pub struct SecureMc {
     counters_in_payload: bool,
     /// The tree update strategy (`tree.update`, or the design's own: [`tree_update`]).
     updater: Updater,
+    /// Tree nodes a design's strategy keeps on chip, trusted, in battery-backed storage
+    /// (persistent sub-tree roots), with their bytes (zeros when counting): a fetch's
+    /// verification stops below them, as below the root register. Survives a crash.
+    trusted: FxHashMap<(usize, u64), [u8; 64]>,
     /// Devices beside the memory (a storage device, a design's own), each with its name and
     /// statistics of its own; [`PortId`] indexes them.
     ports: Vec<(String, Box<dyn MemoryPort + Send>)>,
@@ -454,6 +459,7 @@ impl SecureMc {
                 TreeUpdate::Eager => Updater::Eager,
             },
             absorb_on_write_back: tree.update == TreeUpdate::Lazy,
+            trusted: FxHashMap::default(),
             ports: Vec::new(),
             layout,
             stats: McStats::default(),
@@ -849,6 +855,8 @@ impl SecureMc {
                 f.root_entry(slot)
             } else if i + 1 < chain.len() {
                 node_entry(&chain[i + 1].2, slot)
+            } else if let Some(e) = self.trusted_entry(plvl, pidx, slot) {
+                e
             } else {
                 let pkey = self.layout.tree.node_addr(plvl, pidx) >> LINE_SHIFT;
                 node_entry(self.payload_ref(MetaKind::Tree, pkey).expect("verified parent is cached"), slot)
@@ -1365,14 +1373,42 @@ impl SecureMc {
         r
     }
 
-    /// Whether the strategy in force holds node (`level`, `index`) on chip, trusted
-    /// ([`TreeUpdateStrategy::trusted`]).
+    /// Whether node (`level`, `index`) is held on chip, trusted ([`trusted`](Self::trusted)).
     #[inline]
-    fn trusted(&self, level: usize, index: u64) -> bool {
-        match &self.updater {
-            Updater::Own(Some(s)) => s.trusted(level, index),
-            _ => false,
+    fn trusted(&self, level: usize, index: u64) -> bool { !self.trusted.is_empty() && self.trusted.contains_key(&(level, index)) }
+
+    /// Whether tree node (`level`, `index`) is held on chip, trusted, by a design's strategy
+    /// (a persistent sub-tree root): its stored copy is not read while it is.
+    pub fn is_trusted(&self, level: usize, index: u64) -> bool { self.trusted(level, index) }
+
+    /// Functional mode: entry `slot` of trusted node (`level`, `index`).
+    fn trusted_entry(&self, level: usize, index: u64, slot: usize) -> Option<u64> {
+        if self.trusted.is_empty() {
+            return None;
         }
+        self.trusted.get(&(level, index)).map(|b| node_entry(b, slot))
+    }
+
+    /// After a crash: installs what survives power loss of `live`'s on-chip battery-backed
+    /// state, its trusted nodes and what of its tree update strategy survives
+    /// ([`TreeUpdateStrategy::persistent_copy`]), in this controller, which recovers.
+    pub fn adopt_tree_update_state_of(&mut self, live: &SecureMc) {
+        self.trusted.clone_from(&live.trusted);
+        if let Updater::Own(Some(s)) = &live.updater {
+            if let Some(copy) = s.persistent_copy() {
+                self.updater = Updater::Own(Some(copy));
+            }
+        }
+    }
+
+    /// Recovery by the strategy in force ([`TreeUpdateStrategy::recover`]); the baseline's
+    /// for the built-in two.
+    pub(crate) fn recover_tree_update(&mut self, now: Cycle) -> Result<recovery::RecoveryReport, recovery::RecoveryError> {
+        let Updater::Own(slot) = &mut self.updater else { return recovery::rebuild_and_verify(self, now) };
+        let mut strategy = slot.take().expect("a tree update strategy is never re-entered");
+        let r = strategy.recover(self, now);
+        self.updater = Updater::Own(Some(strategy));
+        r
     }
 
     /// A persist barrier for the strategy in force ([`TreeUpdateStrategy::fence`]).

@@ -151,6 +151,76 @@ impl McOps {
     /// make (a strategy's own root store).
     pub fn count_root_update(&mut self) { self.0.stats.root_updates += 1 }
 
+    /// Functional mode: the entry a parent holds for cached block (`level`, `index`): its
+    /// keyed hash, or 0 at its boot content. None when counting.
+    pub fn block_entry(&self, level: usize, index: u64) -> Option<u64> {
+        let bytes = self.block_bytes(level, index)?;
+        self.0.func.as_ref().map(|f| f.child_entry(level, index, &bytes))
+    }
+
+    /// Functional mode: the entry a parent would hold for block (`level`, `index`) with
+    /// `bytes` (recovery's rebuilt blocks, a trusted node's bytes). None when counting.
+    pub fn entry_of(&self, level: usize, index: u64, bytes: &[u8; 64]) -> Option<u64> { self.0.func.as_ref().map(|f| f.child_entry(level, index, bytes)) }
+
+    /// Functional mode: the bytes of cached block (`level`, `index`) (a counter block at level
+    /// 0). None when counting or not cached.
+    pub fn block_bytes(&self, level: usize, index: u64) -> Option<[u8; 64]> {
+        let kind = if level == 0 { MetaKind::Counter } else { MetaKind::Tree };
+        self.0.payload(kind, self.0.block_addr(level, index) >> LINE_SHIFT)
+    }
+
+    /// Functional mode: tree block (`level`, `index`) leaves the strategy's trusted store
+    /// with `bytes` (a persistent root merged back into the tree): it is written to NVM, as
+    /// strict persistence writes a path's nodes, and cached clean. Returns when the write is
+    /// persistent. Counting mode: the write alone.
+    pub fn persist_tree_block(&mut self, level: usize, index: u64, bytes: Option<[u8; 64]>, at: Cycle) -> Cycle {
+        let addr = self.0.block_addr(level, index);
+        let done = self.0.device_write(addr, TrafficClass::Tree, at);
+        if let (Some(f), Some(b)) = (self.0.func.as_mut(), bytes) {
+            f.persist(addr >> LINE_SHIFT, b);
+        }
+        // Cached in both modes, so that both fill (and evict) alike.
+        self.0.restore_metadata(MetaBlock { kind: MetaKind::Tree, key: addr >> LINE_SHIFT, payload: bytes });
+        if let Some(slot) = self.0.tree_cache.probe(addr >> LINE_SHIFT) {
+            self.0.tree_cache.set_dirty(slot, false);
+        }
+        done
+    }
+
+    /// Keeps tree node (`level`, `index`, below the root) on chip, trusted, with `bytes`
+    /// (zeros when counting): a persistent sub-tree root. Fetches below it verify against it.
+    pub fn trust_node(&mut self, level: usize, index: u64, bytes: [u8; 64]) { self.0.trusted.insert((level, index), bytes); }
+
+    /// Node (`level`, `index`) is no longer trusted; returns its bytes.
+    pub fn untrust_node(&mut self, level: usize, index: u64) -> Option<[u8; 64]> { self.0.trusted.remove(&(level, index)) }
+
+    /// The bytes of trusted node (`level`, `index`), if it is one.
+    pub fn trusted_bytes(&self, level: usize, index: u64) -> Option<[u8; 64]> { self.0.trusted.get(&(level, index)).copied() }
+
+    /// Sets entry `slot` of trusted node (`level`, `index`) (functional mode; the node must be
+    /// trusted).
+    pub fn set_trusted_entry(&mut self, level: usize, index: u64, slot: usize, entry: u64) {
+        if let Some(b) = self.0.trusted.get_mut(&(level, index)) {
+            secmem_crypto::set_node_entry(b, slot, entry);
+        }
+    }
+
+    /// Functional mode: the root register's bytes. None when counting.
+    pub fn root_register(&self) -> Option<[u8; 64]> { self.0.func.as_ref().map(|f| f.root) }
+
+    /// Recovery by the tree update strategy in force (its own, or the baseline's
+    /// [`rebuild_and_verify`](Self::rebuild_and_verify)).
+    pub fn recover_tree_update(&mut self, now: Cycle) -> Result<RecoveryReport, RecoveryError> { self.0.recover_tree_update(now) }
+
+    /// Rebuilds the counter view and every tree level below the root from the counter blocks
+    /// persisted in NVM, a block for which `cut(level, index)` holds entering its parent as 0
+    /// (a persistent sub-tree root's cut edge), for a strategy's own recovery to check against
+    /// the nodes it trusts. Functional mode: the rebuilt blocks by level (`[0]` the counter
+    /// blocks), sparse (a block absent is at its boot content); counting mode: the work alone.
+    pub fn rebuild_levels(&mut self, now: Cycle, cut: &dyn Fn(usize, u64) -> bool) -> (crate::controller::recovery::RebuiltLevels, RecoveryReport) {
+        crate::controller::recovery::rebuild_levels(&mut self.0, now, cut)
+    }
+
     /// A persist barrier for the tree update strategy in force (a design's epoch end):
     /// returns when the barrier may retire.
     pub fn tree_update_fence(&mut self, now: Cycle) -> Result<Cycle, IntegrityError> { self.0.tree_update_fence(now) }

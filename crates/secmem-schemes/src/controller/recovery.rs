@@ -153,3 +153,63 @@ fn rebuild(
     report.cycles = (issue_last - now).0 + report.hashes * mc.p.hash.0;
     Ok(())
 }
+
+/// Every tree level rebuilt from the persisted counter blocks: `levels[0]` the counter blocks,
+/// `levels[k]` the nodes of level k below the root, `root` the rebuilt root-level bytes; each
+/// sparse (a block absent is at its boot content). Empty in counting mode.
+#[derive(Clone, Debug)]
+pub struct RebuiltLevels {
+    pub levels: Vec<FxHashMap<u64, [u8; 64]>>,
+    pub root: [u8; 64],
+}
+
+impl RebuiltLevels {
+    /// The rebuilt bytes of block (`level`, `index`), zeros if absent.
+    pub fn block(&self, level: usize, index: u64) -> [u8; 64] { self.levels.get(level).and_then(|l| l.get(&index)).copied().unwrap_or([0; 64]) }
+}
+
+/// The rebuild of [`rebuild_and_verify`] without its check against the root register, for a
+/// strategy that checks against nodes of its own (see
+/// [`McOps::rebuild_levels`](crate::controller::ops::McOps::rebuild_levels)): a block for
+/// which `cut(level, index)` holds enters its parent as 0.
+pub fn rebuild_levels(mc: &mut SecureMc, now: Cycle, cut: &dyn Fn(usize, u64) -> bool) -> (RebuiltLevels, RecoveryReport) {
+    let layout = mc.layout.clone();
+    let tree = &layout.tree;
+    let mut report = RecoveryReport::default();
+    let Some(func) = mc.func.take() else {
+        // Counting mode: the work of the baseline's counting rebuild (no bytes).
+        let report = rebuild_and_verify(mc, now).expect("counting mode has nothing to fail");
+        return (RebuiltLevels { levels: Vec::new(), root: [0; 64] }, report);
+    };
+    let first_counter_line = layout.counter_base >> LINE_SHIFT;
+    let mut out = RebuiltLevels { levels: vec![FxHashMap::default(); tree.root_level()], root: [0; 64] };
+    let mut issue_last = now;
+    for line in func.image.lines_in(first_counter_line, first_counter_line + layout.counter_blocks) {
+        let bytes = func.image.get(line);
+        let page = line - first_counter_line;
+        mc.counters.set_block(page, CounterBlock::decode(&bytes, mc.p.minor_bits));
+        issue_last = issue_last.max(mc.device_read(line << LINE_SHIFT, TrafficClass::Counter, now));
+        out.levels[0].insert(page, bytes);
+        report.counter_blocks_read += 1;
+    }
+    let root = tree.root_level();
+    for level in 0..root {
+        let mut children: Vec<(u64, [u8; 64])> = out.levels[level].iter().map(|(&i, &b)| (i, b)).collect();
+        children.sort_unstable_by_key(|x| x.0);
+        let mut parents: FxHashMap<u64, [u8; 64]> = FxHashMap::default();
+        for (index, bytes) in &children {
+            let entry = if cut(level, *index) { 0 } else { func.child_entry(level, *index, bytes) };
+            report.hashes += 1;
+            let (_, pidx) = tree.parent(level, *index);
+            set_node_entry(parents.entry(pidx).or_insert([0; 64]), tree.slot_in_parent(*index), entry);
+        }
+        if level + 1 == root {
+            out.root = parents.get(&0).copied().unwrap_or([0; 64]);
+        } else {
+            out.levels[level + 1] = parents;
+        }
+    }
+    report.cycles = (issue_last - now).0 + report.hashes * mc.p.hash.0;
+    mc.func = Some(func);
+    (out, report)
+}

@@ -18,6 +18,7 @@
 
 use crate::controller::functional::IntegrityError;
 use crate::controller::ops::McOps;
+use crate::controller::recovery::{RecoveryError, RecoveryReport};
 use secmem_core::Cycle;
 
 /// A design's own tree update (see the module documentation).
@@ -36,13 +37,14 @@ pub trait TreeUpdateStrategy: Send {
     /// at [`counter_changed`](Self::counter_changed) answers false.
     fn absorbs_on_write_back(&self) -> bool;
 
-    /// Whether tree node (`level`, `index`) is held on chip by this strategy, trusted, as a
-    /// persistent sub-tree root is: a fetch's verification walk stops below it, as it stops
-    /// below the root register. Counting mode only (functional mode would need its bytes).
-    fn trusted(&self, level: usize, index: u64) -> bool {
-        let _ = (level, index);
-        false
-    }
+    /// What of this strategy survives power loss (a battery-backed store of trusted nodes),
+    /// with its volatile state reset; None if nothing does. The crash harness installs it in
+    /// the controller that recovers.
+    fn persistent_copy(&self) -> Option<Box<dyn TreeUpdateStrategy>> { None }
+
+    /// Recovery after a crash: rebuild and verify the tree against what this strategy trusts.
+    /// Default: the baseline's, against the root register.
+    fn recover(&mut self, mc: &mut McOps, now: Cycle) -> Result<RecoveryReport, RecoveryError> { mc.rebuild_and_verify(now) }
 
     /// A persist barrier (the end of an epoch) reached the controller at `now`: finish what
     /// this strategy deferred. Returns when the barrier may retire.

@@ -111,6 +111,17 @@ pub fn class_names(root_level: usize) -> Vec<String> {
     v
 }
 
+/// Whether a fetch of page `p`'s counter block verifies its stored path up to tree `level`:
+/// no node at levels 1..=`level` of it is held on chip (a design's trusted node).
+fn stored_path_reaches(mc: &SecureMc, p: u64, level: usize) -> bool {
+    let tree = &mc.layout.tree;
+    let mut idx = p;
+    (1..=level).all(|l| {
+        idx = tree.parent(l - 1, idx).1;
+        !mc.is_trusted(l, idx)
+    })
+}
+
 /// One prepared injection.
 struct Injection {
     /// (device line, new bytes).
@@ -211,11 +222,19 @@ pub fn attack_campaign(
     readable.sort_unstable();
     let surface = design.attack_surface(mc);
     // By default the design's own classes only when the run leaves something to attack.
-    let names: Vec<String> = match classes {
+    let mut names: Vec<String> = match classes {
         Some(c) => c.to_vec(),
         None if surface.is_empty() => base_classes,
         None => known,
     };
+    if classes.is_none() {
+        // By default, no class for a tree level whose stored nodes no read verifies (every
+        // written page's path is held on chip below it); asked for by name, it is untested.
+        names.retain(|n| match n.strip_prefix("tamper-tree-level-").and_then(|l| l.parse::<usize>().ok()) {
+            Some(level) => pages.iter().any(|&p| stored_path_reaches(mc, p, level)),
+            None => true,
+        });
+    }
     let image_now = mc.func.as_ref().unwrap().image.clone();
     let world = World { image_now, image_old, written, changed, pages, readable, oracle: oracle.lines, surface, surface_name };
 
@@ -333,7 +352,9 @@ fn prepare(name: &str, w: &World, mc: &SecureMc, rng: &mut impl Rng) -> Option<I
         }
         n if n.starts_with("tamper-tree-level-") => {
             let level: usize = n["tamper-tree-level-".len()..].parse().ok()?;
-            let p = pick(&w.pages, rng)?;
+            // A page whose stored path is read up to this level: no node at or below it is
+            // held on chip (above such a node the stored copies are dead, never read).
+            let p = pick_where(&w.pages, rng, |p| stored_path_reaches(mc, p, level))?;
             let mut idx = p;
             for _ in 0..level {
                 idx = tree.parent(0, idx).1; // parent index only depends on the index
@@ -381,6 +402,9 @@ fn prepare(name: &str, w: &World, mc: &SecureMc, rng: &mut impl Rng) -> Option<I
             let mut idx = p;
             for level in 1..tree.root_level() {
                 idx = tree.parent(0, idx).1;
+                if mc.is_trusted(level, idx) {
+                    break; // on chip: the walk stops below it, the stored copies above are dead
+                }
                 let a = tree.node_addr(level, idx);
                 let old = old(a >> LINE_SHIFT);
                 if old != w.image_now.get(a >> LINE_SHIFT) {

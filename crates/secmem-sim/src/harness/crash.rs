@@ -177,6 +177,8 @@ pub fn crash_campaign(cfg: &Config, input: &TraceInput, points: u64, seed: u64) 
             f.image = image;
             f.root = root;
         }
+        // And what the design's tree update keeps on chip in battery-backed storage.
+        recovery.adopt_tree_update_state_of(&live_engine.mc);
         let mut kept = None;
         if battery_backed {
             recovery.keep_battery_backed_state_of(&live_engine.mc);

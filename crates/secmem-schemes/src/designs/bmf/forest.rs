@@ -80,6 +80,8 @@ impl Shape {
         let level = n.level - 1;
         (first..last).map(move |i| Node::new(level, i))
     }
+    /// Whether `a` is a proper ancestor of `b`.
+    pub fn is_ancestor(&self, a: Node, b: Node) -> bool { a.level > b.level && b.index / self.arity.pow((a.level - b.level) as u32) == a.index }
     /// The lowest level whose nodes all fit in `entries` nvMC entries (a static forest's).
     pub fn static_level(&self, entries: u64) -> usize { (1..self.nodes.len()).find(|&l| self.nodes[l] <= entries).unwrap_or(self.root_level()) }
 }
@@ -396,12 +398,16 @@ impl Forest {
     }
 
     /// Algorithm 2: the root with the smallest counter, the lowest level on a tie, the first
-    /// in the nvMC after that; never the original root, `prune` or an entry in flight.
+    /// in the nvMC after that; never the original root, `prune` or an entry in flight. The
+    /// merge runs before the prune it makes room for, so neither may undo the other's plan:
+    /// never an ancestor of `prune` (its merge would move the ancestor `prune`'s own merge goes
+    /// to), and, when `prune` is the original root, never one of its children (merged into the
+    /// root that is about to leave the set, its leaves would have no root).
     fn merge_target(&self, prune: Node) -> Option<Node> {
         let root = self.shape.root();
         let mut best: Option<&Entry> = None;
         for e in self.entries.iter().flatten() {
-            if !e.root || !e.e || e.l || e.node == root || e.node == prune {
+            if !e.root || !e.e || e.l || e.node == root || e.node == prune || self.shape.is_ancestor(e.node, prune) || (prune == root && e.node.level + 1 == root.level) {
                 continue;
             }
             if best.is_none_or(|b| (e.counter, e.node.level) < (b.counter, b.node.level)) {

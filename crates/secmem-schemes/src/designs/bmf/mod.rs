@@ -16,11 +16,13 @@
 //!   level pinned in the nvMC, `sbmf`), `dynamic` (prune and merge at each root evaluation
 //!   interval, `dbmf`): the forest itself is [`forest`].
 //!
-//! Where stores come from in program order (`hierarchy.write_through`) and where barriers are
-//! (`persist.barriers`) are the run's; `docs/bmf.md` gives the settings of each of the paper's
-//! schemes. With a forest, or under `o3`, the run is counting mode only: the controller's
-//! functional tree checks a fetched block against the root register or a cached parent, not
-//! yet against the nvMC's roots.
+//! A persistency model fixes the run's store order, barriers and metadata persistence
+//! ([`DesignEntry::implies`]). The forest's roots live in the controller's trusted store
+//! (battery-backed, like the nvMC): a fetch verifies against the first root above it, a
+//! crash keeps them, and recovery ([`BmfUpdate`]'s `recover`) rebuilds the tree below them
+//! from the persisted counter blocks and checks every root. `o3` runs in counting mode only:
+//! it writes an epoch's counters through before the epoch's root updates, and PLP's holding of
+//! the epoch in the WPQ until then is not modelled.
 
 pub mod forest;
 
@@ -30,8 +32,10 @@ use crate::config::MetadataPersistence;
 use crate::controller::functional::IntegrityError;
 use crate::controller::ops::McOps;
 use crate::controller::tree_update::TreeUpdateStrategy;
+use crate::controller::recovery::{RecoveryError, RecoveryReport};
 use rustc_hash::FxHashMap;
 use secmem_core::error::{ensure, ConfigError};
+use secmem_crypto::{node_entry, set_node_entry};
 use secmem_core::stats::StatDoc;
 use secmem_core::{config_enum, config_section, Cycle};
 
@@ -64,7 +68,7 @@ config_section! {
         static_level: u32 = 0 => "Static forest: the tree level pinned as roots, counter blocks being level 0 (0: the lowest level whose nodes all fit the nvMC, section 6)";
         rei_writes: u64 = 32 => "Dynamic forest: the root evaluation interval, PM writes (Table 1: 2 to 64, default 32)";
         counter_bits: u32 = 6 => "Dynamic forest: bits of each nvMC and BMT-cache access counter (section 6: 6 bits)";
-        prune_threshold: u32 = 8 => "Dynamic forest: a root is a prune candidate when its access counter exceeds this (the threshold T of Algorithm 1; the paper gives no value)";
+        prune_threshold_pct: u32 = 25 => "Dynamic forest: a root is a prune candidate when its access counter exceeds this share of the REI's writes, percent (the threshold T of Algorithm 1, which the paper does not give; relative to the REI so that an REI sweep compares like with like; capped one below the counters' maximum)";
     }
 }
 
@@ -156,8 +160,7 @@ fn check(env: &DesignEnv) -> Result<(), ConfigError> {
     ensure(c.nvmc_latency_cycles <= 1 << 20, "design.bmf.nvmc_latency_cycles", || format!("must be at most 2^20 cycles, got {}", c.nvmc_latency_cycles))?;
     ensure(c.rei_writes >= 1, "design.bmf.rei_writes", || "the root evaluation interval must be at least 1 PM write".into())?;
     ensure((1..=8).contains(&c.counter_bits), "design.bmf.counter_bits", || format!("must be 1..=8 bits, got {}", c.counter_bits))?;
-    let max = (1u32 << c.counter_bits) - 1;
-    ensure(c.prune_threshold < max, "design.bmf.prune_threshold", || format!("must be below the counters' maximum {max} ({} bits), got {}", c.counter_bits, c.prune_threshold))?;
+    ensure(c.prune_threshold_pct <= 100, "design.bmf.prune_threshold_pct", || format!("must be a percentage, 0..=100, got {}", c.prune_threshold_pct))?;
     let strict = env.security.metadata_persistence == MetadataPersistence::Strict;
     match resolve(c.persistency, strict) {
         Persistency::SecureWb => {
@@ -171,8 +174,10 @@ fn check(env: &DesignEnv) -> Result<(), ConfigError> {
         }
     }
     if env.functional {
-        ensure(c.forest == ForestKind::Off, "design.bmf.forest", || "persistent roots run in counting mode only (run.functional = false): functional mode does not yet verify against the nvMC's roots".into())?;
-        ensure(resolve(c.persistency, strict) != Persistency::O3, "design.bmf.persistency", || "o3's coalesced epoch updates run in counting mode only (run.functional = false)".into())?;
+        // o3 writes an epoch's counters through before its root updates run at the barrier;
+        // a crash in between would leave counters no root vouches for. PLP holds the epoch's
+        // tuples in the WPQ until then, which secmem's persistence domain does not model.
+        ensure(resolve(c.persistency, strict) != Persistency::O3, "design.bmf.persistency", || "o3's deferred epoch updates run in counting mode only (run.functional = false)".into())?;
     }
     if c.forest == ForestKind::Static {
         let shape = shape_of(env.ctx.data_bytes, env.ctx.tree_arity)?;
@@ -186,6 +191,14 @@ fn check(env: &DesignEnv) -> Result<(), ConfigError> {
         })?;
     }
     Ok(())
+}
+
+/// The threshold T of Algorithm 1, in counter units: `prune_threshold_pct` of the REI's
+/// writes, capped one below the counters' maximum (so that a saturated counter still exceeds
+/// it).
+pub fn prune_threshold(cfg: &BmfConfig) -> u8 {
+    let max = (1u64 << cfg.counter_bits) - 1;
+    (cfg.rei_writes.saturating_mul(u64::from(cfg.prune_threshold_pct)) / 100).min(max - 1) as u8
 }
 
 /// `p` with `auto` resolved: sp under strict metadata persistence, secure_wb otherwise.
@@ -216,14 +229,22 @@ impl Design for Bmf {
         let t = mc.tree_update_fence(now)?;
         mc.flush_metadata(t)
     }
+
+    fn recover(&mut self, mc: &mut McOps, now: Cycle) -> Result<RecoveryReport, RecoveryError> { mc.recover_tree_update(now) }
 }
 
 /// BMF's tree update: each persisted write's path up to its persistent root (see the module
 /// documentation).
+#[derive(Clone)]
 pub struct BmfUpdate {
     persistency: Persistency,
     /// None with `forest = off` (every update reaches the root register).
     forest: Option<Forest>,
+    /// Whether the forest's roots are in the controller's trusted store yet (the nvMC's node
+    /// bytes live there, battery-backed; the original root's are the root register).
+    installed: bool,
+    root_level: usize,
+    arity: u64,
     nvmc: Cycle,
     /// sp: when the last root update completed (the next one starts no earlier).
     last_root_done: Cycle,
@@ -232,8 +253,7 @@ pub struct BmfUpdate {
     epoch_seen: rustc_hash::FxHashSet<u64>,
     /// o3: when the previous epoch's root updates complete.
     prev_epoch_done: Cycle,
-    /// Root evaluation intervals ended since the last barrier (o3 runs their evaluations
-    /// there).
+    /// o3: root evaluation intervals the epoch's updates ended (run after them).
     evaluations_due: u64,
     full_height: usize,
     heights: Vec<u64>,
@@ -246,7 +266,8 @@ impl BmfUpdate {
     pub fn new(ctx: &super::DesignContext, cfg: &BmfConfig) -> BmfUpdate {
         let shape = shape_of(ctx.data_bytes, ctx.tree_arity).expect("the layout was checked with the config");
         let entries = cfg.nvmc_bytes / 64;
-        let eval = Evaluation { rei_writes: cfg.rei_writes, prune_threshold: cfg.prune_threshold as u8, counter_max: ((1u32 << cfg.counter_bits) - 1) as u8 };
+        let counter_max = ((1u32 << cfg.counter_bits) - 1) as u8;
+        let eval = Evaluation { rei_writes: cfg.rei_writes, prune_threshold: prune_threshold(cfg), counter_max };
         let full_height = shape.nodes.len();
         let forest = match cfg.forest {
             ForestKind::Off => None,
@@ -256,6 +277,9 @@ impl BmfUpdate {
         BmfUpdate {
             persistency: resolve(cfg.persistency, ctx.strict_persistence),
             forest,
+            installed: false,
+            root_level: full_height - 1,
+            arity: ctx.tree_arity,
             nvmc: Cycle(cfg.nvmc_latency_cycles),
             last_root_done: Cycle::ZERO,
             epoch: Vec::new(),
@@ -272,6 +296,19 @@ impl BmfUpdate {
 
     /// The forest, if any (tests and reports).
     pub fn forest(&self) -> Option<&Forest> { self.forest.as_ref() }
+
+    /// Puts the forest's first roots on chip: a static forest's level at its boot content
+    /// (all entries 0, as the boot tree's nodes are); a dynamic one's is the root register.
+    fn install(&mut self, mc: &mut McOps) {
+        if std::mem::replace(&mut self.installed, true) {
+            return;
+        }
+        if let Some(f) = self.forest.as_ref() {
+            for e in f.entries().filter(|e| e.node.level < self.root_level) {
+                mc.trust_node(e.node.level, e.node.index, [0; 64]);
+            }
+        }
+    }
 
     /// The persistent root `page`'s update stops at (the root register's level without a
     /// forest), counting the update.
@@ -293,22 +330,18 @@ impl BmfUpdate {
         }
         // The path's nodes below the root, then one hash into the root's nvMC entry.
         let below = if top > 1 { mc.update_path(page, start, top - 1)? } else { start };
+        let child = Node::new(top - 1, page / self.arity.pow((top - 1) as u32));
+        if let Some(e) = mc.block_entry(child.level, child.index) {
+            mc.set_trusted_entry(top, child.index / self.arity, (child.index % self.arity) as usize, e);
+        }
         Ok(mc.hash_tree_node(below) + self.nvmc)
     }
 
     /// Runs a root evaluation's prune and merge from `at`; returns when its last step is done.
     fn evaluate(&mut self, mc: &mut McOps, at: Cycle) -> Result<Cycle, IntegrityError> {
         let Some(forest) = self.forest.as_mut() else { return Ok(at) };
-        let root_level = self.full_height - 1;
-        let mut ops = TimedOps { mc, t: at, nvmc: self.nvmc, root_level, failure: None };
-        for step in forest.plan_evaluation() {
-            forest.apply(step, &mut ops);
-            ops.t += ops.nvmc; // each step is one nvMC write
-        }
-        match ops.failure {
-            Some(e) => Err(e),
-            None => Ok(ops.t),
-        }
+        let steps = forest.plan_evaluation();
+        run_steps(forest, steps, mc, at, self.nvmc, self.arity)
     }
 
     /// o3: the epoch's root updates, coalesced: each page's path goes up to the lowest node it
@@ -322,6 +355,12 @@ impl BmfUpdate {
         }
         self.epochs += 1;
         let roots: Vec<usize> = pages.iter().map(|&p| self.root_of(p)).collect();
+        // The REI counts persists to PM: under o3, the epoch's coalesced updates.
+        if let Some(f) = self.forest.as_mut() {
+            for _ in &pages {
+                self.evaluations_due += u64::from(f.count_write());
+            }
+        }
         let arity = mc.layout().tree.arity;
         // How many of the epoch's pages still to be walked pass through each node below
         // their root (key: level, index).
@@ -383,11 +422,12 @@ impl TreeUpdateStrategy for BmfUpdate {
     }
 
     fn counter_changed(&mut self, mc: &mut McOps, page: u64, ctr_at: Cycle) -> Result<Cycle, IntegrityError> {
-        let due = self.forest.as_mut().is_some_and(Forest::count_write);
+        self.install(mc);
         match self.persistency {
             // Lazy: the parent absorbs the block when it is written back.
             Persistency::SecureWb | Persistency::Auto => Ok(ctr_at),
             Persistency::Sp => {
+                let due = self.forest.as_mut().is_some_and(Forest::count_write);
                 let start = ctr_at.max(self.last_root_done);
                 let top = self.root_of(page);
                 let mut done = self.update_to(mc, page, start, top)?;
@@ -398,7 +438,6 @@ impl TreeUpdateStrategy for BmfUpdate {
                 Ok(done)
             }
             Persistency::O3 => {
-                self.evaluations_due += u64::from(due);
                 if self.epoch_seen.insert(page) {
                     self.epoch.push(page);
                 } else {
@@ -411,7 +450,35 @@ impl TreeUpdateStrategy for BmfUpdate {
 
     fn absorbs_on_write_back(&self) -> bool { self.persistency == Persistency::SecureWb }
 
-    fn trusted(&self, level: usize, index: u64) -> bool { self.forest.as_ref().is_some_and(|f| f.entry(Node::new(level, index)).is_some()) }
+    fn persistent_copy(&self) -> Option<Box<dyn TreeUpdateStrategy>> {
+        // The nvMC's tags, root, E and L bits and bytes survive; its access counters, the
+        // BMT cache's, an evaluation's progress and an epoch's pending updates do not.
+        let mut copy = self.clone();
+        if let Some(f) = copy.forest.as_mut() {
+            f.crash();
+        }
+        copy.epoch.clear();
+        copy.epoch_seen.clear();
+        copy.evaluations_due = 0;
+        copy.last_root_done = Cycle::ZERO;
+        copy.prev_epoch_done = Cycle::ZERO;
+        Some(Box::new(copy))
+    }
+
+    fn recover(&mut self, mc: &mut McOps, now: Cycle) -> Result<RecoveryReport, RecoveryError> {
+        let Some(forest) = self.forest.as_mut() else { return mc.rebuild_and_verify(now) };
+        let (rebuilt, report) = mc.rebuild_levels(now, &|level, index| forest.is_root(Node::new(level, index)));
+        if mc.is_functional() {
+            check_roots(forest, &rebuilt, mc, self.arity)?;
+        }
+        // Merges a crash cut short are finished; prunes cut short leave both roots.
+        let mut ops = TimedOps { mc, t: now, nvmc: self.nvmc, root_level: self.root_level, arity: self.arity, failure: None };
+        forest.finish_recovery(&mut ops);
+        match ops.failure {
+            Some(e) => Err(RecoveryError { first_bad: e.to_string(), message: "finishing a merge the crash cut short".into() }),
+            None => Ok(report),
+        }
+    }
 
     fn fence(&mut self, mc: &mut McOps, now: Cycle) -> Result<Cycle, IntegrityError> {
         if self.persistency != Persistency::O3 {
@@ -449,13 +516,89 @@ impl TreeUpdateStrategy for BmfUpdate {
     }
 }
 
-/// A prune's or merge's tree work on the controller: fetches and hashes, timed from `t`.
+/// Recovery's check: every persistent root's entry for each child that is not a root equals
+/// that child rebuilt from the persisted counter blocks. On the path to a merge a crash cut
+/// short, the ancestor may hold either state (the merging root's edge cut, or restored).
+fn check_roots(forest: &Forest, rebuilt: &crate::controller::recovery::RebuiltLevels, mc: &McOps, arity: u64) -> Result<(), RecoveryError> {
+    let root_level = forest.shape().root_level();
+    let entry = |n: Node| -> u64 {
+        match rebuilt.levels.get(n.level).and_then(|l| l.get(&n.index)) {
+            Some(b) => mc.entry_of(n.level, n.index, b).expect("functional"),
+            None => 0, // never persisted: its boot content
+        }
+    };
+    let register = mc.root_register().expect("functional");
+    let merging = forest.merges_in_flight();
+    for x in forest.entries().filter(|e| e.root).map(|e| e.node) {
+        let held = if x.level == root_level { register } else { mc.trusted_bytes(x.level, x.index).unwrap_or([0; 64]) };
+        for (slot, c) in forest.shape().children(x).enumerate() {
+            if c.level > 0 && forest.is_root(c) {
+                continue;
+            }
+            let have = node_entry(&held, slot);
+            if have == entry(c) {
+                continue;
+            }
+            // With a merge of root m into x in flight: the path from m up to c, m included.
+            let restored = merging.iter().filter(|&&(m, a)| a == x && m.level < c.level && m.index / arity.pow((c.level - m.level) as u32) == c.index).any(|&(m, _)| {
+                let mut e = mc.entry_of(m.level, m.index, &mc.trusted_bytes(m.level, m.index).unwrap_or([0; 64])).expect("functional");
+                let mut idx = m.index;
+                for level in m.level + 1..=c.level {
+                    let mut node = rebuilt.block(level, idx / arity);
+                    set_node_entry(&mut node, (idx % arity) as usize, e);
+                    idx /= arity;
+                    e = mc.entry_of(level, idx, &node).expect("functional");
+                }
+                e == have
+            });
+            if !restored {
+                let what = if c.level == 0 { format!("counter block of page {}", c.index) } else { format!("tree level {} index {}", c.level, c.index) };
+                return Err(RecoveryError {
+                    first_bad: what,
+                    message: format!("the tree rebuilt from persisted counters does not match the persistent root at level {} index {} in the nvMC", x.level, x.index),
+                });
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Carries out `steps` of a prune or merge on `forest` and its nvMC `bytes` from `at`, each
+/// step one nvMC write; returns when the last is done.
+fn run_steps(forest: &mut Forest, steps: Vec<forest::Step>, mc: &mut McOps, at: Cycle, nvmc: Cycle, arity: u64) -> Result<Cycle, IntegrityError> {
+    let root_level = forest.shape().root_level();
+    let mut ops = TimedOps { mc, t: at, nvmc, root_level, arity, failure: None };
+    for step in steps {
+        forest.apply(step, &mut ops);
+        if let forest::Step::Invalidate { node } = step {
+            ops.mc.untrust_node(node.level, node.index);
+        }
+        ops.t += ops.nvmc;
+    }
+    match ops.failure {
+        Some(e) => Err(e),
+        None => Ok(ops.t),
+    }
+}
+
+/// A prune's or merge's tree work on the controller: fetches, hashes and the nvMC's bytes in
+/// the controller's trusted store, timed from `t`.
 struct TimedOps<'a> {
     mc: &'a mut McOps,
     t: Cycle,
     nvmc: Cycle,
     root_level: usize,
+    arity: u64,
     failure: Option<IntegrityError>,
+}
+
+impl TimedOps<'_> {
+    /// Functional mode: the entry `child`'s bytes give, set in trusted node `parent`.
+    fn set_entry_from_cached(&mut self, parent: Node, child: Node) {
+        if let Some(e) = self.mc.block_entry(child.level, child.index) {
+            self.mc.set_trusted_entry(parent.level, parent.index, (child.index % self.arity) as usize, e);
+        }
+    }
 }
 
 impl ForestOps for TimedOps<'_> {
@@ -464,17 +607,36 @@ impl ForestOps for TimedOps<'_> {
             Ok(t) => self.t = t + self.nvmc,
             Err(e) => {
                 self.failure.get_or_insert(e);
+                return;
             }
+        }
+        // The node's bytes, verified against the root above it, now live in the nvMC; its
+        // edge to that root is cut, so the root holds 0 for it (the original root's entries
+        // for roots are never read).
+        let bytes = self.mc.block_bytes(node.level, node.index).unwrap_or([0; 64]);
+        self.mc.trust_node(node.level, node.index, bytes);
+        let parent = Node::new(node.level + 1, node.index / self.arity);
+        if parent.level < self.root_level {
+            self.mc.set_trusted_entry(parent.level, parent.index, (node.index % self.arity) as usize, 0);
         }
     }
 
     fn restore_path(&mut self, from: Node, to: Node) {
+        // The root leaves the nvMC for the tree: its bytes go to NVM (and the tree cache),
+        // where the nodes above will be checked against them from now on.
+        let from_bytes = self.mc.is_functional().then(|| self.mc.trusted_bytes(from.level, from.index).unwrap_or([0; 64]));
+        self.t = self.mc.persist_tree_block(from.level, from.index, from_bytes, self.t);
         let r = if to.level == self.root_level {
             self.mc.update_path_from(from.level, from.index, self.t, usize::MAX)
         } else if to.level == from.level + 1 {
+            self.set_entry_from_cached(to, from);
             Ok(self.mc.hash_tree_node(self.t) + self.nvmc)
         } else {
-            self.mc.update_path_from(from.level, from.index, self.t, to.level - 1).map(|t| self.mc.hash_tree_node(t) + self.nvmc)
+            let below = Node::new(to.level - 1, from.index / self.arity.pow((to.level - 1 - from.level) as u32));
+            self.mc.update_path_from(from.level, from.index, self.t, to.level - 1).map(|t| {
+                self.set_entry_from_cached(to, below);
+                self.mc.hash_tree_node(t) + self.nvmc
+            })
         };
         match r {
             Ok(t) => self.t = t,
