@@ -182,8 +182,14 @@ pub struct Forest {
     eval: Evaluation,
     entries: Vec<Option<Entry>>,
     index: FxHashMap<u64, usize>,
-    /// The BMT cache's per-line access counters of non-root nodes (section 5.2), by node.
-    node_counters: FxHashMap<u64, u8>,
+    /// Which nodes are PRS members, a bit per node and level (the membership test every
+    /// update makes at each level of its path, without hashing).
+    root_bits: Vec<Vec<u64>>,
+    /// The BMT cache's per-line access counters of non-root nodes (section 5.2), by level and
+    /// index (dynamic forests; level 0 and the root level empty): each with the evaluation at
+    /// which it was last brought up to date, so that the decay at each REI is applied when a
+    /// counter is next read or bumped (`value >> evaluations since`), not by a sweep.
+    node_counters: Vec<Vec<(u8, u32)>>,
     writes_since_eval: u64,
     pub stats: ForestStats,
 }
@@ -243,13 +249,21 @@ impl Forest {
 
     fn empty(shape: Shape, kind: Kind, entries: u64, eval: Evaluation) -> Forest {
         let heights = vec![0; shape.nodes.len() + 1];
+        // (Level 0, the counter blocks, holds no root.)
+        let root_bits = shape.nodes.iter().enumerate().map(|(l, &n)| if l == 0 { Vec::new() } else { vec![0u64; n.div_ceil(64) as usize] }).collect();
+        let root_level = shape.root_level();
+        let node_counters = match kind {
+            Kind::Dynamic => shape.nodes.iter().enumerate().map(|(l, &n)| if l == 0 || l == root_level { Vec::new() } else { vec![(0, 0); n as usize] }).collect(),
+            Kind::Static => Vec::new(),
+        };
         Forest {
             shape,
             kind,
             eval,
             entries: vec![None; entries as usize],
             index: FxHashMap::default(),
-            node_counters: FxHashMap::default(),
+            root_bits,
+            node_counters,
             writes_since_eval: 0,
             stats: ForestStats { heights, ..Default::default() },
         }
@@ -265,7 +279,27 @@ impl Forest {
         let slot = self.entries.iter().position(Option::is_none).expect("a free nvMC entry");
         self.entries[slot] = Some(e);
         self.index.insert(e.node.key(), slot);
+        self.set_root_bit(e.node, e.root);
     }
+
+    fn set_root_bit(&mut self, n: Node, root: bool) {
+        let w = &mut self.root_bits[n.level][(n.index / 64) as usize];
+        let bit = 1u64 << (n.index % 64);
+        if root {
+            *w |= bit;
+        } else {
+            *w &= !bit;
+        }
+    }
+
+    /// A non-root node's access counter now (its decay applied).
+    fn node_counter(&self, n: Node) -> u8 {
+        let (c, stamp) = self.node_counters[n.level][n.index as usize];
+        let since = (self.stats.evaluations as u32).wrapping_sub(stamp);
+        if since >= 8 { 0 } else { c >> since }
+    }
+
+    fn set_node_counter(&mut self, n: Node, v: u8) { self.node_counters[n.level][n.index as usize] = (v, self.stats.evaluations as u32); }
 
     /// `node`'s nvMC entry, if present.
     pub fn entry(&self, node: Node) -> Option<&Entry> { self.index.get(&node.key()).map(|&s| self.entries[s].as_ref().expect("indexed entry")) }
@@ -277,7 +311,9 @@ impl Forest {
 
     /// Whether `node` is a PRS member (its hash never feeds its parent).
     #[inline]
-    pub fn is_root(&self, node: Node) -> bool { self.entry(node).is_some_and(|e| e.root) }
+    pub fn is_root(&self, node: Node) -> bool {
+        self.root_bits.get(node.level).and_then(|l| l.get((node.index / 64) as usize)).is_some_and(|w| w >> (node.index % 64) & 1 == 1)
+    }
 
     /// Every entry in use.
     pub fn entries(&self) -> impl Iterator<Item = &Entry> { self.entries.iter().flatten() }
@@ -285,7 +321,14 @@ impl Forest {
     /// The root that covers `leaf` (the first PRS member above it), if any.
     #[inline]
     pub fn covering_root(&self, leaf: u64) -> Option<Node> {
-        (1..=self.shape.root_level()).map(|l| self.shape.ancestor(leaf, l)).find(|&n| self.is_root(n))
+        let mut idx = leaf;
+        for level in 1..=self.shape.root_level() {
+            idx /= self.shape.arity;
+            if self.root_bits[level][(idx / 64) as usize] >> (idx % 64) & 1 == 1 {
+                return Some(Node::new(level, idx));
+            }
+        }
+        None
     }
 
     /// The first ancestor of `node` present in the nvMC (the pinned original root at worst).
@@ -311,9 +354,12 @@ impl Forest {
             let max = self.eval.counter_max;
             let e = self.entry_mut(root);
             e.counter = e.counter.saturating_add(1).min(max);
+            let mut idx = leaf;
             for level in 1..root.level {
-                let c = self.node_counters.entry(self.shape.ancestor(leaf, level).key()).or_insert(0);
-                *c = c.saturating_add(1).min(max);
+                idx /= self.shape.arity;
+                let n = Node::new(level, idx);
+                let c = self.node_counter(n);
+                self.set_node_counter(n, c.saturating_add(1).min(max));
             }
         }
         root
@@ -341,10 +387,7 @@ impl Forest {
         for e in self.entries.iter_mut().flatten() {
             e.counter >>= 1;
         }
-        self.node_counters.retain(|_, c| {
-            *c >>= 1;
-            *c > 0
-        });
+        // (Node counters decay lazily: evaluations is their clock.)
         let Some(p) = self.prune_target() else { return Vec::new() };
         let root = self.shape.root();
         // Entries the prune writes: every child not yet a root (original root), else one.
@@ -422,7 +465,7 @@ impl Forest {
     fn hottest_child(&self, p: Node) -> Node {
         let mut best = None;
         for c in self.shape.children(p).filter(|&c| !self.is_root(c)) {
-            let n = self.node_counters.get(&c.key()).copied().unwrap_or(0);
+            let n = self.node_counter(c);
             if best.is_none_or(|(_, b)| n > b) {
                 best = Some((c, n));
             }
@@ -447,16 +490,22 @@ impl Forest {
         match step {
             Step::AddRoot { node } => {
                 ops.load(node);
-                self.node_counters.remove(&node.key());
+                if self.kind == Kind::Dynamic && node.level < self.shape.root_level() {
+                    self.set_node_counter(node, 0);
+                }
                 self.insert(Entry { node, root: true, e: false, l: false, counter: 0 });
             }
             Step::SetE { node, e } => self.entry_mut(node).e = e,
             Step::Lock { node } => self.entry_mut(node).l = true,
-            Step::SetRoot { node, root } => self.entry_mut(node).root = root,
+            Step::SetRoot { node, root } => {
+                self.entry_mut(node).root = root;
+                self.set_root_bit(node, root);
+            }
             Step::RestorePath { from, to } => ops.restore_path(from, to),
             Step::Invalidate { node } => {
                 let s = self.index.remove(&node.key()).expect("an entry to invalidate");
                 self.entries[s] = None;
+                self.set_root_bit(node, false);
             }
         }
     }
@@ -474,7 +523,9 @@ impl Forest {
         for e in self.entries.iter_mut().flatten() {
             e.counter = 0;
         }
-        self.node_counters.clear();
+        for level in &mut self.node_counters {
+            level.fill((0, 0));
+        }
         self.writes_since_eval = 0;
     }
 

@@ -255,7 +255,7 @@ pub struct BmfUpdate {
     prev_epoch_done: Cycle,
     /// o3: root evaluation intervals the epoch's updates ended (run after them).
     evaluations_due: u64,
-    full_height: usize,
+    /// Updates by height (levels on the path, the counter block and its root included).
     heights: Vec<u64>,
     updates: u64,
     epochs: u64,
@@ -268,7 +268,7 @@ impl BmfUpdate {
         let entries = cfg.nvmc_bytes / 64;
         let counter_max = ((1u32 << cfg.counter_bits) - 1) as u8;
         let eval = Evaluation { rei_writes: cfg.rei_writes, prune_threshold: prune_threshold(cfg), counter_max };
-        let full_height = shape.nodes.len();
+        let root_level = shape.root_level();
         let forest = match cfg.forest {
             ForestKind::Off => None,
             ForestKind::Static => Some(Forest::new_static(shape, entries, (cfg.static_level > 0).then_some(cfg.static_level as usize)).expect("checked with the config")),
@@ -278,7 +278,7 @@ impl BmfUpdate {
             persistency: resolve(cfg.persistency, ctx.strict_persistence),
             forest,
             installed: false,
-            root_level: full_height - 1,
+            root_level,
             arity: ctx.tree_arity,
             nvmc: Cycle(cfg.nvmc_latency_cycles),
             last_root_done: Cycle::ZERO,
@@ -286,8 +286,7 @@ impl BmfUpdate {
             epoch_seen: Default::default(),
             prev_epoch_done: Cycle::ZERO,
             evaluations_due: 0,
-            full_height,
-            heights: vec![0; full_height + 1],
+            heights: vec![0; root_level + 2],
             updates: 0,
             epochs: 0,
             coalesced: 0,
@@ -315,7 +314,7 @@ impl BmfUpdate {
     fn root_of(&mut self, page: u64) -> usize {
         let level = match self.forest.as_mut() {
             Some(f) => f.record_update(page).level,
-            None => self.full_height - 1,
+            None => self.root_level,
         };
         self.updates += 1;
         self.heights[level + 1] += 1;
@@ -325,7 +324,7 @@ impl BmfUpdate {
     /// Updates `page`'s path from `start` up to its persistent root at level `top` (the root
     /// register at the tree's top); returns when the root is updated.
     fn update_to(&mut self, mc: &mut McOps, page: u64, start: Cycle, top: usize) -> Result<Cycle, IntegrityError> {
-        if top == self.full_height - 1 {
+        if top == self.root_level {
             return mc.update_path(page, start, usize::MAX);
         }
         // The path's nodes below the root, then one hash into the root's nvMC entry.
