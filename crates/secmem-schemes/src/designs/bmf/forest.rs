@@ -44,6 +44,7 @@
 //! needs (the controller's timing in a run, real values in the tests' model).
 
 use rustc_hash::FxHashMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 /// A tree node: `level` (0 = counter blocks) and `index` within the level.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -180,7 +181,12 @@ pub struct Forest {
     shape: Shape,
     kind: Kind,
     eval: Evaluation,
-    entries: Vec<Option<Entry>>,
+    /// The entries in use by slot (a fully associative cache's lines: the slot order is the
+    /// "first in the nvMC" of the algorithms' ties), and the free slots; work per evaluation
+    /// is in the entries in use, not the capacity (a 16 MB nvMC has 262,144 lines).
+    slots: BTreeMap<usize, Entry>,
+    free: BTreeSet<usize>,
+    capacity: usize,
     index: FxHashMap<u64, usize>,
     /// Which nodes are PRS members, a bit per node and level (the membership test every
     /// update makes at each level of its path, without hashing).
@@ -260,7 +266,9 @@ impl Forest {
             shape,
             kind,
             eval,
-            entries: vec![None; entries as usize],
+            slots: BTreeMap::new(),
+            free: (0..entries as usize).collect(),
+            capacity: entries as usize,
             index: FxHashMap::default(),
             root_bits,
             node_counters,
@@ -271,13 +279,13 @@ impl Forest {
 
     pub fn shape(&self) -> &Shape { &self.shape }
     pub fn kind(&self) -> Kind { self.kind }
-    pub fn capacity(&self) -> usize { self.entries.len() }
+    pub fn capacity(&self) -> usize { self.capacity }
     /// Entries in use (the pinned original root included).
     pub fn occupied(&self) -> usize { self.index.len() }
 
     fn insert(&mut self, e: Entry) {
-        let slot = self.entries.iter().position(Option::is_none).expect("a free nvMC entry");
-        self.entries[slot] = Some(e);
+        let slot = self.free.pop_first().expect("a free nvMC entry");
+        self.slots.insert(slot, e);
         self.index.insert(e.node.key(), slot);
         self.set_root_bit(e.node, e.root);
     }
@@ -302,11 +310,11 @@ impl Forest {
     fn set_node_counter(&mut self, n: Node, v: u8) { self.node_counters[n.level][n.index as usize] = (v, self.stats.evaluations as u32); }
 
     /// `node`'s nvMC entry, if present.
-    pub fn entry(&self, node: Node) -> Option<&Entry> { self.index.get(&node.key()).map(|&s| self.entries[s].as_ref().expect("indexed entry")) }
+    pub fn entry(&self, node: Node) -> Option<&Entry> { self.index.get(&node.key()).map(|s| &self.slots[s]) }
 
     fn entry_mut(&mut self, node: Node) -> &mut Entry {
         let s = self.index[&node.key()];
-        self.entries[s].as_mut().expect("indexed entry")
+        self.slots.get_mut(&s).expect("indexed entry")
     }
 
     /// Whether `node` is a PRS member (its hash never feeds its parent).
@@ -316,7 +324,7 @@ impl Forest {
     }
 
     /// Every entry in use.
-    pub fn entries(&self) -> impl Iterator<Item = &Entry> { self.entries.iter().flatten() }
+    pub fn entries(&self) -> impl Iterator<Item = &Entry> { self.slots.values() }
 
     /// The root that covers `leaf` (the first PRS member above it), if any.
     #[inline]
@@ -384,7 +392,7 @@ impl Forest {
     /// then picks at most one merge and one prune (Algorithms 1 and 2).
     pub fn plan_evaluation(&mut self) -> Vec<Step> {
         self.stats.evaluations += 1;
-        for e in self.entries.iter_mut().flatten() {
+        for e in self.slots.values_mut() {
             e.counter >>= 1;
         }
         // (Node counters decay lazily: evaluations is their clock.)
@@ -430,7 +438,7 @@ impl Forest {
     /// first in the nvMC on a tie), if any.
     fn prune_target(&self) -> Option<Node> {
         let mut best: Option<&Entry> = None;
-        for e in self.entries.iter().flatten() {
+        for e in self.slots.values() {
             // A root at level 1 has counter blocks for children, and a root whose children are
             // all roots already has no child to hand its place to: neither can be pruned.
             if e.root && e.e && !e.l && e.node.level > 1 && e.counter > self.eval.prune_threshold && best.is_none_or(|b| e.counter > b.counter) && self.shape.children(e.node).any(|c| !self.is_root(c)) {
@@ -449,7 +457,7 @@ impl Forest {
     fn merge_target(&self, prune: Node) -> Option<Node> {
         let root = self.shape.root();
         let mut best: Option<&Entry> = None;
-        for e in self.entries.iter().flatten() {
+        for e in self.slots.values() {
             if !e.root || !e.e || e.l || e.node == root || e.node == prune || self.shape.is_ancestor(e.node, prune) || (prune == root && e.node.level + 1 == root.level) {
                 continue;
             }
@@ -504,7 +512,8 @@ impl Forest {
             Step::RestorePath { from, to } => ops.restore_path(from, to),
             Step::Invalidate { node } => {
                 let s = self.index.remove(&node.key()).expect("an entry to invalidate");
-                self.entries[s] = None;
+                self.slots.remove(&s);
+                self.free.insert(s);
                 self.set_root_bit(node, false);
             }
         }
@@ -520,7 +529,7 @@ impl Forest {
     /// Power loss: the volatile counters and the progress of an evaluation are lost; the
     /// entries' tags, root, E and L bits (and data) survive.
     pub fn crash(&mut self) {
-        for e in self.entries.iter_mut().flatten() {
+        for e in self.slots.values_mut() {
             e.counter = 0;
         }
         for level in &mut self.node_counters {
@@ -546,7 +555,7 @@ impl Forest {
             self.apply(Step::RestorePath { from: m, to: a }, ops);
             self.apply(Step::Invalidate { node: m }, ops);
         }
-        for e in self.entries.iter_mut().flatten() {
+        for e in self.slots.values_mut() {
             e.e = true;
         }
     }
