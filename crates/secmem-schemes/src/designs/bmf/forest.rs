@@ -373,8 +373,8 @@ impl Forest {
         root
     }
 
-    /// Counts a PM write; returns true when it ends an REI (the caller then runs
-    /// [`evaluate`](Self::evaluate)).
+    /// Counts a PM write; returns true when it ends an REI (the caller then plans and runs
+    /// the evaluation: [`plan_evaluation`](Self::plan_evaluation), [`apply`](Self::apply)).
     #[inline]
     pub fn count_write(&mut self) -> bool {
         if self.kind == Kind::Static {
@@ -516,13 +516,6 @@ impl Forest {
                 self.free.insert(s);
                 self.set_root_bit(node, false);
             }
-        }
-    }
-
-    /// Runs an evaluation to its end (a run: no crash falls inside it).
-    pub fn evaluate(&mut self, ops: &mut dyn ForestOps) {
-        for step in self.plan_evaluation() {
-            self.apply(step, ops);
         }
     }
 

@@ -255,8 +255,6 @@ pub struct BmfUpdate {
     prev_epoch_done: Cycle,
     /// o3: root evaluation intervals the epoch's updates ended (run after them).
     evaluations_due: u64,
-    /// Updates by height (levels on the path, the counter block and its root included).
-    heights: Vec<u64>,
     updates: u64,
     epochs: u64,
     coalesced: u64,
@@ -286,7 +284,6 @@ impl BmfUpdate {
             epoch_seen: Default::default(),
             prev_epoch_done: Cycle::ZERO,
             evaluations_due: 0,
-            heights: vec![0; root_level + 2],
             updates: 0,
             epochs: 0,
             coalesced: 0,
@@ -317,7 +314,6 @@ impl BmfUpdate {
             None => self.root_level,
         };
         self.updates += 1;
-        self.heights[level + 1] += 1;
         level
     }
 
@@ -495,10 +491,15 @@ impl TreeUpdateStrategy for BmfUpdate {
             "height_0", "height_1", "height_2", "height_3", "height_4", "height_5", "height_6", "height_7", "height_8", "height_9", "height_10", "height_11", "height_12",
             "height_13", "height_14", "height_15", "height_16",
         ];
-        let n: u64 = self.heights.iter().sum();
-        let avg = if n == 0 { 0.0 } else { self.heights.iter().enumerate().map(|(h, &c)| h as f64 * c as f64).sum::<f64>() / n as f64 };
+        // Updates by height: the forest's, or without one every update at the full height.
+        let mut heights = vec![0u64; self.root_level + 2];
+        match self.forest.as_ref() {
+            Some(f) => heights.copy_from_slice(&f.stats.heights),
+            None => heights[self.root_level + 1] = self.updates,
+        }
+        let avg = if self.updates == 0 { 0.0 } else { heights.iter().enumerate().map(|(h, &c)| h as f64 * c as f64).sum::<f64>() / self.updates as f64 };
         let mut out = vec![("updates", self.updates as f64), ("avg_update_height", avg), ("epochs", self.epochs as f64), ("coalesced_updates", self.coalesced as f64)];
-        out.extend(self.heights.iter().enumerate().skip(1).take(16).map(|(h, &c)| (HEIGHT_NAMES[h], c as f64)));
+        out.extend(heights.iter().enumerate().skip(1).take(16).map(|(h, &c)| (HEIGHT_NAMES[h], c as f64)));
         if let Some(f) = self.forest.as_ref() {
             let s = &f.stats;
             out.extend([
