@@ -154,8 +154,8 @@ impl McOps {
     /// Functional mode: the entry a parent holds for cached block (`level`, `index`): its
     /// keyed hash, or 0 at its boot content. None when counting.
     pub fn block_entry(&self, level: usize, index: u64) -> Option<u64> {
-        let bytes = self.block_bytes(level, index)?;
-        self.0.func.as_ref().map(|f| f.child_entry(level, index, &bytes))
+        let f = self.0.func.as_ref()?;
+        Some(f.child_entry(level, index, &self.block_bytes(level, index)?))
     }
 
     /// Functional mode: the entry a parent would hold for block (`level`, `index`) with
@@ -165,6 +165,8 @@ impl McOps {
     /// Functional mode: the bytes of cached block (`level`, `index`) (a counter block at level
     /// 0). None when counting or not cached.
     pub fn block_bytes(&self, level: usize, index: u64) -> Option<[u8; 64]> {
+        // Counting mode keeps no bytes: no cache lookup on the update path for nothing.
+        self.0.func.as_ref()?;
         let kind = if level == 0 { MetaKind::Counter } else { MetaKind::Tree };
         self.0.payload(kind, self.0.block_addr(level, index) >> LINE_SHIFT)
     }
