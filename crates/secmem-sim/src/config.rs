@@ -63,7 +63,7 @@ config_section! {
         host_threads: u32 = 2 => "Host threads a functional run may use, 1 or 2. With 2, a run of a design whose data path is the baseline's (baseline, horus-slm, horus-dlm) simulates timing on one thread (as counting mode does) and on the other replays its memory-controller requests, with their bytes, through a functional controller (image, crypto, checks, event log); the statistics and event-log hash are those of 1. Counting mode, other designs and the crash and attack harnesses use one, and so does each point of a sweep on several jobs unless the sweep sets this key";
         check_pad_reuse: bool = false => "Functional mode: record every pad used for encryption and fail on a repeat (tests and campaigns)";
         warmup_requests: u64 = 0 => "Trace records simulated before statistics start (stats are end minus warm-up snapshot)";
-        max_requests: u64 = 0 => "Stop after this many trace records (0 = the whole trace)";
+        max_requests: u64 = 0 => "Stop after this many trace records (0 = the whole trace); the trace's own, before persist.barriers adds any";
         require_aligned: bool = true => "Reject accesses of physical traces that are not naturally aligned (address a multiple of a power-of-two size); false splits any access across the lines it touches. A virtual trace's (a real program's: lackey, captured) unaligned accesses are always split, and counted in meta.translation";
         progress: bool = true => "Show progress on stderr: a line with the rate and ETA on a terminal, else a heartbeat line every 10 s";
         flush_at_end: bool = false => "After the last record, write every dirty line of L1, L2 and the LLC back to memory and wait until it is persistent, counted in stats.flush_at_end, apart from the region of interest: shows the write path of a short trace whose stores never leave the caches (the metadata caches keep their dirty blocks: their write-back is the design's persistence policy)";
@@ -239,6 +239,9 @@ impl Config {
         self.persist.validate("persist")?;
         ensure(!self.workload.persist_writes || self.persist.barriers == crate::persist::PersistRule::Trace, "persist.barriers", || {
             "workload.persist_writes already follows every generated write with a flush and a fence: use one or the other".into()
+        })?;
+        ensure(self.persist.coverage == crate::persist::Coverage::Full || !self.run.functional, "persist.coverage", || {
+            "non-stack leaves stack lines unencrypted and outside the persistent memory, so functional mode's checks (every read returns the last data written, crash recovery, attacks) do not hold for them: run it in counting mode (run.functional = false)".into()
         })?;
         self.drain.validate("drain")?;
         ensure(self.memory.capacity_gib > 0, "memory.capacity_gib", || "must be at least 1 GiB".into())?;

@@ -72,6 +72,10 @@ pub struct CoreStats {
     pub mlp_stall_cycles: u64,
     /// Cycles fences waited for persists.
     pub fence_stall_cycles: u64,
+    /// Memory reads and writes of lines outside the protected memory (`persist.coverage =
+    /// "non-stack"`: the stack's), served as plain device accesses.
+    pub unprotected_reads: u64,
+    pub unprotected_writes: u64,
 }
 
 impl CoreStats {
@@ -87,6 +91,8 @@ impl CoreStats {
             memory_writes_issued: self.memory_writes_issued - s.memory_writes_issued,
             mlp_stall_cycles: self.mlp_stall_cycles - s.mlp_stall_cycles,
             fence_stall_cycles: self.fence_stall_cycles - s.fence_stall_cycles,
+            unprotected_reads: self.unprotected_reads - s.unprotected_reads,
+            unprotected_writes: self.unprotected_writes - s.unprotected_writes,
         }
     }
 }
@@ -171,6 +177,14 @@ pub struct Engine {
     translator: Option<std::cell::RefCell<Translator>>,
     /// The physical lines of the virtual record being stepped (reused buffer).
     virtual_lines: Vec<u64>,
+    /// `persist.coverage = "non-stack"`: the stack's virtual addresses, whose stores are not
+    /// written through and whose frames (`unprotected_frames`, by physical line >>
+    /// `frame_line_shift`) hold plain, unprotected lines. An empty range otherwise.
+    unprotected_va: std::ops::Range<u64>,
+    /// `hierarchy.write_through`, cleared while a stack store runs under non-stack coverage.
+    write_through: bool,
+    unprotected_frames: rustc_hash::FxHashSet<u64>,
+    frame_line_shift: u32,
     /// Reads and writes of a virtual trace that were not naturally aligned (split across
     /// lines).
     unaligned_accesses: u64,
@@ -324,6 +338,12 @@ impl Engine {
     /// An engine around `mc`; with `track_data`, line contents move through the hierarchy.
     fn with_controller(cfg: &Config, mc: SecureMc, track_data: bool) -> Result<Engine, ConfigError> {
         let design = build_design(cfg)?;
+        if cfg.persist.unprotected_stack().is_some() && (cfg.translation.addresses != AddressSpace::Virtual || cfg.run.trace_level == TraceLevel::Memory) {
+            return Err(ConfigError::new(
+                "persist.coverage",
+                "non-stack finds the stack by virtual address, in a trace of a program's loads and stores: this run's addresses are physical or memory requests (run a virtual trace, e.g. one secmem trace capture wrote, at core level)",
+            ));
+        }
         Ok(Engine {
             hier: Hierarchy::new(&cfg.l1, &cfg.l2, &cfg.llc, cfg.hierarchy.inclusive_llc, track_data),
             mc,
@@ -348,6 +368,10 @@ impl Engine {
                 std::cell::RefCell::new(Translator::new(&cfg.translation, cfg.data_bytes() - reserved, cfg.run.seed))
             }),
             virtual_lines: Vec::new(),
+            write_through: cfg.hierarchy.write_through,
+            unprotected_va: cfg.persist.unprotected_stack().unwrap_or(0..0),
+            unprotected_frames: Default::default(),
+            frame_line_shift: cfg.translation.page_size.bytes().trailing_zeros() - LINE_SHIFT,
             unaligned_accesses: 0,
             content_shadow: None,
             prefetch_page: std::cell::Cell::new(u64::MAX),
@@ -446,6 +470,12 @@ impl Engine {
         if let (Some(shadow), Some(d)) = (self.content_shadow.as_mut(), data) {
             shadow.insert(line, *d);
         }
+        if self.is_unprotected(line) {
+            // Outside the persistent memory: a plain write no fence waits for.
+            self.stats.unprotected_writes += 1;
+            self.mc.write_unprotected(line, self.now);
+            return;
+        }
         match self.design.serve_write(&mut self.mc, line, data, self.now) {
             Ok(t) => self.last_persist = self.last_persist.max(t),
             Err(e) => {
@@ -504,6 +534,18 @@ impl Engine {
                     Err(e) => return Err(RecordError { index, message: e.to_string(), integrity: None }),
                 }
             }
+        }
+        if self.unprotected_va.contains(&rec.addr) {
+            // A stack access (`persist.coverage = "non-stack"`): its frames hold plain lines,
+            // and a store to it stays in the caches under write-through.
+            for &line in &lines {
+                self.unprotected_frames.insert(line >> self.frame_line_shift);
+            }
+            let write_through = std::mem::replace(&mut self.write_through, false);
+            self.step_checked(rec, lines.iter().copied());
+            self.write_through = write_through;
+            self.virtual_lines = lines;
+            return self.after_step(index);
         }
         self.step_checked(rec, lines.iter().copied());
         self.virtual_lines = lines;
@@ -586,6 +628,11 @@ impl Engine {
         }
     }
 
+    /// Whether physical `line` is outside the protected memory (a stack frame under
+    /// `persist.coverage = "non-stack"`).
+    #[inline(always)]
+    fn is_unprotected(&self, line: u64) -> bool { !self.unprotected_frames.is_empty() && self.unprotected_frames.contains(&(line >> self.frame_line_shift)) }
+
     /// A memory-level record: a read is an outstanding miss, a write a posted write-back.
     #[inline]
     fn memory_request(&mut self, line: u64, write: bool, data: Option<&[u8; 64]>) {
@@ -620,6 +667,12 @@ impl Engine {
                 if let Some(out) = self.forwarded.as_mut() {
                     out.push(Record::read(line << LINE_SHIFT, 0));
                 }
+                if self.is_unprotected(line) {
+                    self.stats.unprotected_reads += 1;
+                    let done = self.mc.read_unprotected(line, at);
+                    self.add_outstanding(done);
+                    return self.after_access(line, write, data);
+                }
                 match self.design.serve_read(&mut self.mc, line, at) {
                     Ok((done, plain)) => {
                         // (Never-written memory reads as zeros, as the functional image's does.)
@@ -635,10 +688,16 @@ impl Engine {
                 }
             }
         }
+        self.after_access(line, write, data)
+    }
+
+    /// The end of an access: the write-backs it caused, and a store's write-through.
+    #[inline(always)]
+    fn after_access(&mut self, line: u64, write: bool, data: Option<&[u8; 64]>) {
         if !self.hier.writebacks.is_empty() {
             self.send_writebacks();
         }
-        if write && self.cfg.hierarchy.write_through {
+        if write && self.write_through {
             // Strict persistency: the store goes to memory now, in program order; the cached
             // copy is clean.
             if let Some(wb) = self.hier.flush_line(line) {
@@ -982,6 +1041,8 @@ mod tests {
             memory_writes_issued: base + 8,
             mlp_stall_cycles: base + 9,
             fence_stall_cycles: base + 10,
+            unprotected_reads: base + 11,
+            unprotected_writes: base + 12,
         };
         let region = c(100).since(&c(10));
         let ninety = CoreStats {
@@ -995,6 +1056,8 @@ mod tests {
             memory_writes_issued: 90,
             mlp_stall_cycles: 90,
             fence_stall_cycles: 90,
+            unprotected_reads: 90,
+            unprotected_writes: 90,
         };
         assert_eq!(region, ninety);
     }

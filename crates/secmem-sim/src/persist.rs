@@ -13,9 +13,11 @@
 //!   line written since the last barrier, in first-written order, then one fence (epoch
 //!   persistency with epochs of N stores).
 //!
-//! Inserted records are records like any other: `run.max_requests`, `run.warmup_requests`
-//! and the report's record counts include them, as they include the ones
-//! `workload.persist_writes` adds to the synthetic workload. Stores left after the last
+//! `run.max_requests` counts the trace's own records: the trace is cut to it before barriers
+//! are inserted, so that schemes that add different barriers run the same program records.
+//! Past that, inserted records are records like any other: `run.warmup_requests` and the
+//! report's record counts include them, as they include the ones `workload.persist_writes`
+//! adds to the synthetic workload. Stores left after the last
 //! barrier get none (a program's tail is not made durable by the rule). Transaction markers
 //! would be the natural third rule; no trace format secmem reads has them yet.
 
@@ -33,18 +35,40 @@ config_enum! {
     }
 }
 
+config_enum! {
+    /// Which stores the protected, persistent memory holds.
+    pub enum Coverage {
+        Full => "full": "every store: all of memory is protected and persistent",
+        NonStack => "non-stack": "every store but the stack's (persist.stack_top_va - persist.stack_bytes .. persist.stack_top_va, virtual): a stack store gets no barrier and no write-through, and its line is stored unencrypted and unauthenticated (BMF Table 3's default)"
+    }
+}
+
 config_section! {
-    /// Persist barriers inserted into traces that have none (see `persist.rs`).
+    /// Persist barriers inserted into traces that have none, and which stores are persisted
+    /// (see `persist.rs`).
     pub struct PersistConfig {
         barriers: PersistRule = PersistRule::Trace => "trace (as the trace has them), every-store or every-n-stores";
         every_n_stores: u64 = 64 => "Stores per barrier under every-n-stores (an epoch's length), at least 1";
+        coverage: Coverage = Coverage::Full => "full or non-stack: whether stores to the stack are protected and persisted (non-stack needs a virtual trace, counting mode)";
+        stack_top_va: u64 = 0x1f_ff00_1000 => "Virtual address (bytes) just above the main thread's stack, for coverage = non-stack. Default: the top of the main stack valgrind 3.x on amd64 Linux gives its client (its address space manager puts it just below 16 MiB under the client space's 128 GiB top), where every trace secmem trace capture writes has its stack";
+        stack_bytes: u64 = 16 << 20 => "Bytes below persist.stack_top_va taken as the stack (valgrind reserves at most 16 MiB for the main stack)";
     }
 }
 
 impl PersistConfig {
     /// Field checks; `prefix` is the section's path.
     pub fn validate(&self, prefix: &str) -> Result<(), ConfigError> {
-        ensure(self.every_n_stores >= 1, &format!("{prefix}.every_n_stores"), || "must be at least 1 store per barrier".into())
+        ensure(self.every_n_stores >= 1, &format!("{prefix}.every_n_stores"), || "must be at least 1 store per barrier".into())?;
+        ensure(self.coverage == Coverage::Full || self.stack_bytes > 0, &format!("{prefix}.stack_bytes"), || "coverage = \"non-stack\" needs a stack of at least 1 byte".into())?;
+        ensure(self.stack_bytes <= self.stack_top_va, &format!("{prefix}.stack_bytes"), || {
+            format!("{} bytes reach below virtual address 0 from persist.stack_top_va = {:#x}", self.stack_bytes, self.stack_top_va)
+        })
+    }
+
+    /// The stack's virtual addresses when stores to it are left unprotected (`coverage =
+    /// "non-stack"`).
+    pub fn unprotected_stack(&self) -> Option<std::ops::Range<u64>> {
+        (self.coverage == Coverage::NonStack).then(|| self.stack_top_va - self.stack_bytes..self.stack_top_va)
     }
 }
 
@@ -56,12 +80,15 @@ pub struct Barriers<I> {
     stores: u64,
     /// Lines stored since the last barrier, in first-written order (every-n-stores).
     lines: Vec<u64>,
+    /// Stores here get no barrier (`coverage = "non-stack"`).
+    unprotected: std::ops::Range<u64>,
     pending: VecDeque<Record>,
 }
 
 impl<I: Iterator<Item = Result<Record, TraceError>>> Barriers<I> {
     pub fn new(inner: I, cfg: &PersistConfig) -> Barriers<I> {
-        Barriers { inner, rule: cfg.barriers, every: cfg.every_n_stores, stores: 0, lines: Vec::new(), pending: VecDeque::new() }
+        let unprotected = cfg.unprotected_stack().unwrap_or(0..0);
+        Barriers { inner, rule: cfg.barriers, every: cfg.every_n_stores, stores: 0, lines: Vec::new(), unprotected, pending: VecDeque::new() }
     }
 
     /// Queues the barrier after a store of `rec` (its lines flushed per the rule).
@@ -104,7 +131,7 @@ impl<I: Iterator<Item = Result<Record, TraceError>>> Iterator for Barriers<I> {
         }
         let rec = self.inner.next()?;
         if let Ok(r) = &rec {
-            if r.op == Op::Write && r.size_bytes > 0 {
+            if r.op == Op::Write && r.size_bytes > 0 && !self.unprotected.contains(&r.addr) {
                 self.after_store(r);
             }
         }
@@ -117,7 +144,7 @@ mod tests {
     use super::*;
 
     fn run(rule: PersistRule, every: u64, recs: Vec<Record>) -> Vec<(Op, u64)> {
-        let cfg = PersistConfig { barriers: rule, every_n_stores: every };
+        let cfg = PersistConfig { barriers: rule, every_n_stores: every, ..PersistConfig::default() };
         Barriers::new(recs.into_iter().map(Ok), &cfg).map(|r| r.unwrap()).map(|r| (r.op, r.addr)).collect()
     }
 
@@ -154,7 +181,22 @@ mod tests {
     #[test]
     fn the_trace_rule_adds_nothing_and_a_zero_epoch_is_refused() {
         assert_eq!(run(PersistRule::Trace, 1, trace()).len(), 4);
-        let cfg = PersistConfig { barriers: PersistRule::EveryNStores, every_n_stores: 0 };
+        let cfg = PersistConfig { barriers: PersistRule::EveryNStores, every_n_stores: 0, ..PersistConfig::default() };
         assert_eq!(cfg.validate("persist").unwrap_err().field, "persist.every_n_stores");
+    }
+
+    #[test]
+    fn under_non_stack_coverage_a_stack_store_gets_no_barrier_nor_a_place_in_the_epoch() {
+        use Op::*;
+        let cfg = PersistConfig { barriers: PersistRule::EveryNStores, every_n_stores: 2, coverage: Coverage::NonStack, stack_top_va: 0x10_0000, stack_bytes: 0x1000 };
+        let recs = vec![Record::write(0x1000, 0), Record::write(0xf_f040, 0), Record::write(0x2000, 0), Record::write(0xf_f000, 0)];
+        let got: Vec<(Op, u64)> = Barriers::new(recs.into_iter().map(Ok), &cfg).map(|r| r.unwrap()).map(|r| (r.op, r.addr)).collect();
+        let want = vec![(Write, 0x1000), (Write, 0xf_f040), (Write, 0x2000), (Flush, 0x1000), (Flush, 0x2000), (Fence, 0), (Write, 0xf_f000)];
+        assert_eq!(got, want);
+        let every = PersistConfig { barriers: PersistRule::EveryStore, ..cfg };
+        let n = Barriers::new(vec![Record::write(0xf_f000, 0)].into_iter().map(Ok), &every).count();
+        assert_eq!(n, 1, "a stack store alone: nothing added");
+        let empty = PersistConfig { stack_bytes: 0, ..cfg };
+        assert_eq!(empty.validate("persist").unwrap_err().field, "persist.stack_bytes");
     }
 }

@@ -94,14 +94,28 @@ pub(crate) fn workload_generator(cfg: &Config) -> Result<(secmem_trace::generate
     Ok((gen, spec.requests))
 }
 
-/// Opens the records of `input`, with persist barriers inserted by `[persist]`'s rule.
+/// Opens the records of `input`, with persist barriers inserted by `[persist]`'s rule. With
+/// barriers inserted, `run.max_requests` has cut the trace's own records already (every
+/// scheme of a persistency study then runs the same program records, whatever it adds), and
+/// [`record_limit`] leaves the result uncut.
 pub fn open_records(cfg: &Config, input: &TraceInput) -> Result<(RecordIter, Option<u64>), SimError> {
     let (records, hint) = open_plain_records(cfg, input)?;
     if cfg.persist.barriers == crate::persist::PersistRule::Trace {
         return Ok((records, hint));
     }
+    let limit = if cfg.run.max_requests == 0 { usize::MAX } else { cfg.run.max_requests as usize };
     // The record count is no longer known up front.
-    Ok((Box::new(crate::persist::Barriers::new(records, &cfg.persist)), None))
+    Ok((Box::new(crate::persist::Barriers::new(records.take(limit), &cfg.persist)), None))
+}
+
+/// How many of [`open_records`]'s records a run takes: `run.max_requests` (0: all), or all
+/// when persist barriers were inserted after the trace was cut to it.
+pub fn record_limit(cfg: &Config) -> u64 {
+    if cfg.run.max_requests == 0 || cfg.persist.barriers != crate::persist::PersistRule::Trace {
+        u64::MAX
+    } else {
+        cfg.run.max_requests
+    }
 }
 
 /// The records of `input` as they are.
@@ -231,7 +245,7 @@ impl Pacing {
     /// Refuses, up front when the trace's length is known, a warm-up that covers it all.
     fn of(cfg: &Config, total_hint: Option<u64>, start: Instant) -> Result<Pacing, SimError> {
         let warmup = cfg.run.warmup_requests;
-        let limit = if cfg.run.max_requests == 0 { u64::MAX } else { cfg.run.max_requests };
+        let limit = record_limit(cfg);
         let known = total_hint.map(|t| t.min(limit));
         if let Some(total) = known {
             ensure_roi_left(warmup, total)?;

@@ -29,6 +29,8 @@ pub static GENERIC: &[StatDoc] = &[
     S("stats.core.memory_writes_issued", "lines", "lines written to the controller: LLC dirty evictions, flush write-backs, write-throughs"),
     S("stats.core.mlp_stall_cycles", "cycles", "cycles the core waited for a free miss slot (core.max_outstanding_misses)"),
     S("stats.core.fence_stall_cycles", "cycles", "cycles fences waited for earlier stores to persist"),
+    S("stats.core.unprotected_reads", "reads", "memory reads of lines outside the protected memory (persist.coverage = non-stack: the stack's), plain device reads"),
+    S("stats.core.unprotected_writes", "writes", "memory writes of lines outside the protected memory, plain device writes no fence waits for"),
     S("stats.caches.*.hits", "lookups", "lookups that hit (L2 is looked up on an L1 miss, the LLC on an L2 miss: local rates)"),
     S("stats.caches.*.misses", "lookups", "lookups that missed"),
     S("stats.caches.*.hit_rate", "ratio", "hits / (hits + misses), 0 without lookups"),

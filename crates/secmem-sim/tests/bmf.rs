@@ -171,3 +171,48 @@ fn tampering_replay_and_splicing_are_detected_against_the_nvmc_roots() {
         assert!(out.classes.values().all(|c| c.tampered_plaintext_returned == 0), "{forest}: {out:#?}");
     }
 }
+
+/// A captured program (gzip under valgrind: its stack at valgrind's amd64 client stack).
+fn gzip() -> std::path::PathBuf { std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../python/secmem/traces/gzip-numbers.trace.xz") }
+
+fn program_stats(extra: &[&str]) -> Value {
+    // Small caches, so that stack lines are written back and read again.
+    let mut o = vec!["run.max_requests=60000", "l1.size_kib=4", "l1.ways=2", "l2.size_kib=8", "l2.ways=4", "llc.size_kib=16", "llc.ways=4"];
+    o.extend_from_slice(extra);
+    let c = cfg(&o).unwrap_or_else(|e| panic!("{extra:?}: {e}"));
+    let c = secmem_sim::run::resolve_for_input(&c, &TraceInput::File(gzip())).unwrap();
+    secmem_sim::run(&c, &TraceInput::File(gzip())).unwrap_or_else(|e| panic!("{extra:?}: {e}"))["stats"].clone()
+}
+
+#[test]
+fn non_stack_coverage_leaves_stack_stores_without_barriers_or_protection_and_costs_less() {
+    // The stores of the run's 60,000 records that fall in the stack.
+    let stack = 0x1f_ff00_1000u64 - (16 << 20)..0x1f_ff00_1000u64;
+    let recs: Vec<secmem_trace::Record> = secmem_trace::open(&gzip()).unwrap().take(60_000).map(Result::unwrap).collect();
+    let stores = recs.iter().filter(|r| r.op == secmem_trace::Op::Write).count() as u64;
+    let stack_stores = recs.iter().filter(|r| r.op == secmem_trace::Op::Write && stack.contains(&r.addr)).count() as u64;
+    assert!(stack_stores > 0 && stack_stores < stores, "{stack_stores} of {stores}");
+    let core = |s: &Value, k: &str| s["core"][k].as_u64().unwrap();
+    let full = program_stats(&[]);
+    let non_stack = program_stats(&["persist.coverage=non-stack"]);
+    // The same program records (run.max_requests cuts the trace before barriers are added);
+    // a barrier after every store but the stack's.
+    assert_eq!((core(&full, "writes"), core(&non_stack, "writes")), (stores, stores));
+    assert_eq!((core(&full, "fences"), core(&non_stack, "fences")), (stores, stores - stack_stores));
+    // Stack lines reach memory as plain lines, with no counter or MAC of their own.
+    assert_eq!(core(&full, "unprotected_writes") + core(&full, "unprotected_reads"), 0);
+    assert!(core(&non_stack, "unprotected_writes") > 0 && core(&non_stack, "unprotected_reads") > 0, "{}", non_stack["core"]);
+    let mac_ops = |s: &Value| s["security"]["mac_ops"]["data_write"].as_u64().unwrap();
+    assert!(mac_ops(&non_stack) < mac_ops(&full));
+    assert!(design(&non_stack, "updates") < design(&full, "updates"));
+    assert!(non_stack["cycles"].as_u64() < full["cycles"].as_u64());
+}
+
+#[test]
+fn non_stack_coverage_without_a_program_s_addresses_or_in_functional_mode_is_a_config_error() {
+    let e = cfg(&["persist.coverage=non-stack", "run.functional=true"]).unwrap_err();
+    assert!(e.contains("'persist.coverage'"), "{e}");
+    let c = cfg(&["persist.coverage=non-stack"]).unwrap();
+    let e = secmem_sim::run(&c, &TraceInput::Workload).unwrap_err().to_string();
+    assert!(e.contains("persist.coverage") && e.contains("virtual"), "{e}");
+}

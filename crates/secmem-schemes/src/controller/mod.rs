@@ -512,6 +512,27 @@ impl SecureMc {
         self.media.write(addr, class, at)
     }
 
+    /// A read of data `line` outside the protected memory (the engine's `persist.coverage =
+    /// "non-stack"` stack): the device read alone, no counter, MAC or tree. Counting mode
+    /// only (the config refuses functional mode with an unprotected region).
+    pub fn read_unprotected(&mut self, line: u64, now: Cycle) -> Cycle {
+        debug_assert!(self.func.is_none(), "unprotected lines in functional mode");
+        self.stats.data_reads += 1;
+        let done = self.device_read(line << LINE_SHIFT, TrafficClass::Data, now);
+        self.stats.read_latency.record((done - now).0);
+        done
+    }
+
+    /// A write of data `line` outside the protected memory: the device write alone, as
+    /// [`read_unprotected`](Self::read_unprotected).
+    pub fn write_unprotected(&mut self, line: u64, now: Cycle) -> Cycle {
+        debug_assert!(self.func.is_none(), "unprotected lines in functional mode");
+        self.stats.data_writes += 1;
+        let done = self.device_write(line << LINE_SHIFT, TrafficClass::Data, now);
+        self.stats.write_latency.record((done - now).0);
+        done
+    }
+
     // ---------------------------------------------------------------- further ports
 
     /// Attaches a device beside the memory under `name` (unique): a storage device, or a

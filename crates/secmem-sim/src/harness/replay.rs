@@ -17,7 +17,7 @@ use std::rc::Rc;
 /// Reads all records (campaigns replay the trace, so it must fit in memory).
 pub(crate) fn collect(cfg: &Config, input: &TraceInput) -> Result<Vec<Record>, SimError> {
     let (it, _) = open_records(cfg, input)?;
-    let limit = if cfg.run.max_requests == 0 { usize::MAX } else { cfg.run.max_requests as usize };
+    let limit = usize::try_from(crate::run::record_limit(cfg)).unwrap_or(usize::MAX);
     it.take(limit).collect::<Result<Vec<_>, _>>().map_err(SimError::from)
 }
 
