@@ -26,6 +26,14 @@ config_enum! {
     }
 }
 
+config_enum! {
+    /// The contents generated writes carry.
+    pub enum WorkloadContents {
+        None => "none": "no data: the line's contents are not modelled (functional mode derives them from the line and the store)",
+        Synthetic => "synthetic": "each write a line: a popular content repeated (workload.duplicate_pct) or a new one"
+    }
+}
+
 config_section! {
     /// The main memory: which device, and how much data it holds.
     pub struct MemoryConfig {
@@ -83,6 +91,10 @@ config_section! {
         inst_gap: u32 = 10 => "Non-memory instructions between consecutive records";
         persist_writes: bool = false => "Follow every generated write with a clwb of its line and a fence, as a persistent-memory program persists its stores (adds 2 records per write)";
         seed: u64 = 1 => "Seed of the generator";
+        contents: WorkloadContents = WorkloadContents::None => "What generated writes carry: none, or synthetic lines with duplicates (for designs that decide on contents, such as deduplication)";
+        duplicate_pct: u32 = 60 => "contents = synthetic: share of writes that repeat a popular content, percent (ESD Fig. 1: 62.9% of LLC write-backs duplicate on average)";
+        duplicate_contents: u64 = 1024 => "contents = synthetic: how many popular contents the repeated writes draw from";
+        duplicate_theta: f64 = 0.99 => "contents = synthetic: Zipf exponent of a repeated write's content, rank 0 the most written (content locality, ESD Fig. 3)";
     }
 }
 
@@ -294,6 +306,7 @@ impl Config {
         })?;
         ensure(w.requests > 0, "workload.requests", || "must be > 0".into())?;
         crate::run::workload_spec(self)?;
+        crate::run::workload_contents(self)?;
         ensure(
             self.security.metadata_persistence != secmem_schemes::config::MetadataPersistence::Strict
                 || self.tree.update == secmem_schemes::config::TreeUpdate::Eager,

@@ -193,6 +193,9 @@ pub struct Engine {
     /// functional mode reads back from its image. Fills take their contents from here, so the
     /// lines the design is handed are those of a functional run. `None` otherwise.
     content_shadow: Option<rustc_hash::FxHashMap<u64, [u8; 64]>>,
+    /// The design decides on line contents (`DesignEntry::needs_line_contents`): a store
+    /// record must carry its bytes (none are made up for it).
+    stores_need_data: bool,
     /// Page of the record last given to `prefetch_late` / `prefetch` (host look-ahead only).
     prefetch_page: std::cell::Cell<u64>,
     prefetch_page_early: std::cell::Cell<u64>,
@@ -374,6 +377,7 @@ impl Engine {
             frame_line_shift: cfg.translation.page_size.bytes().trailing_zeros() - LINE_SHIFT,
             unaligned_accesses: 0,
             content_shadow: None,
+            stores_need_data: secmem_schemes::designs::entry(&cfg.run.design).is_ok_and(|d| d.needs_line_contents),
             prefetch_page: std::cell::Cell::new(u64::MAX),
             prefetch_page_early: std::cell::Cell::new(u64::MAX),
             cfg: cfg.clone(),
@@ -400,6 +404,16 @@ impl Engine {
         }
         if rec.size_bytes == 0 {
             return Err(RecordError { index, message: format!("a {:?} of 0 bytes touches nothing (only fences have size 0)", rec.op), integrity: None });
+        }
+        if self.stores_need_data && rec.op == Op::Write && rec.data.is_none() {
+            return Err(RecordError {
+                index,
+                message: format!(
+                    "design '{}' decides on the contents of the lines written, and this store carries none: run a trace with data (secmem trace capture --data, or an OS-level trace whose stores carry data), or give the generated workload contents (workload.contents = \"synthetic\")",
+                    self.cfg.run.design
+                ),
+                integrity: None,
+            });
         }
         let size = rec.size_bytes as u64;
         if rec.addr.checked_add(size).is_none_or(|e| e > end) {

@@ -51,7 +51,9 @@ pub struct Measured {
 pub struct OsDriver {
     pub os: Os,
     pids: FxHashMap<u32, usize>,
-    functional: bool,
+    /// Stores keep the bytes the trace gives them: in functional mode, and for a design that
+    /// decides on line contents (`DesignEntry::needs_line_contents`).
+    keep_data: bool,
     warm: Warm,
     /// Index of the `roi` record, once seen.
     roi_at: Option<u64>,
@@ -81,7 +83,7 @@ impl OsDriver {
         Ok(OsDriver {
             os,
             pids,
-            functional: cfg.run.functional,
+            keep_data: cfg.run.functional || secmem_schemes::designs::entry(&cfg.run.design).is_ok_and(|d| d.needs_line_contents),
             warm,
             roi_at: None,
             stores_in_roi: 0,
@@ -151,7 +153,7 @@ impl OsDriver {
                 self.os.inst_gap = inst_gap;
                 // Counting mode moves no bytes: a payload would be ignored downstream anyway.
                 let t0 = self.os.engine.now();
-                self.os.store(p, vaddr, data.filter(|_| self.functional))?;
+                self.os.store(p, vaddr, data.filter(|_| self.keep_data))?;
                 *self.cycles_by_pid.entry(pid).or_default() += (self.os.engine.now() - t0).0;
                 self.stores_in_roi += 1;
             }

@@ -87,6 +87,17 @@ pub fn workload_spec(cfg: &Config) -> Result<secmem_trace::generate::GenSpec, Co
     Ok(spec)
 }
 
+/// The content model of `[workload]` (`contents = "synthetic"`), if any.
+pub fn workload_contents(cfg: &Config) -> Result<Option<secmem_trace::generate::ContentSpec>, ConfigError> {
+    let w = &cfg.workload;
+    let spec = secmem_trace::generate::ContentSpec { duplicate_pct: w.duplicate_pct, popular: w.duplicate_contents, theta: w.duplicate_theta, seed: w.seed };
+    spec.validate().map_err(|m| {
+        let field = m.split_whitespace().next().unwrap_or("").trim_end_matches(':');
+        ConfigError::new(format!("workload.{field}"), m)
+    })?;
+    Ok((w.contents == crate::config::WorkloadContents::Synthetic).then_some(spec))
+}
+
 /// The built-in workload's generator (`[workload]`) and the number of records it yields.
 pub(crate) fn workload_generator(cfg: &Config) -> Result<(secmem_trace::generate::Generator, u64), SimError> {
     let spec = workload_spec(cfg)?;
@@ -127,14 +138,18 @@ fn open_plain_records(cfg: &Config, input: &TraceInput) -> Result<(RecordIter, O
         }, None)),
         TraceInput::Workload => {
             let (gen, n) = workload_generator(cfg)?;
+            let records: Box<dyn Iterator<Item = secmem_trace::Record>> = match workload_contents(cfg)? {
+                Some(contents) => Box::new(secmem_trace::generate::WithContents::new(gen, &contents)),
+                None => Box::new(gen),
+            };
             if cfg.workload.persist_writes {
-                let persisted = gen.flat_map(|r| {
+                let persisted = records.flat_map(|r| {
                     let extra = (r.op == secmem_trace::Op::Write).then(|| [secmem_trace::Record::flush(r.addr, 0), secmem_trace::Record::fence(0)]);
                     std::iter::once(r).chain(extra.into_iter().flatten())
                 });
                 return Ok((Box::new(persisted.map(Ok)), None));
             }
-            Ok((Box::new(gen.map(Ok)), Some(n)))
+            Ok((Box::new(records.map(Ok)), Some(n)))
         }
     }
 }
@@ -801,7 +816,11 @@ pub fn run_saving(cfg: &Config, input: &TraceInput, image_out: Option<&Path>) ->
             return crate::os_trace::run_events(cfg, stream.events, &input.describe(cfg));
         }
     }
-    if matches!(input, TraceInput::Workload) && !cfg.workload.persist_writes && cfg.persist.barriers == crate::persist::PersistRule::Trace {
+    if matches!(input, TraceInput::Workload)
+        && !cfg.workload.persist_writes
+        && cfg.persist.barriers == crate::persist::PersistRule::Trace
+        && cfg.workload.contents == crate::config::WorkloadContents::None
+    {
         // The common case, without the box `open_records` puts every source in.
         let (gen, n) = workload_generator(cfg)?;
         return run_records_saving(cfg, gen.map(Ok), Some(n), &input.describe(cfg), image_out);

@@ -24,7 +24,8 @@ fn every_design_s_figures_are_described() {
     for entry in secmem_sim::designs::REGISTRY {
         let preset = if entry.name.starts_with("horus") || entry.name == "baseline" { "horus" } else { "lelantus" };
         let design = format!("run.design={}", entry.name);
-        let rep = secmem_sim::run(&load(preset, &[&design]), &TraceInput::Workload).unwrap();
+        let contents = if entry.needs_line_contents { "workload.contents=synthetic" } else { "workload.contents=none" };
+        let rep = secmem_sim::run(&load(preset, &[&design, contents]), &TraceInput::Workload).unwrap();
         assert!(rep["stats"]["flush_at_end"].is_object());
         assert_eq!(undocumented(&rep), Vec::<String>::new(), "{}", entry.name);
     }

@@ -407,6 +407,92 @@ impl Iterator for Generator {
 
 impl std::iter::FusedIterator for Generator {}
 
+/// Contents for a synthetic workload's writes, for designs that decide on them
+/// (deduplication). Real programs repeat a few contents many times (zeros, small integers,
+/// the same pointers: ESD Fig. 3's content locality), so a write repeats one of
+/// `popular` contents with probability `duplicate_pct`%, the content's rank drawn from a Zipf
+/// law of exponent `theta` (rank 0 the most written), and otherwise writes a content no
+/// other write has. Deterministic for a seed.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ContentSpec {
+    pub duplicate_pct: u32,
+    pub popular: u64,
+    pub theta: f64,
+    pub seed: u64,
+}
+
+impl ContentSpec {
+    /// Checks the spec; the error names the offending field and value.
+    pub fn validate(&self) -> Result<(), String> {
+        if self.duplicate_pct > 100 {
+            return Err(format!("duplicate_pct must be a percentage, 0..=100, got {}", self.duplicate_pct));
+        }
+        if self.popular == 0 {
+            return Err("duplicate_contents must be at least 1".into());
+        }
+        if !(self.theta > 0.0 && self.theta.is_finite()) {
+            return Err(format!("duplicate_theta must be > 0, got {}", self.theta));
+        }
+        Ok(())
+    }
+}
+
+/// `inner`'s records with every write carrying a line from a [`ContentSpec`].
+pub struct WithContents<I> {
+    inner: I,
+    rng: ChaCha8Rng,
+    zipf: Zipf,
+    threshold: u64,
+    popular: u64,
+    key: u64,
+    fresh: u64,
+}
+
+impl<I> WithContents<I> {
+    pub fn new(inner: I, spec: &ContentSpec) -> WithContents<I> {
+        WithContents {
+            inner,
+            rng: ChaCha8Rng::seed_from_u64(spec.seed ^ 0x636f_6e74_656e_7473),
+            zipf: Zipf::new(spec.popular, spec.theta),
+            threshold: (u64::from(spec.duplicate_pct) << 53) / 100,
+            popular: spec.popular,
+            key: spec.seed,
+            fresh: 0,
+        }
+    }
+
+    /// Content number `n`: 8 words mixed from the seed and `n` (splitmix64), so distinct
+    /// numbers give distinct lines.
+    fn content(&self, n: u64) -> [u8; 64] {
+        let mut out = [0u8; 64];
+        for (i, chunk) in out.chunks_exact_mut(8).enumerate() {
+            let mut z = self.key.wrapping_add((n * 8 + i as u64 + 1).wrapping_mul(0x9E37_79B9_7F4A_7C15));
+            z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+            z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+            chunk.copy_from_slice(&(z ^ (z >> 31)).to_le_bytes());
+        }
+        out
+    }
+}
+
+impl<I: Iterator<Item = Record>> Iterator for WithContents<I> {
+    type Item = Record;
+
+    fn next(&mut self) -> Option<Record> {
+        let mut r = self.inner.next()?;
+        if r.op == Op::Write {
+            let n = if (self.rng.next_u64() >> 11) < self.threshold {
+                self.zipf.sample(&mut self.rng)
+            } else {
+                self.fresh += 1;
+                self.popular + self.fresh
+            };
+            r.data = Some(self.content(n));
+        }
+        Some(r)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -860,5 +946,23 @@ mod tests {
             close(expm1_over(y), y.exp_m1() / y, "expm1_over");
             close(ln1p_over(y), y.ln_1p() / y, "ln1p_over");
         }
+    }
+
+    #[test]
+    fn with_contents_repeats_popular_lines_at_the_duplicate_share_and_never_repeats_the_rest() {
+        let spec = GenSpec { read_ratio: 0.0, requests: 20_000, ..GenSpec::default() };
+        let contents = ContentSpec { duplicate_pct: 60, popular: 100, theta: 0.99, seed: 7 };
+        let recs: Vec<Record> = WithContents::new(Generator::new(&spec).unwrap(), &contents).collect();
+        let mut seen = std::collections::HashMap::new();
+        for r in &recs {
+            *seen.entry(r.data.expect("every write carries a line")).or_insert(0u64) += 1;
+        }
+        let repeated: u64 = seen.values().filter(|&&n| n > 1).sum();
+        let share = repeated as f64 / recs.len() as f64;
+        assert!((0.57..0.63).contains(&share), "{share}");
+        assert!(seen.values().filter(|&&n| n > 1).count() <= 100);
+        let again: Vec<Record> = WithContents::new(Generator::new(&spec).unwrap(), &contents).collect();
+        assert_eq!(recs, again, "same seed, same contents");
+        assert!(ContentSpec { duplicate_pct: 101, ..contents.clone() }.validate().unwrap_err().contains("duplicate_pct"));
     }
 }

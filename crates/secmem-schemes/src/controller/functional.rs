@@ -35,6 +35,9 @@ pub enum IntegrityError {
     CounterBlock { page: u64, addr: u64 },
     /// A tree node at `level` (1 = just above the counters) did not match its parent.
     TreeNode { level: usize, index: u64, addr: u64 },
+    /// Not an integrity check: a remapping design found no free physical line for a write of
+    /// `line` (every line it may place data on holds data). The run stops, as on a failure.
+    NoFreeLine { line: u64 },
 }
 
 impl IntegrityError {
@@ -44,12 +47,14 @@ impl IntegrityError {
             IntegrityError::DataMac { .. } => "data-mac".into(),
             IntegrityError::CounterBlock { .. } => "counter".into(),
             IntegrityError::TreeNode { level, .. } => format!("tree-level-{level}"),
+            IntegrityError::NoFreeLine { .. } => "no-free-line".into(),
         }
     }
     /// Device address of the block whose check failed.
     pub fn addr(&self) -> u64 {
         match *self {
             IntegrityError::DataMac { addr, .. } | IntegrityError::CounterBlock { addr, .. } | IntegrityError::TreeNode { addr, .. } => addr,
+            IntegrityError::NoFreeLine { line } => line << 6,
         }
     }
 }
@@ -65,6 +70,9 @@ impl std::fmt::Display for IntegrityError {
             }
             IntegrityError::TreeNode { level, index, addr } => {
                 write!(f, "integrity failure: tree node level {level} index {index} (address {addr:#x}) does not match its parent")
+            }
+            IntegrityError::NoFreeLine { line } => {
+                write!(f, "no free data line to place a write of line {line:#x}: every line the design may use holds data (the footprint is larger than the memory it leaves to data)")
             }
         }
     }

@@ -15,10 +15,12 @@
 //!   a design here and never compares design names.
 //!
 //! One file per design: [`baseline`], [`horus`], [`lelantus`] (both encodings),
-//! [`silent_shredder`], [`bmf`] (a folder: the design and its forest). `docs/architecture.md`, "Adding a design", walks through adding one.
+//! [`silent_shredder`], [`bmf`] (a folder: the design and its forest), [`esd`] (a folder: the
+//! design, its EFIT and its AMT). `docs/architecture.md`, "Adding a design", walks through adding one.
 
 pub mod baseline;
 pub mod bmf;
+pub mod esd;
 pub mod horus;
 pub mod lelantus;
 pub mod silent_shredder;
@@ -138,6 +140,11 @@ pub trait Design {
     /// Design-specific counters for the report (flat name -> value).
     fn extra_stats(&self) -> Vec<(&'static str, f64)> { Vec::new() }
 
+    /// The device line that holds logical data line `line`'s bytes: `line` itself, unless the
+    /// design remaps lines (deduplication). Attack harnesses tamper with this line to attack
+    /// `line`'s data.
+    fn data_line_of(&self, line: u64) -> u64 { line }
+
     /// The name of design metadata this design keeps in data lines of its own (read and
     /// written through the controller's secure data path), for the attack harness's classes
     /// `tamper-NAME`, `replay-NAME` and `splice-NAME`; None if it keeps none. Metadata kept
@@ -238,6 +245,7 @@ secmem_core::config_section! {
     pub struct DesignsConfig {
         lelantus: lelantus::LelantusConfig = lelantus::LelantusConfig::default() => "Lelantus and Lelantus-CoW (HPCA'20): the CoW-metadata cache";
         bmf: bmf::BmfConfig = bmf::BmfConfig::default() => "Bonsai Merkle Forests (MICRO'21): persistency model, forest and nvMC";
+        esd: esd::EsdConfig = esd::EsdConfig::default() => "ESD (HPCA'23): the EFIT and the AMT cache";
     }
 }
 
@@ -356,6 +364,7 @@ pub static REGISTRY: &[&DesignEntry] = &[
     &lelantus::COW_ENTRY,
     &silent_shredder::ENTRY,
     &bmf::ENTRY,
+    &esd::ENTRY,
     #[cfg(feature = "example-design")]
     &write_verify::ENTRY,
 ];

@@ -138,6 +138,10 @@ struct World {
     /// Lines holding their own last write, ascending (injection targets).
     written: Vec<u64>,
     changed: Vec<u64>,
+    /// The device line holding each written line's bytes (`Design::data_line_of`: the line
+    /// itself but under a remapping design).
+    location: FxHashMap<u64, u64>,
+    /// Pages of those device lines.
     pages: Vec<u64>,
     /// Every line the oracle knows, ascending (clean reads).
     readable: Vec<u64>,
@@ -216,7 +220,9 @@ pub fn attack_campaign(
     let late_set = oracle.since_mark.unwrap_or_default();
     // Ascending, as `written` is.
     let changed: Vec<u64> = written.iter().copied().filter(|l| late_set.contains(l)).collect();
-    let mut pages: Vec<u64> = written.iter().map(|&l| page_of_line(l)).collect();
+    let location: FxHashMap<u64, u64> = written.iter().map(|&l| (l, design.data_line_of(l))).collect();
+    let mut pages: Vec<u64> = location.values().map(|&l| page_of_line(l)).collect();
+    pages.sort_unstable();
     pages.dedup();
     let mut readable: Vec<u64> = oracle.lines.keys().copied().collect();
     readable.sort_unstable();
@@ -236,7 +242,10 @@ pub fn attack_campaign(
         });
     }
     let image_now = mc.func.as_ref().unwrap().image.clone();
-    let world = World { image_now, image_old, written, changed, pages, readable, oracle: oracle.lines, surface, surface_name };
+    // A replay needs bytes that changed: under a remapping design a line written since the
+    // recording may have been mapped to bytes already there then.
+    let changed: Vec<u64> = changed.into_iter().filter(|l| image_old.get_opt(location[l]) != image_now.get_opt(location[l])).collect();
+    let world = World { image_now, image_old, written, changed, location, pages, readable, oracle: oracle.lines, surface, surface_name };
 
     let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(seed);
     let mut out = AttackOutcome::default();
@@ -314,8 +323,9 @@ fn prepare(name: &str, w: &World, mc: &SecureMc, rng: &mut impl Rng) -> Option<I
     let line_addr = |l: u64| l << LINE_SHIFT;
     let counter_line = |p: u64| layout.counter_addr(p) >> LINE_SHIFT;
     let mac_of = |l: u64| layout.mac_addr(l);
-    // A written line of a page.
-    let line_in = |p: u64| w.written.iter().copied().find(|&l| page_of_line(l) == p);
+    // Where a written line's bytes are, and a written line whose bytes are in page `p`.
+    let at = |l: u64| w.location[&l];
+    let line_in = |p: u64| w.written.iter().copied().find(|&l| page_of_line(at(l)) == p);
     // What the recorded (mid-run) image held at device line `l`: a line it does not hold was
     // still at its boot content, which a replay puts back (a counter block's initial
     // encoding, a data line's zeros under its initial counter, a tree node's or MAC block's
@@ -329,20 +339,22 @@ fn prepare(name: &str, w: &World, mc: &SecureMc, rng: &mut impl Rng) -> Option<I
     };
     match name {
         "tamper-data" => {
-            let l = pick(&w.written, rng)?;
+            let t = pick(&w.written, rng)?;
+            let l = at(t);
             let mut b = w.image_now.get(l);
             flip(&mut b, rng);
-            Some(Injection { writes: vec![(l, b)], target: l, expect: ("data-mac".into(), line_addr(l)) })
+            Some(Injection { writes: vec![(l, b)], target: t, expect: ("data-mac".into(), line_addr(l)) })
         }
         "tamper-mac" => {
-            let l = pick(&w.written, rng)?;
+            let t = pick(&w.written, rng)?;
+            let l = at(t);
             let (maddr, slot) = mac_of(l);
             let mut b = w.image_now.get(maddr >> LINE_SHIFT);
             let per = layout.macs_per_block;
             let width = 512 / per;
             let v = get_bits(&b, slot, per) ^ (1u64 << rng.gen_range(0..width));
             set_bits(&mut b, slot, per, v);
-            Some(Injection { writes: vec![(maddr >> LINE_SHIFT, b)], target: l, expect: ("data-mac".into(), line_addr(l)) })
+            Some(Injection { writes: vec![(maddr >> LINE_SHIFT, b)], target: t, expect: ("data-mac".into(), line_addr(l)) })
         }
         "tamper-counter" => {
             let p = pick(&w.pages, rng)?;
@@ -365,16 +377,18 @@ fn prepare(name: &str, w: &World, mc: &SecureMc, rng: &mut impl Rng) -> Option<I
             Some(Injection { writes: vec![(addr >> LINE_SHIFT, b)], target: line_in(p)?, expect: (format!("tree-level-{level}"), addr) })
         }
         "replay-data-mac" => {
-            let l = pick(&w.changed, rng)?;
+            let t = pick(&w.changed, rng)?;
+            let l = at(t);
             let (maddr, _) = mac_of(l);
             Some(Injection {
                 writes: vec![(l, old(l)), (maddr >> LINE_SHIFT, old(maddr >> LINE_SHIFT))],
-                target: l,
+                target: t,
                 expect: ("data-mac".into(), line_addr(l)),
             })
         }
         "replay-data-mac-counter" => {
-            let l = pick(&w.changed, rng)?;
+            let t = pick(&w.changed, rng)?;
+            let l = at(t);
             let p = page_of_line(l);
             let (maddr, _) = mac_of(l);
             Some(Injection {
@@ -383,12 +397,13 @@ fn prepare(name: &str, w: &World, mc: &SecureMc, rng: &mut impl Rng) -> Option<I
                     (maddr >> LINE_SHIFT, old(maddr >> LINE_SHIFT)),
                     (counter_line(p), old(counter_line(p))),
                 ],
-                target: l,
+                target: t,
                 expect: ("counter".into(), layout.counter_addr(p)),
             })
         }
         "replay-tree-path" => {
-            let l = pick(&w.changed, rng)?;
+            let t = pick(&w.changed, rng)?;
+            let l = at(t);
             let p = page_of_line(l);
             let (maddr, _) = mac_of(l);
             let mut writes = vec![
@@ -412,12 +427,13 @@ fn prepare(name: &str, w: &World, mc: &SecureMc, rng: &mut impl Rng) -> Option<I
                 }
                 writes.push((a >> LINE_SHIFT, old));
             }
-            Some(Injection { writes, target: l, expect: expect? })
+            Some(Injection { writes, target: t, expect: expect? })
         }
         "splice-data-mac" => {
-            let a = pick(&w.written, rng)?;
-            let b = pick_where(&w.written, rng, |b| b != a && w.image_now.get(a) != w.image_now.get(b))?;
-            Some(Injection { writes: swap_with_macs(w, layout, a, b), target: a, expect: ("data-mac".into(), line_addr(a)) })
+            let t = pick(&w.written, rng)?;
+            let a = at(t);
+            let b = pick_where(&w.written, rng, |u| at(u) != a && w.image_now.get(a) != w.image_now.get(at(u)))?;
+            Some(Injection { writes: swap_with_macs(w, layout, a, at(b)), target: t, expect: ("data-mac".into(), line_addr(a)) })
         }
         "splice-counter" => {
             let p = pick(&w.pages, rng)?;
