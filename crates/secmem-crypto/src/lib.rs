@@ -12,6 +12,7 @@
 //! | line encryption | AES-128 in counter mode (pads = AES of counter blocks) | `aes` 0.8 (AES-NI autodetected at run time, software fallback) |
 //! | line MACs, design MACs | SipHash-2-4 (a 64-bit PRF/MAC for short inputs), truncated | `siphasher` 1.x |
 //! | Merkle tree node hashes | SipHash-2-4 under a separate key, 64-bit | `siphasher` 1.x |
+//! | deduplication fingerprints (the ESD baselines) | SHA-1, CRC-32 (IEEE) | `sha1` 0.10, `crc32fast` 1.x |
 //!
 //! # Constructions
 //!
@@ -64,6 +65,7 @@
 //! assert!(reuse.record(keys.key_id(), 0, line, major, minor).is_err());
 //! ```
 
+pub mod fingerprint;
 pub mod host_rates;
 pub mod keys;
 pub mod mac;

@@ -276,6 +276,7 @@ pub fn design_context(cfg: &Config) -> secmem_schemes::designs::DesignContext {
         data_bytes: cfg.data_bytes(),
         tree_arity: cfg.tree.arity,
         strict_persistence: cfg.security.metadata_persistence == secmem_schemes::config::MetadataPersistence::Strict,
+        freq_mhz: cfg.core.freq_mhz,
     }
 }
 

@@ -147,6 +147,20 @@ impl McOps {
         self.0.engine.run(at, 1, self.0.p.hash)
     }
 
+    /// Encryption and MAC work a design spends outside the data path (`aes` pad generations
+    /// and `mac` MACs, counted as the design's), on the crypto engine from `at`; returns when
+    /// it is done. DeWrite's speculative encryption of a line that turns out a duplicate is
+    /// such work.
+    pub fn design_crypto(&mut self, aes: u64, mac: u64, at: Cycle) -> Cycle {
+        self.0.stats.aes_ops.design += aes;
+        self.0.stats.mac_ops.design += mac;
+        let t = self.0.engine.run_many(at, aes, 1, self.0.p.aes);
+        self.0.engine.run_many(t, mac, 1, self.0.p.mac)
+    }
+
+    /// The latencies of one AES pad generation and one data MAC, CPU cycles.
+    pub fn crypto_latencies(&self) -> (Cycle, Cycle) { (self.0.p.aes, self.0.p.mac) }
+
     /// Counts an update of the root register that [`update_path`](Self::update_path) did not
     /// make (a strategy's own root store).
     pub fn count_root_update(&mut self) { self.0.stats.root_updates += 1 }

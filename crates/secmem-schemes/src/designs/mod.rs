@@ -222,6 +222,8 @@ pub struct DesignContext {
     pub tree_arity: u64,
     /// `security.metadata_persistence = "strict"`: each write persists its metadata.
     pub strict_persistence: bool,
+    /// The core clock, MHz (for a design's latencies given in ns).
+    pub freq_mhz: u64,
 }
 
 /// The parts of a config a design may check its own requirements against, before the first
@@ -245,7 +247,7 @@ secmem_core::config_section! {
     pub struct DesignsConfig {
         lelantus: lelantus::LelantusConfig = lelantus::LelantusConfig::default() => "Lelantus and Lelantus-CoW (HPCA'20): the CoW-metadata cache";
         bmf: bmf::BmfConfig = bmf::BmfConfig::default() => "Bonsai Merkle Forests (MICRO'21): persistency model, forest and nvMC";
-        esd: esd::EsdConfig = esd::EsdConfig::default() => "ESD (HPCA'23): the EFIT and the AMT cache";
+        esd: esd::EsdConfig = esd::EsdConfig::default() => "ESD (HPCA'23) and its baselines dedup_sha1 and dewrite: the EFIT, the AMT cache, the fingerprints";
     }
 }
 
@@ -365,6 +367,8 @@ pub static REGISTRY: &[&DesignEntry] = &[
     &silent_shredder::ENTRY,
     &bmf::ENTRY,
     &esd::ENTRY,
+    &esd::SHA1_ENTRY,
+    &esd::DEWRITE_ENTRY,
     #[cfg(feature = "example-design")]
     &write_verify::ENTRY,
 ];
@@ -440,7 +444,7 @@ mod tests {
     #[test]
     fn every_design_built_by_its_config_name_reports_that_name() {
         // Reports and error messages name the design through `name()`.
-        let ctx = DesignContext { hierarchy_lines: 1024, metadata_lines: 256, data_bytes: 1 << 30, tree_arity: 8, strict_persistence: false };
+        let ctx = DesignContext { hierarchy_lines: 1024, metadata_lines: 256, data_bytes: 1 << 30, tree_arity: 8, strict_persistence: false, freq_mhz: 4000 };
         for e in REGISTRY {
             assert_eq!((e.build)(&ctx, &DesignsConfig::default()).name(), e.name);
         }
@@ -449,7 +453,7 @@ mod tests {
     #[test]
     fn a_designs_regions_sit_above_the_tree_without_overlap_and_size_the_device() {
         let base = secmem_core::tree::SecureLayout::new(1 << 30, 8, 64).unwrap();
-        let ctx = DesignContext { hierarchy_lines: 1024, metadata_lines: 256, data_bytes: 1 << 30, tree_arity: 8, strict_persistence: false };
+        let ctx = DesignContext { hierarchy_lines: 1024, metadata_lines: 256, data_bytes: 1 << 30, tree_arity: 8, strict_persistence: false, freq_mhz: 4000 };
         for e in REGISTRY {
             let l = DeviceLayout::compose(&base, e, &ctx);
             assert_eq!(l.regions.len(), 4 + (e.regions)(&ctx).len(), "{}", e.name);
