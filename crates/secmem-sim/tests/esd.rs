@@ -88,13 +88,14 @@ fn lines_with_the_same_ecc_but_other_bytes_are_both_kept() {
     assert_eq!(secmem_core::ecc::line_ecc(&a), secmem_core::ecc::line_ecc(&b));
     assert_ne!(a, b);
     // a's entry becomes popular (count 2); b hits it, the compare read tells them apart, and
-    // the popular entry stays, so a third a is still found.
+    // b enters the EFIT beside a: both are found again, the more referenced compared first.
     let s = write_then_read_back(&mut e, &[(0, a), (64, a), (128, b), (192, a), (256, b)]);
-    assert_eq!((s["ecc_collisions"], s["dedup_writes"], s["compare_reads"]), (2.0, 2.0, 4.0), "{s:?}");
-    // Two lines written once each: the newer takes the entry.
-    let mut e = engine(&[]);
-    let s = write_then_read_back(&mut e, &[(0, a), (64, b), (128, b)]);
-    assert_eq!((s["ecc_collisions"], s["dedup_writes"]), (1.0, 1.0), "{s:?}");
+    assert_eq!((s["ecc_collisions"], s["dedup_writes"], s["compare_reads"]), (1.0, 3.0, 5.0), "{s:?}");
+    assert_eq!(e.design.data_line_of(256), e.design.data_line_of(128));
+    // With one compare read allowed, b is missed while a is the more referenced.
+    let mut e = engine(&["design.esd.max_compare_reads=1"]);
+    let s = write_then_read_back(&mut e, &[(0, a), (64, a), (128, b), (192, b)]);
+    assert_eq!((s["ecc_collisions"], s["dedup_writes"]), (2.0, 1.0), "{s:?}");
 }
 
 #[test]
@@ -232,4 +233,37 @@ fn bad_settings_and_stores_without_contents_are_refused_naming_the_field_or_the_
     let c = cfg(&["workload.requests=20000", "workload.read_ratio=0.3", "workload.contents=synthetic", "run.trace_level=\"memory\""]).unwrap();
     let s = secmem_sim::run(&c, &TraceInput::Workload).unwrap()["stats"].clone();
     assert!(design(&s, "write_reduction_pct") > 0.0, "{}", s["design"]);
+}
+
+#[test]
+fn full_deduplication_finds_every_duplicate_and_selective_only_those_its_efit_holds() {
+    let run = |design: &str, extra: &[&str]| {
+        let mut o = vec!["workload.requests=30000", "workload.read_ratio=0.3", "workload.contents=synthetic", "workload.duplicate_contents=4096", "run.trace_level=\"memory\""];
+        let d = format!("run.design=\"{design}\"");
+        o.push(&d);
+        o.extend_from_slice(extra);
+        secmem_sim::run(&cfg(&o).unwrap(), &TraceInput::Workload).unwrap()["stats"].clone()
+    };
+    let sha1 = run("dedup_sha1", &[]);
+    let dewrite = run("dewrite", &[]);
+    let esd = run("esd", &[]);
+    let small = run("esd", &["design.esd.efit_bytes=1792", "design.esd.efit_ways=4"]);
+    let eliminated = |s: &Value| design(s, "dedup_writes") + design(s, "silent_writes");
+    // SHA-1 and CRC-32 (confirmed by the compare read) both find every duplicate in the store.
+    assert_eq!(eliminated(&sha1), eliminated(&dewrite));
+    assert!(eliminated(&esd) <= eliminated(&sha1) && eliminated(&small) < eliminated(&esd), "{} {} {}", eliminated(&sha1), eliminated(&esd), eliminated(&small));
+    assert!(eliminated(&small) > 0.0);
+    // Every write is hashed by the baselines, none by ESD; only DeWrite and ESD read to compare.
+    assert_eq!(design(&sha1, "fingerprint_ops"), design(&sha1, "writes"));
+    assert_eq!((design(&esd, "fingerprint_ops"), design(&sha1, "compare_reads")), (0.0, 0.0));
+    assert!(design(&dewrite, "compare_reads") >= design(&dewrite, "dedup_writes"));
+    // The full store is looked up in NVM; ESD never is.
+    assert!(design(&sha1, "fingerprint_nvm_lookups") > 0.0 && design(&esd, "fingerprint_nvm_lookups") == 0.0);
+    // DeWrite's mispredicted duplicates were encrypted for nothing (design crypto).
+    let wasted = design(&dewrite, "mispredicted_duplicates");
+    assert!(wasted > 0.0 && design(&dewrite, "mispredicted_uniques") > 0.0);
+    assert_eq!(dewrite["security"]["aes_ops"]["design"].as_f64(), Some(wasted));
+    // SHA-1's 321 ns is on every write's path.
+    let mean = |s: &Value| design(s, "write_fingerprint_cycles") / design(s, "writes");
+    assert_eq!(mean(&sha1), 642.0, "321 ns at 2 GHz");
 }

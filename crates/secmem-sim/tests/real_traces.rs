@@ -1,5 +1,5 @@
 //! Real programs as workloads: do the captured fixtures in `python/secmem/traces` (sqlite,
-//! gzip, CPython, sort; see its README.md for the commands) run translated through the
+//! gzip, CPython, sort, awk; see its PROGRAMS.md for the commands) run translated through the
 //! secure and non-secure presets, and does functional mode write the bytes they carry?
 
 use secmem_sim::engine::Engine;
@@ -13,8 +13,8 @@ use std::rc::Rc;
 mod common;
 use common::TmpDir;
 
-const FIXTURES: [&str; 4] = ["sqlite-bank", "gzip-numbers", "python-dict", "sort-numbers"];
-const WITH_DATA: [&str; 3] = ["sqlite-bank", "gzip-numbers", "python-dict"];
+const FIXTURES: [&str; 6] = ["sqlite-bank", "gzip-numbers", "python-dict", "sort-numbers", "python-list", "awk-count"];
+const WITH_DATA: [&str; 5] = ["sqlite-bank", "gzip-numbers", "python-dict", "python-list", "awk-count"];
 
 fn fixture(name: &str) -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join(format!("../../python/secmem/traces/{name}.trace.xz"))

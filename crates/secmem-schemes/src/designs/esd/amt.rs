@@ -29,8 +29,9 @@ use rustc_hash::FxHashMap;
 use secmem_core::cache::{Replacement, SetAssocCache};
 use secmem_core::Cycle;
 
-/// Entries per 64 B AMT line.
-pub const PER_LINE: u64 = 8;
+/// Bytes of an entry, and entries per 64 B AMT line.
+pub const ENTRY_BYTES: u64 = 8;
+pub const PER_LINE: u64 = 64 / ENTRY_BYTES;
 const TARGET_MASK: u64 = (1 << 40) - 1;
 const VALID: u64 = 1 << 40;
 const REFS_SHIFT: u32 = 48;

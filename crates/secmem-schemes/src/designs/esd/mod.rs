@@ -57,6 +57,8 @@ config_section! {
         referh_bits: u32 = 8 => "Width of an EFIT entry's reference count referH, bits (section III-B: 1 byte); a content referenced this many times is written anew";
         decay_interval_writes: u64 = 65536 => "EFIT refresh period, writes: every this many writes each entry's referH drops by design.esd.decay (section III-D's regular refresh; the paper gives no value; 0 = never)";
         decay: u32 = 1 => "What each EFIT refresh subtracts from every referH";
+        max_compare_reads: u32 = 2 => "ESD: the most EFIT candidates of one ECC a write reads to compare, the most referenced first (contents sharing an ECC each have an entry; the paper describes one compare read)";
+        lrcu: bool = true => "EFIT replacement: LRCU (lowest referH first, section III-D); false: plain LRU (Fig. 18's without-LRCU curve)";
         amt_cache_bytes: u64 = 512 << 10 => "AMT cache capacity, B, 64 B lines of 8 entries (Table I: 512 KB)";
         amt_cache_ways: u32 = 8 => "AMT cache associativity, ways (the paper gives the capacity only)";
         amt_latency_cycles: u64 = 2 => "AMT cache hit latency, CPU cycles (as the controller's metadata caches)";
@@ -161,7 +163,8 @@ const STATS: &[StatDoc] = &[
     StatDoc::new("efit_hits", "lookups", "EFIT lookups that found the line's ECC"),
     StatDoc::new("efit_misses", "lookups", "EFIT lookups that did not (the line is written as unique)"),
     StatDoc::new("efit_hit_rate", "ratio", "efit_hits per lookup"),
-    StatDoc::new("ecc_collisions", "lookups", "EFIT hits whose compare read found different content (same ECC)"),
+    StatDoc::new("ecc_collisions", "writes", "writes whose compare reads found only other bytes with the same fingerprint (an ECC or CRC collision; a candidate rewritten since is not one)"),
+    StatDoc::new("efit_stale_removals", "entries", "EFIT entries dropped because the compare read found their line rewritten or freed"),
     StatDoc::new("compare_reads", "reads", "candidate lines read for a byte-by-byte compare"),
     StatDoc::new("referh_saturations", "writes", "duplicates written anew because the candidate's referH was at its maximum"),
     StatDoc::new("efit_evictions", "entries", "EFIT entries replaced by LRCU"),
@@ -180,6 +183,7 @@ const STATS: &[StatDoc] = &[
     StatDoc::new("fingerprints_stored", "entries", "dedup_sha1, dewrite: fingerprints in the full store at the end"),
     StatDoc::new("fingerprint_ops", "hashes", "fingerprints computed (SHA-1 or CRC-32; ESD's ECC is the controller's own)"),
     StatDoc::new("fingerprint_energy_nj", "nJ", "energy of the fingerprints computed"),
+    StatDoc::new("nvm_metadata_pct", "%", "NVM the deduplication metadata takes, per byte of data: the AMT (8 B per line) and the baselines' fingerprint store"),
     StatDoc::new("predicted_unique", "writes", "dewrite: writes predicted unique (encrypted in parallel with the lookup)"),
     StatDoc::new("mispredicted_duplicates", "writes", "dewrite: writes predicted unique that were duplicates (Fig. 4's F4: the encryption wasted)"),
     StatDoc::new("mispredicted_uniques", "writes", "dewrite: writes predicted duplicate that were unique (Fig. 4's F2: encrypted after the lookup)"),
@@ -199,6 +203,7 @@ fn check(env: &DesignEnv) -> Result<(), ConfigError> {
     ensure(c.efit_bytes <= 1 << 30, "design.esd.efit_bytes", || format!("must be at most 1 GiB, got {} B", c.efit_bytes))?;
     ensure((1..=8).contains(&c.referh_bits), "design.esd.referh_bits", || format!("must be 1..=8 bits, got {}", c.referh_bits))?;
     ensure(c.decay <= 255, "design.esd.decay", || format!("must be at most 255, got {}", c.decay))?;
+    ensure((1..=64).contains(&c.max_compare_reads), "design.esd.max_compare_reads", || format!("must be 1..=64, got {}", c.max_compare_reads))?;
     for (field, bytes, ways) in [
         ("amt_cache", c.amt_cache_bytes, c.amt_cache_ways),
         ("fingerprint_cache", c.fingerprint_cache_bytes, c.fingerprint_cache_ways),
@@ -244,7 +249,7 @@ struct DedupStats {
 
 /// What a write's lookup (and compare read) found.
 enum Found {
-    /// No candidate, or a candidate with other content: the line is unique.
+    /// No candidate, or candidates with other content: the line is unique.
     Unique,
     /// The candidate holds the same content; `refer` is its referH (ESD; the maximum
     /// otherwise, so that it never saturates).
@@ -280,6 +285,8 @@ pub struct Dedup {
     efit_latency: Cycle,
     fingerprint_latency: Cycle,
     fingerprint_energy_nj: f64,
+    /// ESD: the most candidates of one ECC a write compares against.
+    max_compare_reads: usize,
     /// DeWrite: the last write was unique, so the next is predicted unique.
     predict_unique: bool,
     /// Counting mode: the plaintext of every physical line holding data, for the compare read
@@ -293,7 +300,7 @@ impl Dedup {
         let c = &cfg.esd;
         let data_lines = ctx.data_bytes / 64;
         let finder = match scheme {
-            Scheme::Esd => Finder::Efit(Efit::new(c.efit_bytes / ENTRY_BYTES, c.efit_ways as usize, c.referh_bits, c.decay as u8, c.decay_interval_writes)),
+            Scheme::Esd => Finder::Efit(Efit::with_replacement(c.efit_bytes / ENTRY_BYTES, c.efit_ways as usize, c.referh_bits, c.decay as u8, c.decay_interval_writes, c.lrcu)),
             _ => {
                 let per_bucket = 64 / scheme.store_entry_bytes();
                 Finder::Store(FpStore::new(store_base(ctx), data_lines / per_bucket, c.fingerprint_cache_bytes / 64, c.fingerprint_cache_ways as usize, Cycle(c.efit_latency_cycles)))
@@ -311,6 +318,7 @@ impl Dedup {
             efit_latency: Cycle(c.efit_latency_cycles),
             fingerprint_latency: Cycle::from_ns(latency_ns, ctx.freq_mhz.max(1)),
             fingerprint_energy_nj: energy,
+            max_compare_reads: c.max_compare_reads as usize,
             predict_unique: true,
             contents: FxHashMap::default(),
             stats: DedupStats::default(),
@@ -324,34 +332,51 @@ impl Dedup {
         }
     }
 
-    /// The lookup of `fp` and, for a candidate, the compare read against `data` (ESD and
-    /// DeWrite; Dedup_SHA1 takes a SHA-1 match as equal). Returns what it found, when the
-    /// lookup was done and when the compare read was.
+    /// The lookup of `fp` and the compare reads of its candidates against `data` (ESD and
+    /// DeWrite; Dedup_SHA1 takes a SHA-1 match as equal). ESD compares at most
+    /// `max_compare_reads` candidates, the most referenced first and saturated ones last; a
+    /// candidate whose line no longer holds content of that fingerprint leaves the EFIT.
+    /// Returns what it found, when the lookup was done and when the compare reads were.
     fn find_duplicate(&mut self, mc: &mut McOps, fp: &Fp, data: &[u8; 64], at: Cycle) -> Result<(Found, Cycle, Cycle), IntegrityError> {
-        let (candidate, looked_up) = match &mut self.finder {
-            Finder::Efit(e) => (e.lookup(ecc_of(fp)).map(|h| (h.line, h.refer)), at + self.efit_latency),
+        let refer_max = self.refer_max();
+        let (mut candidates, looked_up) = match &mut self.finder {
+            Finder::Efit(e) => (e.lookup(ecc_of(fp)).into_iter().map(|h| (h.line, h.refer)).collect::<Vec<_>>(), at + self.efit_latency),
             Finder::Store(s) => {
                 let (line, t) = s.lookup(mc, fp, at);
-                (line.map(|l| (l, u8::MAX)), t)
+                (line.map(|l| (l, 0u8)).into_iter().collect(), t)
             }
         };
-        let Some((line, refer)) = candidate else { return Ok((Found::Unique, looked_up, looked_up)) };
         if self.scheme == Scheme::Sha1 {
-            return Ok((Found::Duplicate { line, refer }, looked_up, looked_up));
+            let found = candidates.first().map_or(Found::Unique, |&(line, refer)| Found::Duplicate { line, refer });
+            return Ok((found, looked_up, looked_up));
         }
-        self.stats.compare_reads += 1;
-        let (done, plain) = mc.read_line(line, looked_up)?;
-        let held = match plain {
-            Some(p) => Some(p),
-            None => self.contents.get(&line).copied(),
-        };
-        if held.as_ref() == Some(data) {
-            return Ok((Found::Duplicate { line, refer }, looked_up, done));
+        candidates.sort_by_key(|&(_, refer)| refer >= refer_max);
+        candidates.truncate(self.max_compare_reads);
+        let mut t = looked_up;
+        let mut collided = false;
+        for (line, refer) in candidates {
+            self.stats.compare_reads += 1;
+            let (done, plain) = mc.read_line(line, t)?;
+            t = done;
+            let held = match plain {
+                Some(p) => Some(p),
+                None => self.contents.get(&line).copied(),
+            };
+            if held.as_ref() == Some(data) {
+                return Ok((Found::Duplicate { line, refer }, looked_up, t));
+            }
+            // Other bytes with the same fingerprint (a collision), or a line rewritten or
+            // freed since it entered the table (stale): the bytes read tell them apart.
+            if held.is_some_and(|h| fingerprint(self.scheme, &h) == *fp) {
+                collided = true;
+            } else if let Finder::Efit(e) = &mut self.finder {
+                e.remove(ecc_of(fp), line);
+            }
         }
-        // Another content with the same fingerprint, or a line rewritten or freed since it
-        // entered the table: the compare read tells.
-        self.stats.ecc_collisions += 1;
-        Ok((Found::Unique, looked_up, done))
+        if collided {
+            self.stats.ecc_collisions += 1;
+        }
+        Ok((Found::Unique, looked_up, t))
     }
 
     /// Maps logical `line` (now at `current`) to physical `target`: three AMT entries change,
@@ -380,7 +405,7 @@ impl Dedup {
     /// `encrypt_from`, before the lookup is done at `at` (DeWrite's parallel encryption).
     /// Returns when it is persistent.
     #[allow(clippy::too_many_arguments)]
-    fn write_unique(&mut self, mc: &mut McOps, line: u64, fp: Fp, data: &[u8; 64], repoint: bool, encrypt_from: Cycle, at: Cycle) -> Result<Cycle, IntegrityError> {
+    fn write_unique(&mut self, mc: &mut McOps, line: u64, fp: Fp, data: &[u8; 64], encrypt_from: Cycle, at: Cycle) -> Result<Cycle, IntegrityError> {
         self.stats.unique_writes += 1;
         let current = self.amt.mapping(line);
         let target = match current {
@@ -400,7 +425,7 @@ impl Dedup {
             self.contents.insert(target, *data);
         }
         match &mut self.finder {
-            Finder::Efit(e) => e.insert(ecc_of(&fp), target, repoint),
+            Finder::Efit(e) => e.insert(ecc_of(&fp), target),
             Finder::Store(s) => t = t.max(s.record(mc, target, fp, at)),
         }
         Ok(done.max(t))
@@ -477,23 +502,23 @@ impl Design for Dedup {
             Found::Duplicate { line: p, .. } if current == Some(p) => {
                 self.stats.silent_writes += 1;
                 if let Finder::Efit(e) = &mut self.finder {
-                    e.add_reference(ecc_of(&fp));
+                    e.add_reference(ecc_of(&fp), p);
                 }
                 compared
             }
             Found::Duplicate { refer, .. } if refer >= self.refer_max() && self.scheme == Scheme::Esd => {
                 self.stats.referh_saturations += 1;
-                self.write_unique(mc, line, fp, data, true, encrypt_from, compared)?
+                self.write_unique(mc, line, fp, data, encrypt_from, compared)?
             }
-            Found::Duplicate { line: p, .. } if self.amt.refs(p) >= MAX_REFS => self.write_unique(mc, line, fp, data, true, encrypt_from, compared)?,
+            Found::Duplicate { line: p, .. } if self.amt.refs(p) >= MAX_REFS => self.write_unique(mc, line, fp, data, encrypt_from, compared)?,
             Found::Duplicate { line: p, .. } => {
                 self.stats.dedup_writes += 1;
                 if let Finder::Efit(e) = &mut self.finder {
-                    e.add_reference(ecc_of(&fp));
+                    e.add_reference(ecc_of(&fp), p);
                 }
                 self.remap(mc, line, current, p, compared)?
             }
-            Found::Unique => self.write_unique(mc, line, fp, data, false, encrypt_from, compared)?,
+            Found::Unique => self.write_unique(mc, line, fp, data, encrypt_from, compared)?,
         };
         let done = done.max(self.amt.commit(mc, compared)?);
         self.stats.write_nvm_cycles += (done - compared).0;
@@ -552,9 +577,9 @@ impl Design for Dedup {
         let a = &self.amt.stats;
         let pct = |n: u64| if s.writes == 0 { 0.0 } else { 100.0 * n as f64 / s.writes as f64 };
         let ratio = |h: u64, m: u64| if h + m == 0 { 0.0 } else { h as f64 / (h + m) as f64 };
-        let (efit_hits, efit_misses, efit_evictions, efit_entries) = match &self.finder {
-            Finder::Efit(e) => (e.stats.hits, e.stats.misses, e.stats.evictions, e.occupancy()),
-            Finder::Store(_) => (0, 0, 0, 0),
+        let (efit_hits, efit_misses, efit_evictions, efit_entries, efit_stale) = match &self.finder {
+            Finder::Efit(e) => (e.stats.hits, e.stats.misses, e.stats.evictions, e.occupancy(), e.stats.stale_removals),
+            Finder::Store(_) => (0, 0, 0, 0, 0),
         };
         let (fp_hits, fp_reads, fp_writes, fp_stored) = match &self.finder {
             Finder::Store(f) => (f.stats.cache_hits, f.stats.nvm_lookups, f.stats.nvm_writes, f.len()),
@@ -574,6 +599,7 @@ impl Design for Dedup {
             ("referh_saturations", s.referh_saturations as f64),
             ("efit_evictions", efit_evictions as f64),
             ("efit_entries", efit_entries as f64),
+            ("efit_stale_removals", efit_stale as f64),
             ("amt_cache_hits", a.cache_hits as f64),
             ("amt_cache_misses", a.cache_misses as f64),
             ("amt_hit_rate", self.amt.hit_rate()),
@@ -588,6 +614,7 @@ impl Design for Dedup {
             ("fingerprints_stored", fp_stored as f64),
             ("fingerprint_ops", s.fingerprint_ops as f64),
             ("fingerprint_energy_nj", s.fingerprint_ops as f64 * self.fingerprint_energy_nj),
+            ("nvm_metadata_pct", 100.0 * (amt::ENTRY_BYTES + self.scheme.store_entry_bytes()) as f64 / 64.0),
             ("predicted_unique", s.predicted_unique as f64),
             ("mispredicted_duplicates", s.mispredicted_duplicates as f64),
             ("mispredicted_uniques", s.mispredicted_uniques as f64),
