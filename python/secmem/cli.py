@@ -16,7 +16,7 @@
     secmem drain --preset horus --scheme nonsecure|base-lu|base-eu|horus-slm|horus-dlm [-p ...] [--out DIR]
     secmem vault-attack --scheme horus-slm|horus-dlm --per-class N --seed S [--out DIR]
     secmem forkbench --scheme S --page-size 4k|2m --lines-per-page N [-p key=value ...] [--out DIR]
-    secmem reproduce horus|lelantus|dshield|bmf [--quick] --out DIR
+    secmem reproduce horus|lelantus|dshield|bmf|esd [--quick] --out DIR
     secmem designs
     secmem horus drain|vault-attack|reproduce ...      (the same verbs, by design family)
     secmem lelantus forkbench|reproduce ...

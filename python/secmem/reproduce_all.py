@@ -29,6 +29,7 @@ DESIGNS: Dict[str, str] = {
     "lelantus": "secmem.reproduce_lelantus",
     "dshield": "secmem.reproduce_dshield",
     "bmf": "secmem.reproduce_bmf",
+    "esd": "secmem.reproduce_esd",
 }
 
 

@@ -185,6 +185,18 @@ pub const SCENARIOS: &[Scenario] = &[
         overrides: &["run.design=\"bmf\"", "workload.requests=2000000", "workload.read_ratio=0", "workload.pattern=zipf", "workload.footprint_bytes=67108864", "design.bmf.forest=off"],
     },
     Scenario {
+        name: "esd-real",
+        description: "ESD (esd preset, counting mode) on a real program's data-carrying trace: gzip -9's 1 M records (python/secmem/traces/gzip-numbers.trace.xz, embedded), translated, through the reproduction's scaled-down hierarchy so that its stores reach memory; each write-back's ECC, EFIT lookup, compare read and AMT update (requests_per_s = records/s; target: at least half of esd-real-baseline's)",
+        preset: "esd",
+        overrides: &["run.design=\"esd\"", "l1.size_kib=2", "l1.ways=4", "l2.size_kib=4", "l2.ways=8", "llc.size_kib=8", "llc.ways=8"],
+    },
+    Scenario {
+        name: "esd-real-baseline",
+        description: "esd-real under the baseline design (no deduplication): the reference for ESD's speed",
+        preset: "esd",
+        overrides: &["run.design=\"baseline\"", "l1.size_kib=2", "l1.ways=4", "l2.size_kib=4", "l2.ways=8", "llc.size_kib=8", "llc.ways=8"],
+    },
+    Scenario {
         name: "horus-drain-base-lu",
         description: "eADR drain of the Horus Table I hierarchy (295,936 worst-case dirty lines) under Base-LU, counting mode (requests_per_s = drained lines/s; wall_time_s is the figure, target < 2 s)",
         preset: "horus",
@@ -243,6 +255,9 @@ pub fn run_scenario(name: &str, scale: f64) -> Result<BenchResult, SimError> {
         return forkbench_2m(&Config::load(Some(s.preset), None, &overrides)?, scale);
     }
     let mut cfg = Config::load(Some(s.preset), None, &overrides)?;
+    if s.name.starts_with("esd-real") {
+        return real_program(name, cfg, scale);
+    }
     cfg.workload.requests = ((cfg.workload.requests as f64 * scale) as u64).max(1);
     let start = Instant::now();
     let (gen, _) = workload_generator(&cfg)?;
@@ -252,6 +267,27 @@ pub fn run_scenario(name: &str, scale: f64) -> Result<BenchResult, SimError> {
     let llc = llc_level_requests(&report);
     let host_threads = if crate::run::splits_functional_run(&cfg) { 2 } else { 1 };
     Ok(BenchResult { llc_requests: Some(llc), llc_requests_per_s: Some(llc as f64 / wall), host_threads: Some(host_threads), ..BenchResult::of(records, wall) })
+}
+
+/// The gzip fixture, embedded so that the benchmark needs no file from the Python package.
+const GZIP_TRACE_XZ: &[u8] = include_bytes!("../../../python/secmem/traces/gzip-numbers.trace.xz");
+
+/// A scenario on the embedded real trace: decoded into memory first (untimed), then `scale`
+/// of its records (repeated past one pass) timed through the engine, translated.
+fn real_program(name: &str, mut cfg: Config, scale: f64) -> Result<BenchResult, SimError> {
+    let io = |e: std::io::Error| SimError::Config(secmem_core::ConfigError::new("bench", format!("cannot write the bench trace: {e}")));
+    let path = std::env::temp_dir().join(format!("secmem-bench-{}-{name}.trace.xz", std::process::id()));
+    std::fs::write(&path, GZIP_TRACE_XZ).map_err(io)?;
+    let records: Result<Vec<secmem_trace::Record>, _> = secmem_trace::open(&path).and_then(|it| it.collect());
+    let _ = std::fs::remove_file(&path);
+    let records = records?;
+    let n = ((records.len() as f64 * scale) as usize).max(1);
+    cfg.translation.addresses = crate::translate::AddressSpace::Virtual;
+    let start = Instant::now();
+    let report = run_records(&cfg, records.iter().cycle().take(n).cloned().map(Ok), None, &format!("bench:{name}"))?;
+    let wall = start.elapsed().as_secs_f64();
+    let llc = llc_level_requests(&report);
+    Ok(BenchResult { llc_requests: Some(llc), llc_requests_per_s: Some(llc as f64 / wall), host_threads: Some(1), ..BenchResult::of(n as u64, wall) })
 }
 
 /// Requests a run's memory controller received from the LLC: its misses (fills) plus its

@@ -73,13 +73,15 @@ pub struct Efit {
 
 impl Efit {
     /// A table of `entries` entries (rounded down to whole sets of `ways`), with `refer_bits`-bit counts decayed by `decay` every
-    /// `decay_interval_writes` writes (0: never).
+    /// `decay_interval_writes` writes (0: the table's entry count; `decay` 0: never).
     pub fn new(entries: u64, ways: usize, refer_bits: u32, decay: u8, decay_interval_writes: u64) -> Efit { Self::with_replacement(entries, ways, refer_bits, decay, decay_interval_writes, true) }
 
     /// [`new`](Self::new) with LRCU (`lrcu`) or plain LRU replacement.
     pub fn with_replacement(entries: u64, ways: usize, refer_bits: u32, decay: u8, decay_interval_writes: u64, lrcu: bool) -> Efit {
         assert!(ways >= 1 && entries >= ways as u64 && (1..=8).contains(&refer_bits));
         let sets = entries / ways as u64;
+        // 0: one table's worth of writes.
+        let decay_interval_writes = if decay_interval_writes == 0 { sets * ways as u64 } else { decay_interval_writes };
         Efit {
             sets,
             ways,
@@ -184,7 +186,7 @@ impl Efit {
     /// Counts a write toward the decay interval.
     pub fn count_write(&mut self) {
         self.writes += 1;
-        if self.decay_interval_writes > 0 && self.writes.is_multiple_of(self.decay_interval_writes) {
+        if self.decay > 0 && self.writes.is_multiple_of(self.decay_interval_writes) {
             self.epoch += 1;
         }
     }

@@ -55,8 +55,8 @@ config_section! {
         efit_ways: u32 = 16 => "EFIT associativity, ways (the paper gives the capacity only)";
         efit_latency_cycles: u64 = 2 => "EFIT lookup latency, CPU cycles (as the controller's metadata caches)";
         referh_bits: u32 = 8 => "Width of an EFIT entry's reference count referH, bits (section III-B: 1 byte); a content referenced this many times is written anew";
-        decay_interval_writes: u64 = 65536 => "EFIT refresh period, writes: every this many writes each entry's referH drops by design.esd.decay (section III-D's regular refresh; the paper gives no value; 0 = never)";
-        decay: u32 = 1 => "What each EFIT refresh subtracts from every referH";
+        decay_interval_writes: u64 = 0 => "EFIT refresh period, writes: every this many writes each entry's referH drops by design.esd.decay (section III-D's regular refresh; the paper gives no value; 0: the EFIT's entry count, the writes that could replace the whole table)";
+        decay: u32 = 1 => "What each EFIT refresh subtracts from every referH (0: no refresh)";
         max_compare_reads: u32 = 2 => "ESD: the most EFIT candidates of one ECC a write reads to compare, the most referenced first (contents sharing an ECC each have an entry; the paper describes one compare read)";
         lrcu: bool = true => "EFIT replacement: LRCU (lowest referH first, section III-D); false: plain LRU (Fig. 18's without-LRCU curve)";
         amt_cache_bytes: u64 = 512 << 10 => "AMT cache capacity, B, 64 B lines of 8 entries (Table I: 512 KB)";
@@ -260,7 +260,7 @@ enum Found {
 #[derive(Clone)]
 enum Finder {
     Efit(Efit),
-    Store(FpStore),
+    Store(Box<FpStore>),
 }
 
 /// A fingerprint of each scheme: ESD's 64 ECC bits, SHA-1, CRC-32.
@@ -303,7 +303,7 @@ impl Dedup {
             Scheme::Esd => Finder::Efit(Efit::with_replacement(c.efit_bytes / ENTRY_BYTES, c.efit_ways as usize, c.referh_bits, c.decay as u8, c.decay_interval_writes, c.lrcu)),
             _ => {
                 let per_bucket = 64 / scheme.store_entry_bytes();
-                Finder::Store(FpStore::new(store_base(ctx), data_lines / per_bucket, c.fingerprint_cache_bytes / 64, c.fingerprint_cache_ways as usize, Cycle(c.efit_latency_cycles)))
+                Finder::Store(Box::new(FpStore::new(store_base(ctx), data_lines / per_bucket, c.fingerprint_cache_bytes / 64, c.fingerprint_cache_ways as usize, Cycle(c.efit_latency_cycles))))
             }
         };
         let (latency_ns, energy) = match scheme {
