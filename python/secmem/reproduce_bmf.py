@@ -10,9 +10,7 @@ preset (Table 1), counting mode.
 
 from __future__ import annotations
 
-import json
 import os
-import time
 from typing import Any, Dict, List, Tuple
 
 from . import api, reproduce_table
@@ -342,16 +340,5 @@ def report_md(rows: List[Dict[str, Any]], series: Dict[str, Any], out: str, quic
 
 
 def main(out: str = "reproduce", quick: bool = False) -> int:
-    os.makedirs(out, exist_ok=True)
-    t0 = time.time()
-    rows, series = collect(quick)
-    wall = time.time() - t0
-    with open(os.path.join(out, "reproduce.json"), "w") as f:
-        json.dump(rows, f, indent=2)
-    with open(os.path.join(out, "runs.json"), "w") as f:
-        json.dump(series["runs"], f, indent=2)
-    names = plots(series, out)
-    report_md(rows, series, out, quick, wall)
-    print(reproduce_table.text(rows))
-    print(f"wrote {out}/reproduce.json, {out}/report.md and {', '.join(names)} ({wall:.0f} s)")
-    return 0
+    """Entry point of ``secmem reproduce bmf``."""
+    return reproduce_table.run_and_write(out, quick, collect, plots, report_md)

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import json
 import os
-import time
 from typing import Any, Dict, List
 
 from . import api, reproduce_table
@@ -432,16 +431,5 @@ def report_md(rows: List[Dict[str, Any]], series: Dict[str, Any], out: str, quic
 
 
 def main(out: str = "reproduce", quick: bool = False) -> int:
-    os.makedirs(out, exist_ok=True)
-    t0 = time.time()
-    rows, series = collect(quick)
-    wall = time.time() - t0
-    with open(os.path.join(out, "reproduce.json"), "w") as f:
-        json.dump(rows, f, indent=2)
-    with open(os.path.join(out, "runs.json"), "w") as f:
-        json.dump(series["runs"], f, indent=2)
-    plots(series, out)
-    report_md(rows, series, out, quick, wall)
-    print(reproduce_table.text(rows))
-    print(f"wrote {out}/reproduce.json, {out}/report.md, fig3.png, fig13.png and fig14.png ({wall:.0f} s)")
-    return 0
+    """Entry point of ``secmem reproduce dshield``."""
+    return reproduce_table.run_and_write(out, quick, collect, plots, report_md)

@@ -3,8 +3,10 @@
 
 from __future__ import annotations
 
+import json
 import os
-from typing import Any, Dict, List
+import time
+from typing import Any, Callable, Dict, List, Tuple
 
 
 def fmt(v: float) -> str:
@@ -45,3 +47,28 @@ def write_report(out: str, header: List[str], rows: List[Dict[str, Any]], notes:
     with open(os.path.join(out, "report.md"), "w") as f:
         f.write(text)
     return text
+
+
+def run_and_write(
+    out: str,
+    quick: bool,
+    collect: Callable[[bool], Tuple[List[Dict[str, Any]], Dict[str, Any]]],
+    plots: Callable[[Dict[str, Any], str], List[str]],
+    report_md: Callable[..., str],
+) -> int:
+    """The ``main`` of a reproduction module: ``collect(quick)`` gives the rows and the series
+    (whose ``runs`` are every run's statistics), then ``OUT/reproduce.json``, ``OUT/runs.json``,
+    the plots and ``OUT/report.md`` are written and the table printed."""
+    os.makedirs(out, exist_ok=True)
+    t0 = time.time()
+    rows, series = collect(quick)
+    wall = time.time() - t0
+    with open(os.path.join(out, "reproduce.json"), "w") as f:
+        json.dump(rows, f, indent=2)
+    with open(os.path.join(out, "runs.json"), "w") as f:
+        json.dump(series["runs"], f, indent=2)
+    names = plots(series, out)
+    report_md(rows, series, out, quick, wall)
+    print(text(rows))
+    print(f"wrote {out}/reproduce.json, {out}/report.md and {', '.join(names)} ({wall:.0f} s)")
+    return 0
