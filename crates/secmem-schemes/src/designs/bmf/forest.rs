@@ -142,7 +142,6 @@ pub enum Step {
 /// Counts of the forest's work.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct ForestStats {
-    pub updates: u64,
     /// Updates by height: `heights[h]` counts updates whose path had `h` levels, the leaf and
     /// its root included (the original BMT's full height is its level count).
     pub heights: Vec<u64>,
@@ -356,7 +355,6 @@ impl Forest {
     #[inline]
     pub fn record_update(&mut self, leaf: u64) -> Node {
         let root = self.covering_root(leaf).expect("Invariant 1: every leaf is covered");
-        self.stats.updates += 1;
         self.stats.heights[root.level + 1] += 1;
         if self.kind == Kind::Dynamic {
             let max = self.eval.counter_max;

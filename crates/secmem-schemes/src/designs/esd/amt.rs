@@ -41,13 +41,11 @@ pub const MAX_REFS: u64 = u16::MAX as u64;
 /// First AMT line of a data region of `data_lines` lines.
 pub fn base(data_lines: u64) -> u64 { data_lines - data_lines.div_ceil(PER_LINE) }
 
-/// Counters of the table's traffic.
+/// Counters of the table's traffic (its cache's hits and misses are the cache's own; each
+/// miss reads an AMT line from NVM).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct AmtStats {
-    pub cache_hits: u64,
-    pub cache_misses: u64,
-    /// AMT lines read from NVM (cache misses) and written (dirty evictions, write-through).
-    pub line_reads: u64,
+    /// AMT lines written to NVM (dirty evictions, write-through, flush).
     pub line_writes: u64,
     /// Unique writes placed on a line other than their home or current line.
     pub relocations: u64,
@@ -181,11 +179,8 @@ impl Amt {
         // Under strict persistence changed lines are written through, so none stays dirty.
         let dirty = write && !self.strict;
         if self.cache.lookup(line, dirty).is_some() {
-            self.stats.cache_hits += 1;
             return Ok(now + self.latency);
         }
-        self.stats.cache_misses += 1;
-        self.stats.line_reads += 1;
         let (at, plain) = mc.read_line(line, now)?;
         if let Some(p) = plain {
             debug_assert_eq!(p, self.line_bytes(line), "AMT line {line} in NVM differs from the controller's copy");
@@ -240,13 +235,13 @@ impl Amt {
     /// the next lookups fetch and verify them from NVM.
     pub fn drop_cache(&mut self) {
         debug_assert!(self.cache.valid_lines().all(|(_, d, _)| !d), "dropping dirty AMT lines");
-        self.cache = SetAssocCache::with_geometry(self.cache.sets(), self.cache.ways(), Replacement::Lru);
+        self.cache.clear();
     }
 
     /// Power loss without a battery: the cache is gone, and with it the entries only it held.
     /// Recovery ([`rebuild`](Self::rebuild)) reads the AMT back from NVM.
     pub fn crash(&mut self) {
-        self.cache = SetAssocCache::with_geometry(self.cache.sets(), self.cache.ways(), Replacement::Lru);
+        self.cache.clear();
         self.entries.clear();
         self.changed.clear();
         self.cursor = self.base;
@@ -265,11 +260,8 @@ impl Amt {
         Ok((done, lines.len() as u64))
     }
 
-    /// Hit rate of the AMT cache.
-    pub fn hit_rate(&self) -> f64 {
-        let n = self.stats.cache_hits + self.stats.cache_misses;
-        if n == 0 { 0.0 } else { self.stats.cache_hits as f64 / n as f64 }
-    }
+    /// The AMT cache's lookups (each miss read an AMT line from NVM).
+    pub fn cache_stats(&self) -> secmem_core::cache::CacheStats { self.cache.stats }
 
     /// Logical lines written (valid entries).
     pub fn mapped_lines(&self) -> u64 { self.entries.values().filter(|w| *w & VALID != 0).count() as u64 }

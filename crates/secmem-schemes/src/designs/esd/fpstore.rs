@@ -19,13 +19,10 @@ use secmem_media::TrafficClass;
 /// A fingerprint (SHA-1's 20 bytes, or a CRC-32 in the first 4).
 pub type Fp = [u8; 20];
 
-/// Counters of the store's traffic.
+/// Counters of the store's traffic (its cache's hits and misses are the cache's own; each
+/// miss reads a bucket from NVM).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct FpStats {
-    pub cache_hits: u64,
-    pub cache_misses: u64,
-    /// Buckets read from NVM (lookups that missed the cache).
-    pub nvm_lookups: u64,
     /// Buckets written back to NVM.
     pub nvm_writes: u64,
 }
@@ -68,11 +65,8 @@ impl FpStore {
     fn access(&mut self, mc: &mut McOps, fp: &Fp, write: bool, now: Cycle) -> Cycle {
         let b = self.bucket(fp);
         if self.cache.lookup(b, write).is_some() {
-            self.stats.cache_hits += 1;
             return now + self.latency;
         }
-        self.stats.cache_misses += 1;
-        self.stats.nvm_lookups += 1;
         let at = mc.device_read(self.base + b * 64, TrafficClass::Design, now);
         let (_, victim) = self.cache.fill(b, write);
         if let Some(v) = victim.filter(|v| v.dirty) {
@@ -120,13 +114,13 @@ impl FpStore {
     /// Power loss: the cache's buckets are gone. The table is a hint (a line written without a
     /// match is written as unique), so it restarts empty; the mappings are the AMT's.
     pub fn crash(&mut self) {
-        self.cache = SetAssocCache::with_geometry(self.cache.sets(), self.cache.ways(), Replacement::Lru);
+        self.cache.clear();
         self.by_fp.clear();
         self.fp_of.clear();
     }
 
     /// Forgets the cache's buckets (clean, after [`flush`](Self::flush)).
-    pub fn drop_cache(&mut self) { self.cache = SetAssocCache::with_geometry(self.cache.sets(), self.cache.ways(), Replacement::Lru) }
+    pub fn drop_cache(&mut self) { self.cache.clear() }
 
     /// Writes every dirty bucket back (a clean shutdown).
     pub fn flush(&mut self, mc: &mut McOps, now: Cycle) -> Cycle {
@@ -145,9 +139,6 @@ impl FpStore {
 
     pub fn is_empty(&self) -> bool { self.by_fp.is_empty() }
 
-    /// Hit rate of the fingerprint cache.
-    pub fn hit_rate(&self) -> f64 {
-        let n = self.stats.cache_hits + self.stats.cache_misses;
-        if n == 0 { 0.0 } else { self.stats.cache_hits as f64 / n as f64 }
-    }
+    /// The fingerprint cache's lookups (each miss read a bucket from NVM).
+    pub fn cache_stats(&self) -> secmem_core::cache::CacheStats { self.cache.stats }
 }

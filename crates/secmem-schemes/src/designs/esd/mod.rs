@@ -37,7 +37,7 @@ pub mod efit;
 pub mod fpstore;
 
 use self::amt::{Amt, MAX_REFS};
-use self::efit::{Efit, ENTRY_BYTES};
+use self::efit::{Efit, Hit, ENTRY_BYTES};
 use self::fpstore::{Fp, FpStore};
 use super::{implies_nothing, no_regions, Design, DesignContext, DesignEntry, DesignEnv, DesignsConfig, Region};
 use crate::controller::functional::IntegrityError;
@@ -104,55 +104,52 @@ fn store_base(ctx: &DesignContext) -> u64 {
     crate::controller::eadr::region_base(&layout)
 }
 
-pub static ENTRY: DesignEntry = DesignEntry {
-    name: "esd",
-    summary: "ESD (HPCA'23): ECC-fingerprinted selective deduplication of line writes, before encryption",
-    needs_security: true,
-    baseline_data_path: false,
-    needs_line_contents: true,
-    check,
-    implies: implies_nothing,
-    regions: no_regions,
-    // The AMT's lines are given to no logical line, but a logical line may still be placed
-    // in frames there: ESD maps every line, so it keeps no frame from the OS model.
-    data_lines_reserved: super::no_data_lines,
-    drain_schemes: &[],
-    tree_update: None,
-    build: |ctx, cfg| Box::new(Dedup::new(Scheme::Esd, ctx, cfg)),
-    stats: STATS,
-};
+/// A scheme's entry: the three differ in name, summary, regions and constructor only.
+const fn entry(
+    name: &'static str,
+    summary: &'static str,
+    regions: fn(&DesignContext) -> Vec<Region>,
+    build: fn(&DesignContext, &DesignsConfig) -> Box<dyn Design>,
+) -> DesignEntry {
+    DesignEntry {
+        name,
+        summary,
+        needs_security: true,
+        baseline_data_path: false,
+        needs_line_contents: true,
+        check,
+        implies: implies_nothing,
+        regions,
+        // The AMT's lines are given to no logical line, but a logical line may still be placed
+        // in frames there: these designs map every line, so they keep no frame from the OS model.
+        data_lines_reserved: super::no_data_lines,
+        drain_schemes: &[],
+        tree_update: None,
+        build,
+        stats: STATS,
+    }
+}
 
-pub static SHA1_ENTRY: DesignEntry = DesignEntry {
-    name: "dedup_sha1",
-    summary: "ESD's baseline Dedup_SHA1: SHA-1 fingerprints of every line, the full fingerprint store in NVM",
-    needs_security: true,
-    baseline_data_path: false,
-    needs_line_contents: true,
-    check,
-    implies: implies_nothing,
-    regions: |ctx| store_region(Scheme::Sha1, ctx),
-    data_lines_reserved: super::no_data_lines,
-    drain_schemes: &[],
-    tree_update: None,
-    build: |ctx, cfg| Box::new(Dedup::new(Scheme::Sha1, ctx, cfg)),
-    stats: STATS,
-};
+pub static ENTRY: DesignEntry = entry(
+    "esd",
+    "ESD (HPCA'23): ECC-fingerprinted selective deduplication of line writes, before encryption",
+    no_regions,
+    |ctx, cfg| Box::new(Dedup::new(Scheme::Esd, ctx, cfg)),
+);
 
-pub static DEWRITE_ENTRY: DesignEntry = DesignEntry {
-    name: "dewrite",
-    summary: "ESD's baseline DeWrite: CRC-32 duplicate prediction, encryption in parallel with the lookup, the full fingerprint store",
-    needs_security: true,
-    baseline_data_path: false,
-    needs_line_contents: true,
-    check,
-    implies: implies_nothing,
-    regions: |ctx| store_region(Scheme::DeWrite, ctx),
-    data_lines_reserved: super::no_data_lines,
-    drain_schemes: &[],
-    tree_update: None,
-    build: |ctx, cfg| Box::new(Dedup::new(Scheme::DeWrite, ctx, cfg)),
-    stats: STATS,
-};
+pub static SHA1_ENTRY: DesignEntry = entry(
+    "dedup_sha1",
+    "ESD's baseline Dedup_SHA1: SHA-1 fingerprints of every line, the full fingerprint store in NVM",
+    |ctx| store_region(Scheme::Sha1, ctx),
+    |ctx, cfg| Box::new(Dedup::new(Scheme::Sha1, ctx, cfg)),
+);
+
+pub static DEWRITE_ENTRY: DesignEntry = entry(
+    "dewrite",
+    "ESD's baseline DeWrite: CRC-32 duplicate prediction, encryption in parallel with the lookup, the full fingerprint store",
+    |ctx| store_region(Scheme::DeWrite, ctx),
+    |ctx, cfg| Box::new(Dedup::new(Scheme::DeWrite, ctx, cfg)),
+);
 
 const STATS: &[StatDoc] = &[
     StatDoc::new("writes", "writes", "data writes the design received (LLC write-backs, flushes, write-throughs)"),
@@ -340,21 +337,21 @@ impl Dedup {
     fn find_duplicate(&mut self, mc: &mut McOps, fp: &Fp, data: &[u8; 64], at: Cycle) -> Result<(Found, Cycle, Cycle), IntegrityError> {
         let refer_max = self.refer_max();
         let (mut candidates, looked_up) = match &mut self.finder {
-            Finder::Efit(e) => (e.lookup(ecc_of(fp)).into_iter().map(|h| (h.line, h.refer)).collect::<Vec<_>>(), at + self.efit_latency),
+            Finder::Efit(e) => (e.lookup(ecc_of(fp)), at + self.efit_latency),
             Finder::Store(s) => {
                 let (line, t) = s.lookup(mc, fp, at);
-                (line.map(|l| (l, 0u8)).into_iter().collect(), t)
+                (line.map(|line| Hit { line, refer: 0 }).into_iter().collect(), t)
             }
         };
         if self.scheme == Scheme::Sha1 {
-            let found = candidates.first().map_or(Found::Unique, |&(line, refer)| Found::Duplicate { line, refer });
+            let found = candidates.first().map_or(Found::Unique, |h| Found::Duplicate { line: h.line, refer: h.refer });
             return Ok((found, looked_up, looked_up));
         }
-        candidates.sort_by_key(|&(_, refer)| refer >= refer_max);
+        candidates.sort_by_key(|h| h.refer >= refer_max);
         candidates.truncate(self.max_compare_reads);
         let mut t = looked_up;
         let mut collided = false;
-        for (line, refer) in candidates {
+        for Hit { line, refer } in candidates {
             self.stats.compare_reads += 1;
             let (done, plain) = mc.read_line(line, t)?;
             t = done;
@@ -575,6 +572,7 @@ impl Design for Dedup {
     fn extra_stats(&self) -> Vec<(&'static str, f64)> {
         let s = &self.stats;
         let a = &self.amt.stats;
+        let amt_cache = self.amt.cache_stats();
         let pct = |n: u64| if s.writes == 0 { 0.0 } else { 100.0 * n as f64 / s.writes as f64 };
         let ratio = |h: u64, m: u64| if h + m == 0 { 0.0 } else { h as f64 / (h + m) as f64 };
         let (efit_hits, efit_misses, efit_evictions, efit_entries, efit_stale) = match &self.finder {
@@ -582,7 +580,7 @@ impl Design for Dedup {
             Finder::Store(_) => (0, 0, 0, 0, 0),
         };
         let (fp_hits, fp_reads, fp_writes, fp_stored) = match &self.finder {
-            Finder::Store(f) => (f.stats.cache_hits, f.stats.nvm_lookups, f.stats.nvm_writes, f.len()),
+            Finder::Store(f) => (f.cache_stats().hits, f.cache_stats().misses, f.stats.nvm_writes, f.len()),
             Finder::Efit(_) => (0, 0, 0, 0),
         };
         vec![
@@ -600,9 +598,9 @@ impl Design for Dedup {
             ("efit_evictions", efit_evictions as f64),
             ("efit_entries", efit_entries as f64),
             ("efit_stale_removals", efit_stale as f64),
-            ("amt_cache_hits", a.cache_hits as f64),
-            ("amt_cache_misses", a.cache_misses as f64),
-            ("amt_hit_rate", self.amt.hit_rate()),
+            ("amt_cache_hits", amt_cache.hits as f64),
+            ("amt_cache_misses", amt_cache.misses as f64),
+            ("amt_hit_rate", amt_cache.hit_rate()),
             ("amt_line_writes", a.line_writes as f64),
             ("relocations", a.relocations as f64),
             ("unwritten_reads", s.unwritten_reads as f64),
