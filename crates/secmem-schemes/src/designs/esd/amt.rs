@@ -193,6 +193,21 @@ impl Amt {
         Ok(done)
     }
 
+    /// Entry `index`, looked up earlier in the same operation, is about to change: its line is
+    /// marked dirty where it is cached (no second lookup), or fetched again if a fetch since
+    /// evicted it.
+    pub fn change_looked_up(&mut self, mc: &mut McOps, index: u64, now: Cycle) -> Result<Cycle, IntegrityError> {
+        match self.cache.probe(self.line_of(index)) {
+            Some(slot) => {
+                if !self.strict {
+                    self.cache.set_dirty(slot, true);
+                }
+                Ok(now)
+            }
+            None => self.access(mc, index, true, now),
+        }
+    }
+
     fn write_line(&mut self, mc: &mut McOps, line: u64, now: Cycle) -> Result<Cycle, IntegrityError> {
         self.stats.line_writes += 1;
         let bytes = mc.is_functional().then(|| self.line_bytes(line));

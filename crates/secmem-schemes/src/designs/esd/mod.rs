@@ -392,7 +392,8 @@ impl Dedup {
                 }
             }
         }
-        t = t.max(self.amt.access(mc, line, true, at)?);
+        // The line's own entry was looked up when the write arrived.
+        t = t.max(self.amt.change_looked_up(mc, line, at)?);
         self.amt.set_mapping(line, Some(target));
         Ok(t)
     }
