@@ -14,6 +14,7 @@ import os
 from typing import Any, Dict, List, Tuple
 
 from . import api, reproduce_table
+from .reproduce_table import mean, ours
 
 TRACES = os.path.join(os.path.dirname(__file__), "traces")
 PROGRAMS = ["sqlite-bank", "gzip-numbers", "python-dict", "sort-numbers"]
@@ -97,9 +98,6 @@ class Runner:
         return 100.0 * (self.run(workload, persistency, forest, extra)["cycles"] / base - 1.0)
 
 
-def _mean(xs: List[float]) -> float:
-    return sum(xs) / len(xs)
-
 
 def _ppki(s: Dict[str, Any]) -> float:
     return 1000.0 * s["design"]["updates"] / max(s["core"]["instructions"], 1)
@@ -121,14 +119,14 @@ def collect(quick: bool) -> Tuple[List[Dict[str, Any]], Dict[str, Any]]:
         for label, p, f in SCHEMES[1:]:
             key = label if cov == "full" else f"{label}, non-stack"
             per[key] = {w: R.overhead(w, p, f, coverage=cov) for w in ws}
-            row("table3", f"{label} overhead over secure_wb, {name}", _mean([per[key][w] for w in PROGRAMS]), "%")
+            row("table3", f"{label} overhead over secure_wb, {name}", mean([per[key][w] for w in PROGRAMS]), "%")
     for key, by_w in per.items():
         for w, v in by_w.items():
             row("fig7-8", f"{key} overhead over secure_wb, {w}", v, "%")
 
     # Fig. 9: average update heights; Fig. 10-11: the share of height-2 updates.
     def height(p: str, f: str, extra: Tuple[str, ...] = ()) -> float:
-        return _mean([R.run(w, p, f, extra)["design"]["avg_update_height"] for w in workloads])
+        return mean([R.run(w, p, f, extra)["design"]["avg_update_height"] for w in workloads])
 
     row("fig9", "average update height, sp (BMT)", height("sp", "off"), "levels")
     row("fig9", "average update height, sp-sbmf (4 KB nvMC)", height("sp", "static"), "levels")
@@ -154,17 +152,17 @@ def collect(quick: bool) -> Tuple[List[Dict[str, Any]], Dict[str, Any]]:
             s = R.run(w, "sp", f)
             est = 1000.0 / (s["design"]["avg_update_height"] * mac * max(_ppki(s), 1e-9))
             ratios.append(est / s["ipc"])
-        row("sec7.2", f"back-of-envelope IPC / measured IPC, {label}", _mean(ratios), "x")
-    row("sec7.2", "PPKI, sp", _mean([_ppki(R.run(w, "sp", "off")) for w in PROGRAMS]), "persists/kinst")
-    row("sec7.3", "PPKI, o3", _mean([_ppki(R.run(w, "o3", "off")) for w in PROGRAMS]), "persists/kinst")
+        row("sec7.2", f"back-of-envelope IPC / measured IPC, {label}", mean(ratios), "x")
+    row("sec7.2", "PPKI, sp", mean([_ppki(R.run(w, "sp", "off")) for w in PROGRAMS]), "persists/kinst")
+    row("sec7.3", "PPKI, o3", mean([_ppki(R.run(w, "o3", "off")) for w in PROGRAMS]), "persists/kinst")
     non_stack = COVERAGE["non-stack"]
-    row("sec7.2", "PPKI, sp, non-stack", _mean([_ppki(R.run(w, "sp", "off", non_stack)) for w in PROGRAMS]), "persists/kinst")
-    row("sec7.3", "PPKI, o3, non-stack", _mean([_ppki(R.run(w, "o3", "off", non_stack)) for w in PROGRAMS]), "persists/kinst")
+    row("sec7.2", "PPKI, sp, non-stack", mean([_ppki(R.run(w, "sp", "off", non_stack)) for w in PROGRAMS]), "persists/kinst")
+    row("sec7.3", "PPKI, o3, non-stack", mean([_ppki(R.run(w, "o3", "off", non_stack)) for w in PROGRAMS]), "persists/kinst")
 
     # Figs. 12-13: REI sensitivity of the dynamic forest.
     rei: Dict[str, List[float]] = {}
     for label, p in (("o3-dbmf", "o3"), ("sp-dbmf", "sp")):
-        rei[label] = [_mean([R.overhead(w, p, "dynamic", (f"design.bmf.rei_writes={n}",)) for w in workloads]) for n in REI]
+        rei[label] = [mean([R.overhead(w, p, "dynamic", (f"design.bmf.rei_writes={n}",)) for w in workloads]) for n in REI]
         for n, v in zip(REI, rei[label]):
             row("fig12" if p == "o3" else "fig13", f"{label} overhead over secure_wb, REI {n}", v, "%")
 
@@ -172,7 +170,7 @@ def collect(quick: bool) -> Tuple[List[Dict[str, Any]], Dict[str, Any]]:
     sizes = NVMC_BYTES + ([] if quick else [16 << 20])
     nvmc: Dict[str, List[float]] = {}
     for label, p, f in (("sp-sbmf", "sp", "static"), ("sp-dbmf", "sp", "dynamic")):
-        nvmc[label] = [_mean([R.overhead(w, p, f, (f"design.bmf.nvmc_bytes={b}",)) for w in workloads]) for b in sizes]
+        nvmc[label] = [mean([R.overhead(w, p, f, (f"design.bmf.nvmc_bytes={b}",)) for w in workloads]) for b in sizes]
         for b, v in zip(sizes, nvmc[label]):
             row("sec7.6", f"{label} overhead over secure_wb, {_size(b)} nvMC", v, "%")
 
@@ -246,9 +244,6 @@ def plots(series: Dict[str, Any], out: str) -> List[str]:
     return names
 
 
-def _ours(rows: List[Dict[str, Any]], metric: str) -> float:
-    return next(r["ours"] for r in rows if r["metric"] == metric)
-
 
 REPORT_NOTES = """
 ## Where and why we differ
@@ -310,23 +305,23 @@ def report_md(rows: List[Dict[str, Any]], series: Dict[str, Any], out: str, quic
     notes = {
         "records": series["records"],
         "synthetic": series["synthetic"],
-        "ppki_sp": _ours(rows, "PPKI, sp"),
-        "ppki_o3": _ours(rows, "PPKI, o3"),
-        "sp": _ours(rows, "sp overhead over secure_wb, full memory"),
-        "sp_sbmf": _ours(rows, "sp-sbmf overhead over secure_wb, full memory"),
-        "sp_dbmf": _ours(rows, "sp-dbmf overhead over secure_wb, full memory"),
-        "o3": _ours(rows, "o3 overhead over secure_wb, full memory"),
-        "o3_sbmf": _ours(rows, "o3-sbmf overhead over secure_wb, full memory"),
-        "o3_dbmf": _ours(rows, "o3-dbmf overhead over secure_wb, full memory"),
-        "h_sp_dbmf": _ours(rows, "average update height, sp-dbmf"),
-        "ppki_sp_ns": _ours(rows, "PPKI, sp, non-stack"),
-        "ipc_wb": _mean([series["runs"][f"{w}|secure_wb|off|()"]["ipc"] for w in PROGRAMS]),
-        "ppki_cut": 100.0 * (1.0 - _ours(rows, "PPKI, sp, non-stack") / _ours(rows, "PPKI, sp")),
-        "o3_ns": _ours(rows, "o3 overhead over secure_wb, non-stack"),
-        "o3_sbmf_ns": _ours(rows, "o3-sbmf overhead over secure_wb, non-stack"),
-        "o3_dbmf_ns": _ours(rows, "o3-dbmf overhead over secure_wb, non-stack"),
-        "boe_sp": _ours(rows, "back-of-envelope IPC / measured IPC, sp (BMT)"),
-        "boe_sbmf": _ours(rows, "back-of-envelope IPC / measured IPC, sp-sbmf"),
+        "ppki_sp": ours(rows, "PPKI, sp"),
+        "ppki_o3": ours(rows, "PPKI, o3"),
+        "sp": ours(rows, "sp overhead over secure_wb, full memory"),
+        "sp_sbmf": ours(rows, "sp-sbmf overhead over secure_wb, full memory"),
+        "sp_dbmf": ours(rows, "sp-dbmf overhead over secure_wb, full memory"),
+        "o3": ours(rows, "o3 overhead over secure_wb, full memory"),
+        "o3_sbmf": ours(rows, "o3-sbmf overhead over secure_wb, full memory"),
+        "o3_dbmf": ours(rows, "o3-dbmf overhead over secure_wb, full memory"),
+        "h_sp_dbmf": ours(rows, "average update height, sp-dbmf"),
+        "ppki_sp_ns": ours(rows, "PPKI, sp, non-stack"),
+        "ipc_wb": mean([series["runs"][f"{w}|secure_wb|off|()"]["ipc"] for w in PROGRAMS]),
+        "ppki_cut": 100.0 * (1.0 - ours(rows, "PPKI, sp, non-stack") / ours(rows, "PPKI, sp")),
+        "o3_ns": ours(rows, "o3 overhead over secure_wb, non-stack"),
+        "o3_sbmf_ns": ours(rows, "o3-sbmf overhead over secure_wb, non-stack"),
+        "o3_dbmf_ns": ours(rows, "o3-dbmf overhead over secure_wb, non-stack"),
+        "boe_sp": ours(rows, "back-of-envelope IPC / measured IPC, sp (BMT)"),
+        "boe_sbmf": ours(rows, "back-of-envelope IPC / measured IPC, sp-sbmf"),
     }
     lines = [
         "# Bonsai Merkle Forests (MICRO'21) reproduced on secmem: Table 3, Figs. 7-13, section 7.6",

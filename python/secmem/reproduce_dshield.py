@@ -17,6 +17,7 @@ import os
 from typing import Any, Dict, List
 
 from . import api, reproduce_table
+from .reproduce_table import mean, ours
 
 PATTERNS = ["seq-read", "seq-write", "seq-rw", "rand-read", "rand-write", "rand-rw"]
 LABEL = {"seq-read": "Seq-R", "seq-write": "Seq-W", "seq-rw": "Seq-RW", "rand-read": "Rand-R", "rand-write": "Rand-W", "rand-rw": "Rand-RW"}
@@ -194,9 +195,6 @@ REPORT_NOTES = """
 """
 
 
-def _mean(xs: List[float]) -> float:
-    return sum(xs) / len(xs)
-
 
 def collect(quick: bool) -> (List[Dict[str, Any]], Dict[str, Any]):
     ios = 16_384 if quick else 131_072
@@ -217,7 +215,7 @@ def collect(quick: bool) -> (List[Dict[str, Any]], Dict[str, Any]):
             ratio[stack][pat] = runs[f"{pat}/{stack}"]["io"]["runtime_us"] / base
             row(f"{stack} runtime / insecure, {LABEL[pat]}", ratio[stack][pat])
     for stack in ("enc", "enc-int"):
-        row(f"{stack} runtime / insecure, mean of the six patterns", _mean(list(ratio[stack].values())))
+        row(f"{stack} runtime / insecure, mean of the six patterns", mean(list(ratio[stack].values())))
     # Fig. 13: the basic D-Shield.
     rows[:] = [r for r in rows if not r["metric"].startswith("dshield")]
 
@@ -227,11 +225,11 @@ def collect(quick: bool) -> (List[Dict[str, Any]], Dict[str, Any]):
     for pat in PATTERNS:
         row13(f"dshield runtime / insecure, {LABEL[pat]}", ratio["dshield"][pat])
     for stack in ("enc", "enc-int"):
-        row13(f"{stack} runtime / dshield, mean of the sequential patterns", _mean([ratio[stack][p] / ratio["dshield"][p] for p in SEQUENTIAL]))
+        row13(f"{stack} runtime / dshield, mean of the sequential patterns", mean([ratio[stack][p] / ratio["dshield"][p] for p in SEQUENTIAL]))
     randoms = [p for p in PATTERNS if p not in SEQUENTIAL]
     for stack in ("dshield-hyb", "dshield-pro"):
         for name, pats in (("sequential", SEQUENTIAL), ("random", randoms)):
-            row13(f"{stack} runtime / insecure, mean of the {name} patterns", _mean([ratio[stack][p] for p in pats]))
+            row13(f"{stack} runtime / insecure, mean of the {name} patterns", mean([ratio[stack][p] for p in pats]))
     # Cryptographic operations (the DIE's and the memory's on the DMA path, in 64 B units).
     crypto = {st: sum(runs[f"{p}/{st}"]["dshield"]["crypto_ops_64b"] for p in randoms) for st in ("dshield", "dshield-hyb")}
     row13("dshield crypto operations / dshield-hyb, random patterns", crypto["dshield"] / max(crypto["dshield-hyb"], 1))
@@ -265,7 +263,7 @@ def collect(quick: bool) -> (List[Dict[str, Any]], Dict[str, Any]):
         for w in YCSB:
             rows.append({"figure": "fig14", "metric": f"{stack} throughput / insecure, YCSB-{YCSB[w]} on SQLite", "paper": None, "ours": round(thr[stack][w], 4), "unit": "ratio"})
         metric = f"{stack} throughput / insecure, mean of the key-value workloads"
-        rows.append({"figure": "fig14", "metric": metric, "paper": PAPER.get(("fig14", metric)), "ours": round(_mean(list(thr[stack].values())), 4), "unit": "ratio"})
+        rows.append({"figure": "fig14", "metric": metric, "paper": PAPER.get(("fig14", metric)), "ours": round(mean(list(thr[stack].values())), 4), "unit": "ratio"})
     # The shared engine's throughput: the preset's serial engine (Table I) beside a pipelined
     # and an unlimited one, on the patterns where the engine's share is largest.
     for mode in ENGINES[1:]:
@@ -296,9 +294,6 @@ def collect(quick: bool) -> (List[Dict[str, Any]], Dict[str, Any]):
     io_config = api.config_json(preset="dshield")["io"]
     return rows, {"ios": ios, "ratio": ratio, "throughput": thr, "runs": runs, "io_config": io_config}
 
-
-def _ours(rows: List[Dict[str, Any]], metric: str) -> float:
-    return next(r["ours"] for r in rows if r["metric"] == metric)
 
 
 def _pro_hit(runs: Dict[str, Any]) -> float:
@@ -368,12 +363,12 @@ def plots(series: Dict[str, Any], out: str) -> List[str]:
 
 def report_md(rows: List[Dict[str, Any]], series: Dict[str, Any], out: str, quick: bool, wall: float) -> str:
     run = series["runs"]["rand-write/enc-int"]
-    eng_serial = _ours(rows, "dshield runtime / insecure, Rand-R, serial engine")
-    eng_unl = _ours(rows, "dshield runtime / insecure, Rand-R, unlimited engine")
+    eng_serial = ours(rows, "dshield runtime / insecure, Rand-R, serial engine")
+    eng_unl = ours(rows, "dshield runtime / insecure, Rand-R, unlimited engine")
     notes = {
         "ios": series["ios"],
-        "enc_mean": _mean(list(series["ratio"]["enc"].values())),
-        "enc_int_mean": _mean(list(series["ratio"]["enc-int"].values())),
+        "enc_mean": mean(list(series["ratio"]["enc"].values())),
+        "enc_int_mean": mean(list(series["ratio"]["enc-int"].values())),
         "rand_w": series["ratio"]["enc-int"]["rand-write"],
         "rand_r": series["ratio"]["enc-int"]["rand-read"],
         "seq_w": series["ratio"]["enc-int"]["seq-write"],
@@ -392,32 +387,32 @@ def report_md(rows: List[Dict[str, Any]], series: Dict[str, Any], out: str, quic
         "pro_seq": next(r["ours"] for r in rows if r["metric"] == "dshield-pro runtime / insecure, mean of the sequential patterns"),
         "pro_rand": next(r["ours"] for r in rows if r["metric"] == "dshield-pro runtime / insecure, mean of the random patterns"),
         "pro_hit": _pro_hit(series["runs"]),
-        "f17_seq": _ours(rows, "dshield metadata I/Os / all disk I/Os, sequential patterns"),
-        "f17_rand": _ours(rows, "dshield metadata I/Os / all disk I/Os, random patterns"),
-        "f17_pro_seq": _ours(rows, "dshield-pro metadata I/Os / all disk I/Os, sequential patterns"),
-        "f17_pro_rand": _ours(rows, "dshield-pro metadata I/Os / all disk I/Os, random patterns"),
-        "f16_lo": _ours(rows, f"dshield CMAC hit ratio, Rand-RW, {CACHE_KIB[0]} KB caches"),
-        "f16_hi": _ours(rows, f"dshield CMAC hit ratio, Rand-RW, {CACHE_KIB[-1]} KB caches"),
-        "hyb_rand": _ours(rows, "dshield-hyb runtime / insecure, mean of the random patterns"),
-        "ds_rand": _mean([series["ratio"]["dshield"][p] for p in PATTERNS if p not in SEQUENTIAL]),
-        "hyb_crypto": _ours(rows, "dshield crypto operations / dshield-hyb, random patterns"),
-        "hyb_touch": _ours(rows, "dshield crypto operations / dshield-hyb, Rand-RW, the application using its data"),
-        "f14_ds": _ours(rows, "dshield throughput / insecure, mean of the key-value workloads"),
-        "f14_pro": _ours(rows, "dshield-pro throughput / insecure, mean of the key-value workloads"),
-        "f14_enc": _ours(rows, "enc throughput / insecure, mean of the key-value workloads"),
-        "f14_encint": _ours(rows, "enc-int throughput / insecure, mean of the key-value workloads"),
+        "f17_seq": ours(rows, "dshield metadata I/Os / all disk I/Os, sequential patterns"),
+        "f17_rand": ours(rows, "dshield metadata I/Os / all disk I/Os, random patterns"),
+        "f17_pro_seq": ours(rows, "dshield-pro metadata I/Os / all disk I/Os, sequential patterns"),
+        "f17_pro_rand": ours(rows, "dshield-pro metadata I/Os / all disk I/Os, random patterns"),
+        "f16_lo": ours(rows, f"dshield CMAC hit ratio, Rand-RW, {CACHE_KIB[0]} KB caches"),
+        "f16_hi": ours(rows, f"dshield CMAC hit ratio, Rand-RW, {CACHE_KIB[-1]} KB caches"),
+        "hyb_rand": ours(rows, "dshield-hyb runtime / insecure, mean of the random patterns"),
+        "ds_rand": mean([series["ratio"]["dshield"][p] for p in PATTERNS if p not in SEQUENTIAL]),
+        "hyb_crypto": ours(rows, "dshield crypto operations / dshield-hyb, random patterns"),
+        "hyb_touch": ours(rows, "dshield crypto operations / dshield-hyb, Rand-RW, the application using its data"),
+        "f14_ds": ours(rows, "dshield throughput / insecure, mean of the key-value workloads"),
+        "f14_pro": ours(rows, "dshield-pro throughput / insecure, mean of the key-value workloads"),
+        "f14_enc": ours(rows, "enc throughput / insecure, mean of the key-value workloads"),
+        "f14_encint": ours(rows, "enc-int throughput / insecure, mean of the key-value workloads"),
         "f14_encint_rwm": series["throughput"]["enc-int"]["rwm"],
         "f14_flushes": series["runs"]["ycsb-rwm/insecure"]["io"]["flushes"],
         "f14_hit": series["runs"]["ycsb-rwm/dshield"]["dshield"]["cmac_hit_rate"],
         "eng_serial": eng_serial,
-        "eng_pipe": _ours(rows, "dshield runtime / insecure, Rand-R, pipelined engine"),
+        "eng_pipe": ours(rows, "dshield runtime / insecure, Rand-R, pipelined engine"),
         "eng_unl": eng_unl,
         # The engine's share of D-Shield's Rand-R overhead: what an unlimited engine saves of it.
         "eng_share": (eng_serial - eng_unl) / (eng_serial - 1) if eng_serial > 1 else 0.0,
-        "eng_util": _ours(rows, "dshield crypto engine utilisation, Rand-R, serial engine"),
-        "eng_util_ins": _ours(rows, "insecure crypto engine utilisation, Rand-R, serial engine"),
-        "hyb_seq": _ours(rows, "dshield-hyb runtime / insecure, Seq-R, serial engine"),
-        "storage": _ours(rows, "storage metadata / drive"),
+        "eng_util": ours(rows, "dshield crypto engine utilisation, Rand-R, serial engine"),
+        "eng_util_ins": ours(rows, "insecure crypto engine utilisation, Rand-R, serial engine"),
+        "hyb_seq": ours(rows, "dshield-hyb runtime / insecure, Seq-R, serial engine"),
+        "storage": ours(rows, "storage metadata / drive"),
     }
     lines = [
         "# D-Shield (HPCA'23) reproduced on secmem: the software baselines (Fig. 3), D-Shield, D-Shield-Hyb and D-Shield-Pro (Figs. 13, 14, 16b, 17)",

@@ -14,6 +14,7 @@ import os
 from typing import Any, Dict, List, Tuple
 
 from . import api, reproduce_table
+from .reproduce_table import mean, ours
 
 TRACES = os.path.join(os.path.dirname(__file__), "traces")
 # The captured programs whose stores carry their lines (python/secmem/traces/PROGRAMS.md).
@@ -72,9 +73,6 @@ class Runner:
         return self.cache[key]
 
 
-def _mean(xs: List[float]) -> float:
-    return sum(xs) / len(xs) if xs else 0.0
-
 
 def _d(s: Dict[str, Any], k: str) -> float:
     return float(s.get("design", {}).get(k, 0.0))
@@ -98,15 +96,15 @@ def collect(quick: bool) -> Tuple[List[Dict[str, Any]], Dict[str, Any]]:
     dup = {p: _d(s[p, "dedup_sha1"], "write_reduction_pct") for p in PROGRAMS}
     for p in PROGRAMS:
         row("fig1", f"duplicate lines among write-backs, {p}", dup[p], "%")
-    row("fig1", "duplicate lines among write-backs, mean", _mean(list(dup.values())), "%")
+    row("fig1", "duplicate lines among write-backs, mean", mean(list(dup.values())), "%")
 
     # Fig. 11: line writes eliminated.
     red = {d: {p: _d(s[p, d], "write_reduction_pct") for p in PROGRAMS} for d in SCHEMES[1:]}
-    row("fig11", "write reduction, ESD", _mean(list(red["esd"].values())), "%")
-    row("fig11", "write reduction, Dedup_SHA1 minus ESD", _mean([red["dedup_sha1"][p] - red["esd"][p] for p in PROGRAMS]), "points")
-    row("fig11", "write reduction, DeWrite minus ESD", _mean([red["dewrite"][p] - red["esd"][p] for p in PROGRAMS]), "points")
+    row("fig11", "write reduction, ESD", mean(list(red["esd"].values())), "%")
+    row("fig11", "write reduction, Dedup_SHA1 minus ESD", mean([red["dedup_sha1"][p] - red["esd"][p] for p in PROGRAMS]), "points")
+    row("fig11", "write reduction, DeWrite minus ESD", mean([red["dewrite"][p] - red["esd"][p] for p in PROGRAMS]), "points")
     nvm_writes = {d: {p: s[p, d]["memory"]["writes"]["total"] for p in PROGRAMS} for d in SCHEMES}
-    row("fig11", "NVM writes of every kind (data, metadata, AMT, fingerprints), ESD / Baseline", _mean([nvm_writes["esd"][p] / nvm_writes["baseline"][p] for p in PROGRAMS]), "x")
+    row("fig11", "NVM writes of every kind (data, metadata, AMT, fingerprints), ESD / Baseline", mean([nvm_writes["esd"][p] / nvm_writes["baseline"][p] for p in PROGRAMS]), "x")
 
     # Figs. 12-14: speedups (latency of the other over ESD's; IPC of ESD over the other's).
     def wlat(p: str, d: str) -> float:
@@ -124,18 +122,18 @@ def collect(quick: bool) -> Tuple[List[Dict[str, Any]], Dict[str, Any]]:
         for fig, kind, metric in (("fig12", "write", "write speedup"), ("fig13", "read", "read speedup"), ("fig14", "ipc", "IPC")):
             v = speed[kind][other]
             row(fig, f"{metric}, ESD over {name}, max", max(v), "x")
-            row(fig, f"{metric}, ESD over {name}, mean", _mean(v), "x")
+            row(fig, f"{metric}, ESD over {name}, mean", mean(v), "x")
 
     # Fig. 15: the write-latency tail.
     for d in SCHEMES:
-        row("fig15", f"p99 write latency, {LABEL[d]}", _mean([s[p, d]["latency_cycles"]["write"]["p99"] for p in PROGRAMS]), "cycles")
-        row("fig15", f"p99.9 write latency, {LABEL[d]}", _mean([s[p, d]["latency_cycles"]["write"]["p999"] for p in PROGRAMS]), "cycles")
+        row("fig15", f"p99 write latency, {LABEL[d]}", mean([s[p, d]["latency_cycles"]["write"]["p99"] for p in PROGRAMS]), "cycles")
+        row("fig15", f"p99.9 write latency, {LABEL[d]}", mean([s[p, d]["latency_cycles"]["write"]["p999"] for p in PROGRAMS]), "cycles")
 
     # Fig. 16: energy (NVM and fingerprints).
     for other in ["baseline", "dedup_sha1", "dewrite"]:
         saved = [100.0 * (1.0 - _energy_j(s[p, "esd"]) / _energy_j(s[p, other])) for p in PROGRAMS]
         row("fig16", f"energy saved by ESD against {LABEL[other]}, max", max(saved), "%")
-        row("fig16", f"energy saved by ESD against {LABEL[other]}, mean", _mean(saved), "%")
+        row("fig16", f"energy saved by ESD against {LABEL[other]}, mean", mean(saved), "%")
 
     # Fig. 17: where write latency goes (shares of the summed components).
     parts = ["write_fingerprint_cycles", "write_lookup_cycles", "write_compare_cycles", "write_nvm_cycles"]
@@ -152,11 +150,11 @@ def collect(quick: bool) -> Tuple[List[Dict[str, Any]], Dict[str, Any]]:
     amt_kb = QUICK_KB if quick else AMT_KB
     hit: Dict[str, List[float]] = {}
     for label, extra in (("LRCU", ()), ("LRU", ("design.esd.lrcu=false",))):
-        hit[label] = [_mean([_d(R.run(p, "esd", (*extra, f"design.esd.efit_bytes={kb * 1024}")), "efit_hit_rate") for p in PROGRAMS]) * 100 for kb in efit_kb]
+        hit[label] = [mean([_d(R.run(p, "esd", (*extra, f"design.esd.efit_bytes={kb * 1024}")), "efit_hit_rate") for p in PROGRAMS]) * 100 for kb in efit_kb]
         for kb, v in zip(efit_kb, hit[label]):
             row("fig18", f"EFIT hit rate, {kb} KB, {label}", v, "%")
         row("fig18", f"EFIT hit rate gain, 512 KB to 1 MB, {label}", hit[label][efit_kb.index(1024)] - hit[label][efit_kb.index(512)], "points")
-    hit["AMT"] = [_mean([_d(R.run(p, "esd", (f"design.esd.amt_cache_bytes={kb * 1024}",)), "amt_hit_rate") for p in PROGRAMS]) * 100 for kb in amt_kb]
+    hit["AMT"] = [mean([_d(R.run(p, "esd", (f"design.esd.amt_cache_bytes={kb * 1024}",)), "amt_hit_rate") for p in PROGRAMS]) * 100 for kb in amt_kb]
     for kb, v in zip(amt_kb, hit["AMT"]):
         row("fig18", f"AMT cache hit rate, {kb} KB", v, "%")
     row("fig18", "AMT cache hit rate gain, 512 KB to 1 MB", hit["AMT"][amt_kb.index(1024)] - hit["AMT"][amt_kb.index(512)], "points")
@@ -169,9 +167,9 @@ def collect(quick: bool) -> Tuple[List[Dict[str, Any]], Dict[str, Any]]:
     row("fig19", "metadata saved by ESD against DeWrite", 100.0 * (1 - meta["esd"] / meta["dewrite"]), "%")
 
     # Mechanism counts behind the figures (no paper value).
-    row("mech", "ECC collisions per write, ESD", _mean([_d(s[p, "esd"], "ecc_collisions") / max(_d(s[p, "esd"], "writes"), 1) for p in PROGRAMS]), "ratio")
-    row("mech", "fingerprint NVM lookups per write, Dedup_SHA1", _mean([_d(s[p, "dedup_sha1"], "fingerprint_nvm_lookups") / max(_d(s[p, "dedup_sha1"], "writes"), 1) for p in PROGRAMS]), "ratio")
-    row("mech", "DeWrite mispredictions per write", _mean([(_d(s[p, "dewrite"], "mispredicted_duplicates") + _d(s[p, "dewrite"], "mispredicted_uniques")) / max(_d(s[p, "dewrite"], "writes"), 1) for p in PROGRAMS]), "ratio")
+    row("mech", "ECC collisions per write, ESD", mean([_d(s[p, "esd"], "ecc_collisions") / max(_d(s[p, "esd"], "writes"), 1) for p in PROGRAMS]), "ratio")
+    row("mech", "fingerprint NVM lookups per write, Dedup_SHA1", mean([_d(s[p, "dedup_sha1"], "fingerprint_nvm_lookups") / max(_d(s[p, "dedup_sha1"], "writes"), 1) for p in PROGRAMS]), "ratio")
+    row("mech", "DeWrite mispredictions per write", mean([(_d(s[p, "dewrite"], "mispredicted_duplicates") + _d(s[p, "dewrite"], "mispredicted_uniques")) / max(_d(s[p, "dewrite"], "writes"), 1) for p in PROGRAMS]), "ratio")
 
     series = {"dup": dup, "red": red, "speed": speed, "breakdown": breakdown, "hit": hit, "efit_kb": efit_kb, "amt_kb": amt_kb,
               "records": R.records, "runs": {"|".join(map(str, k)): v for k, v in R.cache.items()}}
@@ -220,7 +218,7 @@ def plots(series: Dict[str, Any], out: str) -> List[str]:
     # Fig. 15: the write-latency distribution's median and tail, per scheme (mean over programs).
     fig, ax = plt.subplots(figsize=(6, 4))
     for d in SCHEMES:
-        pts = [_mean([series["runs"][f"{p}|{d}|()"]["latency_cycles"]["write"][q] for p in PROGRAMS]) for q in ("p50", "p99", "p999")]
+        pts = [mean([series["runs"][f"{p}|{d}|()"]["latency_cycles"]["write"][q] for p in PROGRAMS]) for q in ("p50", "p99", "p999")]
         ax.plot([50, 99, 99.9], pts, marker="o", label=LABEL[d])
     ax.set_xlabel("percentile of writes")
     ax.set_ylabel("write latency (cycles)")
@@ -255,9 +253,6 @@ def plots(series: Dict[str, Any], out: str) -> List[str]:
     names.append("fig17-18.png")
     return names
 
-
-def _ours(rows: List[Dict[str, Any]], metric: str) -> float:
-    return next(r["ours"] for r in rows if r["metric"] == metric)
 
 
 REPORT_NOTES = """
@@ -310,18 +305,18 @@ REPORT_NOTES = """
 def report_md(rows: List[Dict[str, Any]], series: Dict[str, Any], out: str, quick: bool, wall: float) -> str:
     notes = {
         "records": series["records"],
-        "dup": _ours(rows, "duplicate lines among write-backs, mean"),
-        "esd_red": _ours(rows, "write reduction, ESD"),
-        "gap_sha1": _ours(rows, "write reduction, Dedup_SHA1 minus ESD"),
-        "coll": _ours(rows, "ECC collisions per write, ESD"),
+        "dup": ours(rows, "duplicate lines among write-backs, mean"),
+        "esd_red": ours(rows, "write reduction, ESD"),
+        "gap_sha1": ours(rows, "write reduction, Dedup_SHA1 minus ESD"),
+        "coll": ours(rows, "ECC collisions per write, ESD"),
         "flat_kb": next(kb for kb, v in zip(series["efit_kb"], series["hit"]["LRCU"]) if v >= series["hit"]["LRCU"][-1] - 0.5),
         "lrcu_gap": max(abs(a - b) for a, b in zip(series["hit"]["LRCU"], series["hit"]["LRU"])),
         "amt_hit": series["hit"]["AMT"][series["amt_kb"].index(512)],
-        "w_sha1": _ours(rows, "write speedup, ESD over Dedup_SHA1, max"),
-        "r_base": _ours(rows, "read speedup, ESD over Baseline, max"),
-        "sha1_fp": _ours(rows, "Dedup_SHA1 write latency in fingerprinting"),
-        "dw_fp": _ours(rows, "DeWrite write latency in fingerprinting"),
-        "dw_lk": _ours(rows, "DeWrite write latency in fingerprint lookups"),
+        "w_sha1": ours(rows, "write speedup, ESD over Dedup_SHA1, max"),
+        "r_base": ours(rows, "read speedup, ESD over Baseline, max"),
+        "sha1_fp": ours(rows, "Dedup_SHA1 write latency in fingerprinting"),
+        "dw_fp": ours(rows, "DeWrite write latency in fingerprinting"),
+        "dw_lk": ours(rows, "DeWrite write latency in fingerprint lookups"),
     }
     lines = [
         "# ESD (HPCA'23) reproduced on secmem: Figs. 1, 11-19",

@@ -9,6 +9,16 @@ import time
 from typing import Any, Callable, Dict, List, Tuple
 
 
+def mean(xs: List[float]) -> float:
+    """The arithmetic mean of a non-empty list."""
+    return sum(xs) / len(xs)
+
+
+def ours(rows: List[Dict[str, Any]], metric: str) -> float:
+    """Our figure of the row named ``metric``."""
+    return next(r["ours"] for r in rows if r["metric"] == metric)
+
+
 def fmt(v: float) -> str:
     """Four significant digits; from 10,000 up, whole numbers with separators (295,936, not 2.959e+05)."""
     if abs(v) >= 1e4:
