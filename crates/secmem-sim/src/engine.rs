@@ -550,19 +550,19 @@ impl Engine {
                 }
             }
         }
-        if self.unprotected_va.contains(&rec.addr) {
+        let stack = self.unprotected_va.contains(&rec.addr);
+        if stack {
             // A stack access (`persist.coverage = "non-stack"`): its frames hold plain lines,
             // and a store to it stays in the caches under write-through.
             for &line in &lines {
                 self.unprotected_frames.insert(line >> self.frame_line_shift);
             }
-            let write_through = std::mem::replace(&mut self.write_through, false);
-            self.step_checked(rec, lines.iter().copied());
-            self.write_through = write_through;
-            self.virtual_lines = lines;
-            return self.after_step(index);
+            self.write_through = false;
         }
         self.step_checked(rec, lines.iter().copied());
+        if stack {
+            self.write_through = self.cfg.hierarchy.write_through;
+        }
         self.virtual_lines = lines;
         self.after_step(index)
     }
